@@ -1,0 +1,35 @@
+# parley: two commands on a fresh machine.
+#   make serve   creates .venv, installs everything, starts the agent on 127.0.0.1:8765
+#   make test    installs if needed, runs the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8765
+
+.PHONY: serve test install bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/install-system-deps
+	scripts/install-system-deps
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first and pinned: the CPU build on this disk (any other request pulls a CUDA build)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Without TWILIO_AUTH_TOKEN the server runs with --insecure-dev (signatures not checked, loudly logged).
+serve: $(STAMP)
+	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) $(if $(TWILIO_AUTH_TOKEN),,--insecure-dev)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_call.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Deployment: the process entry point (``parley``), and later the SageMaker model server."""

@@ -1,0 +1,120 @@
+"""``parley``: the command line, and the process's composition root.
+
+Imports run downward only (deploy -> agent | telephony -> pipeline -> ssm_engine), and a server
+that answers calls needs both the telephony entry and an agent, so the command line that wires
+them together sits at the top, here. Each package contributes its own subcommands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+EPILOG = """\
+examples:
+  parley serve                          # answer calls on 127.0.0.1:8765 (needs TWILIO_AUTH_TOKEN)
+  parley serve --insecure-dev           # local work: Twilio signatures not checked
+  parley serve --public-url https://abc.example.com   # behind a tunnel/proxy: the URL Twilio signs
+  parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
+
+environment:
+  TWILIO_AUTH_TOKEN   the account's auth token: signs and checks Twilio requests (server and caller)
+"""
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:  # pipecat logs through loguru at DEBUG per frame; keep it to warnings unless asked
+        from loguru import logger
+
+        logger.remove()
+        logger.add(sys.stderr, level="DEBUG" if level.upper() == "DEBUG" else "WARNING")
+    except ImportError:
+        pass
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="answer calls (Twilio Media Streams) with the embedded agent",
+        description="Start the call server. Point a Twilio number's voice webhook at "
+        "POST {public-url}/twilio/voice; Twilio then opens the media stream at /twilio/stream.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (default %(default)s; 0 = any)")
+    p.add_argument("--public-url", default=os.environ.get("PARLEY_PUBLIC_URL"),
+                   help="the https:// URL Twilio reaches this server at (what it signs)")
+    p.add_argument("--insecure-dev", action="store_true",
+                   help="do not check X-Twilio-Signature (local work only; logged loudly)")
+    p.add_argument("--vad", choices=["webrtc", "silero"], default="silero",
+                   help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
+    p.add_argument("--turn", choices=["silence", "smart-turn"], default="silence",
+                   help="end of turn: a silence timer, or pipecat's smart-turn v3 model (default %(default)s)")
+    p.add_argument("--silence-ms", type=int, default=200,
+                   help="silence that ends the caller's turn (default %(default)s ms)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from agent.echo import EchoAgentProcessor
+    from pipeline.builder import PipelineConfig
+    from telephony.server import CallServer, ServerConfig, serve_forever
+
+    _configure_logging(args.log_level)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        auth_token=os.environ.get("TWILIO_AUTH_TOKEN"),
+        insecure_dev=args.insecure_dev,
+        public_url=args.public_url,
+        pipeline=PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0),
+    )
+    server = CallServer(config, agent_factory=lambda _info: EchoAgentProcessor())
+    try:
+        asyncio.run(serve_forever(server))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from telephony.caller import register_cli as register_call
+
+    parser = argparse.ArgumentParser(
+        prog="parley",
+        description="parley: a real-time voice agent for phone and browser calls.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_serve(sub)
+    register_call(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as exc:  # the command line's edge: one clear line, not a traceback
+        from telephony.errors import TelephonyError
+        from pipeline.errors import PipelineError
+
+        if isinstance(exc, (TelephonyError, PipelineError)):
+            print(f"parley {args.command}: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

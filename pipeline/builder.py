@@ -1,0 +1,188 @@
+"""``build_pipeline``: one call's pipecat pipeline, from transport in to transport out.
+
+    transport.input()
+      -> VADProcessor (webrtcvad by default, Silero optional)      speech start/stop
+      -> STT (streaming; finalizes the moment the VAD stops)       interim + final transcripts
+      -> user aggregator (turn end: silence timer or smart-turn)   LLMContextFrame, barge-in
+      -> HeardContextProcessor                                      keeps only what was heard
+      -> agent (embedded or any LLM service)                        reply text, streamed
+      -> TTS (phrase-by-phrase by default)                          audio chunks as made
+      -> transport.output()                                         paced audio, marks, clear
+      -> assistant aggregator                                       the agent's side of the context
+
+Two presets sit side by side so the benchmark can compare them in one run:
+``PipelineConfig()`` is parley's (webrtcvad, 200 ms silence timer, phrase flushing) and
+``PipelineConfig.stock_pipecat()`` is pipecat's stock telephony set-up (Silero, smart-turn v3,
+sentence aggregation).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from pipecat.audio.vad.vad_analyzer import VADParams
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.user_start import TranscriptionUserTurnStartStrategy, VADUserTurnStartStrategy
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy, TurnAnalyzerUserTurnStopStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+from pipeline.errors import PipelineError
+from pipeline.heard import HeardContextProcessor
+
+log = logging.getLogger(__name__)
+
+VadKind = Literal["webrtc", "silero"]
+TurnKind = Literal["silence", "smart-turn"]
+SttKind = Literal["sphinx"]
+TtsKind = Literal["espeak"]
+Aggregation = Literal["phrase", "sentence"]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """How a call's pipeline is put together. Validates itself."""
+
+    sample_rate_hz: int = 8000
+    vad: VadKind = "silero"  # chosen by benchmarks/bench_vad.py: fewer false starts on noise
+    vad_stop_s: float = 0.2  # the end-of-turn silence timer
+    vad_start_s: float = 0.1
+    turn: TurnKind = "silence"
+    stt: SttKind = "sphinx"
+    tts: TtsKind = "espeak"
+    text_aggregation: Aggregation = "phrase"
+    allow_interruptions: bool = True
+    tts_voice: str = "en-us"
+
+    def __post_init__(self):
+        if self.sample_rate_hz not in (8000, 16000):
+            raise PipelineError(f"sample_rate_hz must be 8000 or 16000, not {self.sample_rate_hz}")
+        if not 0.05 <= self.vad_stop_s <= 3.0:
+            raise PipelineError(f"vad_stop_s {self.vad_stop_s} is outside 0.05..3.0 s")
+        for name, value, allowed in (
+            ("vad", self.vad, ("webrtc", "silero")),
+            ("turn", self.turn, ("silence", "smart-turn")),
+            ("stt", self.stt, ("sphinx",)),
+            ("tts", self.tts, ("espeak",)),
+            ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
+        ):
+            if value not in allowed:
+                raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")
+
+    @classmethod
+    def stock_pipecat(cls, **overrides) -> "PipelineConfig":
+        """pipecat's stock telephony configuration, the baseline parley is measured against."""
+        return replace(cls(vad="silero", turn="smart-turn", text_aggregation="sentence"), **overrides)
+
+
+def _make_vad(config: PipelineConfig):
+    from pipeline.vad import make_vad_analyzer
+
+    return make_vad_analyzer(
+        config.vad,
+        sample_rate_hz=config.sample_rate_hz,
+        params=VADParams(start_secs=config.vad_start_s, stop_secs=config.vad_stop_s),
+    )
+
+
+def _make_turn_stop(config: PipelineConfig):
+    if config.turn == "smart-turn":
+        from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+
+        return [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    # The VAD's stop_secs is the silence timer; nothing waits after it but the final transcript.
+    return [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.0)]
+
+
+def _make_stt(config: PipelineConfig) -> FrameProcessor:
+    from pipeline.services.sphinx_stt import SphinxSTTService
+
+    # finalized transcripts end the turn at once; the p99 only bounds the wait when one is late
+    return SphinxSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5)
+
+
+def _make_tts(config: PipelineConfig) -> FrameProcessor:
+    from pipeline.services.espeak_tts import EspeakTTSService
+
+    return EspeakTTSService(
+        voice=config.tts_voice,
+        sample_rate=config.sample_rate_hz,
+        aggregation=config.text_aggregation,
+    )
+
+
+@dataclass
+class CallPipeline:
+    """What ``build_pipeline`` hands back: the worker to run and the parts a caller may inspect."""
+
+    worker: PipelineWorker
+    pipeline: Pipeline
+    context: LLMContext
+    stt: FrameProcessor
+    tts: FrameProcessor
+
+
+def build_pipeline(
+    transport: BaseTransport,
+    agent: FrameProcessor,
+    config: PipelineConfig | None = None,
+    *,
+    observers: list[BaseObserver] | None = None,
+    context: LLMContext | None = None,
+    stt: FrameProcessor | None = None,
+    tts: FrameProcessor | None = None,
+    idle_timeout_s: float | None = 300.0,
+) -> CallPipeline:
+    """Assemble one call's pipeline and its worker (RTVI off: this is telephony)."""
+    config = config or PipelineConfig()
+    context = context or LLMContext()
+    stt = stt or _make_stt(config)
+    tts = tts or _make_tts(config)
+    aggregators = LLMContextAggregatorPair(
+        context,
+        user_params=LLMUserAggregatorParams(
+            user_turn_strategies=UserTurnStrategies(
+                start=[
+                    VADUserTurnStartStrategy(enable_interruptions=config.allow_interruptions),
+                    TranscriptionUserTurnStartStrategy(enable_interruptions=config.allow_interruptions),
+                ],
+                stop=_make_turn_stop(config),
+            ),
+            user_turn_stop_timeout=5.0,
+        ),
+    )
+    processors = [
+        transport.input(),
+        VADProcessor(vad_analyzer=_make_vad(config)),
+        stt,
+        aggregators.user(),
+        HeardContextProcessor(),
+        agent,
+        tts,
+        transport.output(),
+        aggregators.assistant(),
+    ]
+    pipeline = Pipeline(processors)
+    worker = PipelineWorker(
+        pipeline,
+        params=PipelineParams(
+            audio_in_sample_rate=config.sample_rate_hz,
+            audio_out_sample_rate=config.sample_rate_hz,
+        ),
+        enable_rtvi=False,
+        observers=list(observers or []),
+        idle_timeout_secs=idle_timeout_s,
+        cancel_runner_on_idle_timeout=False,
+    )
+    return CallPipeline(worker=worker, pipeline=pipeline, context=context, stt=stt, tts=tts)

@@ -1,0 +1,28 @@
+"""Exceptions raised by the ``pipeline`` package.
+
+Hierarchy::
+
+    PipelineError                    base of everything this package raises
+    ├── EngineUnavailableError   a speech engine's library or model is missing or won't load
+    └── AudioFormatError         audio of the wrong dtype, rate or frame size, or NaN/inf
+
+Foreign exceptions (ctypes ``OSError``, pocketsphinx ``RuntimeError``, ``webrtcvad`` errors) are
+translated once, at the engine boundary, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base class of every error raised by ``pipeline``."""
+
+
+class EngineUnavailableError(PipelineError):
+    """A speech engine cannot run here: its library or model is missing or would not load.
+
+    The message says what to install (for example ``apt-get install espeak-ng``).
+    """
+
+
+class AudioFormatError(PipelineError, ValueError):
+    """Audio that cannot be processed: wrong dtype, unsupported rate or frame size, NaN/inf."""

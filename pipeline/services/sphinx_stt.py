@@ -1,0 +1,212 @@
+"""pocketsphinx as a streaming pipecat STT service, finalized by the VAD's end of speech.
+
+    stt = SphinxSTTService()                     # rate from the pipeline (8 kHz for phone calls)
+    Pipeline([transport.input(), VADProcessor(vad_analyzer=...), stt, user_aggregator, ...])
+
+How it follows the user's speech:
+
+* Audio is decoded as it arrives, on one worker thread that owns the ``SphinxEngine``; the event
+  loop only queues it, so audio passes through this service without waiting on the decoder.
+* Between utterances the last ``preroll_s`` of audio is kept, not decoded. pipecat's VAD reports
+  a start ``start_secs`` after speech began, so on ``VADUserStartedSpeakingFrame`` the utterance
+  starts with that pre-roll, and ``InterimTranscriptionFrame``s follow as partials change.
+* ``VADUserStoppedSpeakingFrame`` is pipecat 1.14's "the user stopped speaking" signal to STT
+  services (Deepgram finalizes on it too). It reaches this service from an upstream
+  ``VADProcessor`` (downstream copy) or from the user aggregator's own VAD (the upstream copy
+  of its broadcast). The utterance is ended at once and the final ``TranscriptionFrame`` is
+  pushed with ``finalized=True``, which lets the turn-stop strategies end the turn without
+  waiting out their STT timeout. The time from receiving that frame to pushing the transcript
+  is kept in ``final_latencies_s``.
+
+Without VAD frames in the pipeline nothing is ever transcribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import time
+from collections.abc import AsyncGenerator
+from concurrent.futures import ThreadPoolExecutor
+
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    ErrorFrame,
+    Frame,
+    InterimTranscriptionFrame,
+    StartFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.settings import STTSettings
+from pipecat.services.stt_service import STTService
+from pipecat.transcriptions.language import Language
+from pipecat.utils.time import time_now_iso8601
+
+from pipeline.engines.sphinx import SphinxEngine
+from pipeline.errors import PipelineError
+
+logger = logging.getLogger(__name__)
+
+# Commands for the decode worker, in arrival order.
+_AUDIO = "audio"
+_START = "start"
+_STOP = "stop"
+_CLOSE = "close"
+
+
+class SphinxSTTService(STTService):
+    """Streaming pocketsphinx recognizer (en-us) for pipecat.
+
+    sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
+    preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
+    partial_every_ms: audio between two partial hypotheses.
+    ttfs_p99_latency: end of speech to final transcript, p99, announced to turn strategies.
+    """
+
+    def __init__(
+        self,
+        *,
+        sample_rate: int | None = None,
+        preroll_s: float = 0.5,
+        partial_every_ms: int = 100,
+        ttfs_p99_latency: float = 0.15,
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            sample_rate=sample_rate,
+            ttfs_p99_latency=ttfs_p99_latency,
+            settings=STTSettings(model="pocketsphinx-en-us", language=Language.EN),
+            **kwargs,
+        )
+        self._preroll_s = preroll_s
+        self._partial_every_ms = partial_every_ms
+        self._engine: SphinxEngine | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+        self._preroll: collections.deque[bytes] = collections.deque()
+        self._preroll_bytes = 0
+        self.final_latencies_s: collections.deque[float] = collections.deque(maxlen=1000)
+        """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sphinx-stt")
+        loop = asyncio.get_running_loop()
+        self._engine = await loop.run_in_executor(
+            self._executor, SphinxEngine, self.sample_rate, self._partial_every_ms
+        )
+        logger.debug(
+            "pocketsphinx loaded in %.3f s at %d Hz", self._engine.load_s, self.sample_rate
+        )
+        self._worker = self.create_task(self._decode_loop(), name="sphinx_decode")
+
+    async def stop(self, frame: EndFrame) -> None:
+        """Finish what is queued (an open utterance is finalized), then stop."""
+        if self._worker is not None:
+            await self._queue.put((_STOP, time.perf_counter()))
+            await self._queue.put((_CLOSE, None))
+            await self._worker
+            self._worker = None
+        self._shutdown_executor()
+        await super().stop(frame)
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        if self._worker is not None:
+            await self.cancel_task(self._worker)
+            self._worker = None
+        self._shutdown_executor()
+        await super().cancel(frame)
+
+    def _shutdown_executor(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
+        """Queue audio for the decode worker; results are pushed from there."""
+        await self._queue.put((_AUDIO, audio))
+        yield None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            await self._queue.put((_START, None))
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            await self._queue.put((_STOP, time.perf_counter()))
+
+    async def _decode_loop(self) -> None:
+        """Apply queued commands in order; consecutive audio is decoded in one call."""
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            for kind, group in itertools.groupby(batch, key=lambda item: item[0]):
+                args = [arg for _, arg in group]
+                if kind == _CLOSE:
+                    return
+                try:
+                    if kind == _AUDIO:
+                        await self._on_audio(b"".join(args))  # type: ignore[arg-type]
+                    else:
+                        for arg in args:
+                            await self._on_command(kind, arg)
+                except PipelineError as exc:
+                    await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
+
+    async def _on_audio(self, audio: bytes) -> None:
+        engine = self._engine
+        assert engine is not None
+        if not engine.in_utterance:
+            self._keep_preroll(audio)
+            return
+        loop = asyncio.get_running_loop()
+        partial = await loop.run_in_executor(self._executor, engine.feed, audio)
+        if partial:
+            await self.push_frame(
+                InterimTranscriptionFrame(partial, self._user_id, time_now_iso8601(), Language.EN)
+            )
+
+    async def _on_command(self, kind: str, arg: object) -> None:
+        engine = self._engine
+        assert engine is not None
+        loop = asyncio.get_running_loop()
+        if kind == _START and not engine.in_utterance:
+            preroll = b"".join(self._preroll)
+            self._preroll.clear()
+            self._preroll_bytes = 0
+            await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
+        elif kind == _STOP and engine.in_utterance:
+            text = await loop.run_in_executor(self._executor, engine.end_utt)
+            await self._push_final(text, float(arg))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _start_with(engine: SphinxEngine, preroll: bytes) -> None:
+        engine.start_utt()
+        engine.feed(preroll)
+
+    def _keep_preroll(self, audio: bytes) -> None:
+        self._preroll.append(audio)
+        self._preroll_bytes += len(audio)
+        limit = int(self._preroll_s * self.sample_rate) * 2
+        while self._preroll and self._preroll_bytes - len(self._preroll[0]) >= limit:
+            self._preroll_bytes -= len(self._preroll.popleft())
+
+    async def _push_final(self, text: str, stop_received: float) -> None:
+        if text:
+            await self.emit_stt_usage_metrics()
+            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+            frame.finalized = True
+            await self.push_frame(frame)
+        latency = time.perf_counter() - stop_received
+        self.final_latencies_s.append(latency)
+        logger.debug("sphinx final %r %.1f ms after end of speech", text, latency * 1000)

@@ -1,0 +1,37 @@
+"""Exceptions raised by the telephony package.
+
+::
+
+    TelephonyError                 base of everything below
+     ├── ProtocolError             a malformed or unexpected Twilio Media Streams message
+     ├── SignatureError            a missing or invalid X-Twilio-Signature
+     └── CallerError               the scripted caller could not run its call
+          └── SynthesisError       text-to-speech (flite) or a --wav file failed
+
+Foreign exceptions (json, binascii, websockets, aiohttp, subprocess) are translated once, at
+the boundary, with ``raise X from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CallerError", "ProtocolError", "SignatureError", "SynthesisError", "TelephonyError"]
+
+
+class TelephonyError(Exception):
+    """Base class for telephony errors."""
+
+
+class ProtocolError(TelephonyError):
+    """A Media Streams message that is not JSON, too large, of an unknown event, or misshapen."""
+
+
+class SignatureError(TelephonyError):
+    """A request whose X-Twilio-Signature is missing or does not match."""
+
+
+class CallerError(TelephonyError):
+    """The scripted caller could not connect, or its call could not run."""
+
+
+class SynthesisError(CallerError):
+    """Caller audio could not be produced (flite failed, or a WAV file is unreadable)."""

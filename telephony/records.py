@@ -1,0 +1,87 @@
+"""Call records: what was said on each call, turn by turn, with latencies.
+
+This is the in-memory store the server answers ``GET /calls/{sid}`` from. It is written as the
+call goes (never only at the end), so a call that breaks keeps its transcript so far. A durable
+SQLite store (issue 6) implements the same three methods.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class TurnRecord:
+    turn: int
+    user_text: str = ""
+    agent_text: str = ""
+    agent_text_heard: str = ""
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+@dataclass
+class CallRecord:
+    call_sid: str
+    transport: str
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    end_reason: str | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    turns: list[TurnRecord] = field(default_factory=list)
+    greeting: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+    def turn(self, number: int) -> TurnRecord:
+        while len(self.turns) < number:
+            self.turns.append(TurnRecord(turn=len(self.turns) + 1))
+        return self.turns[number - 1]
+
+    def to_dict(self) -> dict:
+        return {
+            "call_sid": self.call_sid,
+            "transport": self.transport,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "ended": self.ended,
+            "end_reason": self.end_reason,
+            "greeting": self.greeting,
+            "turns": [vars(t).copy() for t in self.turns],
+            "errors": list(self.errors),
+        }
+
+
+class CallStore(Protocol):
+    def open(self, record: CallRecord) -> None: ...
+    def get(self, call_sid: str) -> CallRecord | None: ...
+    def list(self) -> list[CallRecord]: ...
+
+
+class MemoryCallStore:
+    """Thread-safe, bounded: keeps the most recent ``max_calls`` calls."""
+
+    def __init__(self, max_calls: int = 1000):
+        self._lock = threading.Lock()
+        self._calls: dict[str, CallRecord] = {}
+        self._max_calls = max_calls
+
+    def open(self, record: CallRecord) -> None:
+        with self._lock:
+            self._calls[record.call_sid] = record
+            while len(self._calls) > self._max_calls:
+                self._calls.pop(next(iter(self._calls)))
+
+    def get(self, call_sid: str) -> CallRecord | None:
+        with self._lock:
+            return self._calls.get(call_sid)
+
+    def list(self) -> list[CallRecord]:
+        with self._lock:
+            return list(self._calls.values())

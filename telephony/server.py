@@ -1,0 +1,176 @@
+"""The server that takes calls: HTTP webhooks and the Twilio Media Streams WebSocket (aiohttp).
+
+Routes:
+    POST /twilio/voice      Twilio's voice webhook; answers TwiML <Connect><Stream> (signed)
+    GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
+    GET  /calls/{sid}       a call's record as JSON (signed, same token)
+    GET  /healthz           200 while taking calls
+
+Signatures: Twilio signs the URL it requested with the account's auth token. Behind a proxy or a
+tunnel that URL is the public one, so ``public_url`` (e.g. ``https://parley.example.com``) is
+what we check against; without it, the URL this server saw. ``insecure_dev`` turns checking off
+for local work, and says so loudly at start and on every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+from xml.sax.saxutils import quoteattr
+
+from aiohttp import web
+
+from pipeline.builder import PipelineConfig
+from telephony.errors import ProtocolError, TelephonyError
+from telephony.records import CallStore, MemoryCallStore
+from telephony.twilio.call import AgentFactory, TwilioCall, read_start
+from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
+
+log = logging.getLogger(__name__)
+
+WS_MAX_MESSAGE_BYTES = 1 << 20  # larger messages close the socket; the parser's own limit is lower
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    auth_token: str | None = None
+    insecure_dev: bool = False
+    public_url: str | None = None
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    reraise_call_errors: bool = False  # tests: a call's failure propagates after clean-up
+
+    def __post_init__(self):
+        if not self.insecure_dev and not self.auth_token:
+            raise TelephonyError(
+                "no Twilio auth token: set TWILIO_AUTH_TOKEN (or pass --insecure-dev for local work)"
+            )
+        if self.public_url is not None and urlsplit(self.public_url).scheme not in ("http", "https"):
+            raise TelephonyError(f"public_url must start with http:// or https://, not {self.public_url!r}")
+
+
+class CallServer:
+    """Owns the aiohttp application and the live calls."""
+
+    def __init__(self, config: ServerConfig, agent_factory: AgentFactory, store: CallStore | None = None):
+        self.config = config
+        self.agent_factory = agent_factory
+        self.store = store or MemoryCallStore()
+        self.live: dict[str, TwilioCall] = {}
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.app = web.Application(client_max_size=64 * 1024)
+        self.app.add_routes([
+            web.post("/twilio/voice", self.twilio_voice),
+            web.get("/twilio/stream", self.twilio_stream),
+            web.get("/calls/{sid}", self.call_record),
+            web.get("/healthz", self.healthz),
+        ])
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        if self.config.insecure_dev:
+            log.warning("INSECURE DEV MODE: Twilio signatures are NOT checked. Never expose this server.")
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # read the bound port back (port 0)
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        log.info("parley listening on http://%s:%d", self.config.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- signatures --------------------------------------------------------------------------
+
+    def _public(self, request: web.Request, *, websocket: bool) -> str:
+        """The URL Twilio requested, as it signed it."""
+        if self.config.public_url:
+            base = urlsplit(self.config.public_url)
+            scheme = base.scheme
+            netloc = base.netloc
+        else:
+            scheme = "https" if request.secure else "http"
+            netloc = request.host
+        if websocket:
+            scheme = "wss" if scheme == "https" else "ws"
+        return urlunsplit((scheme, netloc, request.path, request.query_string, ""))
+
+    def _check(self, request: web.Request, url: str, params: dict[str, str]) -> None:
+        if self.config.insecure_dev:
+            return
+        signature = request.headers.get(SIGNATURE_HEADER, "")
+        if not signature or not verify_signature(self.config.auth_token or "", url, params, signature):
+            log.warning("refused %s %s from %s: bad or missing %s", request.method, request.path,
+                        request.remote, SIGNATURE_HEADER)
+            raise web.HTTPForbidden(text="invalid Twilio signature\n")
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "live_calls": len(self.live)})
+
+    async def twilio_voice(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        params = {k: str(v) for k, v in form.items()}
+        self._check(request, self._public(request, websocket=False), params)
+        stream_url = self._public(request, websocket=True).split("?")[0].removesuffix("/twilio/voice")
+        stream_url += "/twilio/stream"
+        forward = {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
+        parameters = "".join(
+            f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in forward.items()
+        )
+        twiml = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f"<Response><Connect><Stream url={quoteattr(stream_url)}>{parameters}</Stream></Connect></Response>"
+        )
+        return web.Response(text=twiml, content_type="application/xml")
+
+    async def call_record(self, request: web.Request) -> web.Response:
+        self._check(request, self._public(request, websocket=False), {})
+        sid = request.match_info["sid"]
+        live = self.live.get(sid)
+        if live is not None:
+            live.sync()
+        record = self.store.get(sid)
+        if record is None:
+            raise web.HTTPNotFound(text=f"no call {sid}\n")
+        return web.json_response(record.to_dict())
+
+    async def twilio_stream(self, request: web.Request) -> web.StreamResponse:
+        self._check(request, self._public(request, websocket=True), {})
+        ws = web.WebSocketResponse(max_msg_size=WS_MAX_MESSAGE_BYTES, heartbeat=30.0)
+        await ws.prepare(request)
+        peer = str(request.remote)
+        try:
+            start = await read_start(ws, peer)
+        except (ProtocolError, TimeoutError) as exc:
+            log.warning("[%s] stream refused: %s", peer, exc or "no 'start' in time")
+            await ws.close()
+            return ws
+        if self.config.insecure_dev:
+            log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
+        call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
+                          store=self.store, reraise=self.config.reraise_call_errors)
+        self.live[call.call_sid] = call
+        try:
+            await call.run()
+        finally:
+            self.live.pop(call.call_sid, None)
+        return ws
+
+
+async def serve_forever(server: CallServer) -> None:
+    await server.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,142 @@
+"""One Twilio call, from the WebSocket handshake to the last word: the per-call supervisor.
+
+The supervisor is the only catch-all in the call path: whatever breaks inside a call is logged
+with its call id and traceback, the call ends cleanly (socket closed, record kept), and the
+server goes on. With ``reraise`` (tests) the error propagates after the clean-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import WSMsgType, web
+from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.workers.runner import WorkerRunner
+
+from pipeline.builder import PipelineConfig, build_pipeline
+from pipeline.latency import LatencyObserver, TurnLatency
+from telephony.errors import ProtocolError
+from telephony.records import CallRecord, CallStore
+from telephony.twilio.messages import Connected, Start, parse_twilio
+from telephony.twilio.transport import TwilioTransport
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_HANDSHAKE_MESSAGES = 20
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """What an agent factory learns about a new call."""
+
+    call_sid: str
+    transport: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+AgentFactory = Callable[[CallInfo], FrameProcessor]
+
+
+class HandshakeError(ProtocolError):
+    """The stream never sent a usable ``start``."""
+
+
+async def read_start(ws: web.WebSocketResponse, peer: str) -> Start:
+    """Read ``connected`` then ``start``; skip (and log) garbage, give up after a timeout."""
+    async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+        for _ in range(MAX_HANDSHAKE_MESSAGES):
+            msg = await ws.receive()
+            if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                raise HandshakeError(f"stream from {peer} closed before 'start'")
+            try:
+                message = parse_twilio(msg.data)
+            except ProtocolError as exc:
+                log.warning("[%s] bad message before 'start' skipped: %s", peer, exc)
+                continue
+            if isinstance(message, Start):
+                return message
+            if not isinstance(message, Connected):
+                log.warning("[%s] %s before 'start' skipped", peer, type(message).__name__)
+    raise HandshakeError(f"no 'start' in the first {MAX_HANDSHAKE_MESSAGES} messages from {peer}")
+
+
+class TwilioCall:
+    """Runs one call's pipeline over its socket and keeps its record current."""
+
+    def __init__(self, ws: web.WebSocketResponse, start: Start, *, agent_factory: AgentFactory,
+                 pipeline_config: PipelineConfig, store: CallStore, reraise: bool = False):
+        self.start = start
+        self.call_sid = start.call_sid
+        self.ws = ws
+        self.record = CallRecord(call_sid=start.call_sid, transport="twilio",
+                                 params=dict(start.custom_parameters))
+        store.open(self.record)
+        self._agent_factory = agent_factory
+        self._config = pipeline_config
+        self._reraise = reraise
+        self._worker = None
+        self.transport = TwilioTransport(ws, start, call_id=self.call_sid, on_closed=self._on_socket_closed)
+        self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
+
+    async def _on_socket_closed(self, reason: str) -> None:
+        if self._worker is not None:
+            await self._worker.cancel(reason=reason)
+
+    def _on_turn(self, _turn: TurnLatency) -> None:
+        self.sync()
+
+    def sync(self) -> None:
+        """Bring the record up to date from the latency observer and the playout tracker."""
+        turns = self.latency.turns
+        for t in turns:
+            rec = self.record.turn(t.turn)
+            rec.user_text = t.user_text
+            rec.latency_ms = t.latency_ms()
+            rec.interrupted = t.interrupted
+        starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
+        greeting, by_turn = [], {}
+        for utt in self.transport.link.tracker.utterances:
+            owner = sum(1 for s in starts if s <= utt.began_at_s)  # 0 = before the first turn
+            if owner == 0:
+                greeting.append(utt)
+            else:
+                by_turn.setdefault(owner, []).append(utt)
+        self.record.greeting = " ".join(u.text for u in greeting)
+        for number, utts in by_turn.items():
+            rec = self.record.turn(number)
+            rec.agent_text = " ".join(u.text for u in utts)
+            rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
+
+    async def run(self) -> None:
+        log.info("[%s] call started (stream %s, params %s)", self.call_sid, self.start.stream_sid,
+                 sorted(self.start.custom_parameters))
+        reason = "ended"
+        try:
+            agent = self._agent_factory(CallInfo(self.call_sid, "twilio", dict(self.start.custom_parameters)))
+            built = build_pipeline(self.transport, agent, self._config, observers=[self.latency])
+            self._worker = built.worker
+            runner = WorkerRunner(handle_sigint=False)
+            await runner.add_workers(built.worker)
+            await runner.run()
+            reason = self.transport.link.closed_reason or "agent ended the call"
+        except asyncio.CancelledError:
+            reason = "server shutting down"
+            raise
+        except Exception as exc:  # the per-call supervisor: log, end cleanly, keep the record
+            reason = f"error: {type(exc).__name__}: {exc}"
+            self.record.errors.append(reason)
+            log.exception("[%s] call failed; ending it cleanly", self.call_sid)
+            if self._reraise:
+                raise
+        finally:
+            self.sync()
+            self.record.ended_at = time.time()
+            self.record.end_reason = reason
+            if not self.ws.closed:
+                await self.ws.close()
+            log.info("[%s] call ended: %s (%d turns)", self.call_sid, reason, len(self.record.turns))

@@ -1,0 +1,266 @@
+"""A pipecat transport over one Twilio Media Streams WebSocket (aiohttp).
+
+In: ``media`` becomes ``InputAudioRawFrame`` (8 kHz PCM), ``dtmf`` becomes ``InputDTMFFrame``,
+``mark`` echoes feed the :class:`PlayoutTracker`, ``stop`` or a closed socket ends the call.
+A malformed or oversized message is logged with the call id and skipped: the call goes on.
+
+Out: agent audio leaves as mu-law ``media`` paced at real time against an absolute clock, with a
+progress ``mark`` every 200 ms of audio and an end mark after each utterance; an interruption
+sends ``clear`` at once, and the tracker's verdict goes upstream as ``AgentSpeechHeardFrame``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+from aiohttp import WSMsgType, web
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    InputDTMFFrame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    StartFrame,
+    TTSTextFrame,
+)
+from pipecat.audio.dtmf.types import KeypadEntry
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.transports.base_input import BaseInputTransport
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import BaseTransport, TransportParams
+
+from pipeline.audio.g711 import ulaw_decode, ulaw_encode
+from pipeline.frames import AgentSpeechHeardFrame
+from telephony.errors import ProtocolError
+from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
+from telephony.twilio.playout import PlayoutTracker, Utterance
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE_HZ = 8000
+
+
+class TwilioCallStats:
+    """Counters a test or the call record can read."""
+
+    def __init__(self) -> None:
+        self.media_in = 0
+        self.media_out_bytes = 0
+        self.bad_messages = 0
+        self.marks_sent = 0
+        self.marks_echoed = 0
+        self.clears_sent = 0
+        self.dtmf: list[str] = []
+
+
+class _Link:
+    """The shared socket and call facts both halves of the transport use."""
+
+    def __init__(self, ws: web.WebSocketResponse, start: Start, call_id: str,
+                 on_closed: Callable[[str], Awaitable[None]]):
+        self.ws = ws
+        self.start = start
+        self.call_id = call_id
+        self.on_closed = on_closed
+        self.tracker = PlayoutTracker()
+        self.stats = TwilioCallStats()
+        self.closed_reason: str | None = None
+        self.heard: list[Utterance] = []
+
+    async def send(self, message) -> bool:
+        if self.ws.closed:
+            return False
+        try:
+            async with asyncio.timeout(5.0):
+                await self.ws.send_str(message.to_json())
+            return True
+        except (ConnectionError, RuntimeError, TimeoutError) as exc:
+            log.warning("[%s] send failed, the caller's socket is gone: %s", self.call_id, exc)
+            return False
+
+
+class TwilioInputTransport(BaseInputTransport):
+    def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
+        super().__init__(params, **kwargs)
+        self._transport = transport
+        self._link = link
+        self._receive_task: asyncio.Task | None = None
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)
+        if self._receive_task is None:
+            self._receive_task = self.create_task(self._receive())
+        await self.set_transport_ready(frame)
+
+    async def stop(self, frame: EndFrame):
+        await super().stop(frame)
+        await self._stop_receiving()
+
+    async def cancel(self, frame: CancelFrame):
+        await super().cancel(frame)
+        await self._stop_receiving()
+
+    async def _stop_receiving(self):
+        if self._receive_task is not None:
+            await self.cancel_task(self._receive_task)
+            self._receive_task = None
+
+    async def _receive(self):
+        link = self._link
+        reason = "socket closed"
+        async for msg in link.ws:
+            if msg.type == WSMsgType.TEXT:
+                raw: str | bytes = msg.data
+            elif msg.type == WSMsgType.BINARY:
+                raw = msg.data
+            else:  # ERROR / CLOSE
+                reason = f"socket {msg.type.name.lower()}"
+                break
+            try:
+                message = parse_twilio(raw)
+            except ProtocolError as exc:
+                link.stats.bad_messages += 1
+                log.warning("[%s] bad Media Streams message skipped: %s", link.call_id, exc)
+                continue
+            if isinstance(message, Media):
+                link.stats.media_in += 1
+                pcm = ulaw_decode(message.payload)
+                await self.push_audio_frame(
+                    InputAudioRawFrame(audio=pcm.tobytes(), sample_rate=SAMPLE_RATE_HZ, num_channels=1)
+                )
+            elif isinstance(message, Mark):
+                link.stats.marks_echoed += 1
+                utt = link.tracker.mark_echoed(message.name)
+                if utt is not None and utt.state.value == "heard":
+                    await self._report_heard(utt)
+            elif isinstance(message, Dtmf):
+                link.stats.dtmf.append(message.digit)
+                try:
+                    entry = KeypadEntry(message.digit)
+                except ValueError:
+                    log.warning("[%s] unknown DTMF digit %r skipped", link.call_id, message.digit)
+                    continue
+                await self.push_frame(InputDTMFFrame(button=entry))
+            elif isinstance(message, Stop):
+                reason = "caller hung up (stop)"
+                break
+            else:  # a second connected/start: out of order, harmless
+                log.warning("[%s] unexpected %s mid-call skipped", link.call_id, type(message).__name__)
+        link.closed_reason = link.closed_reason or reason
+        log.info("[%s] media stream ended: %s", link.call_id, link.closed_reason)
+        await link.on_closed(link.closed_reason)
+
+    async def _report_heard(self, utt: Utterance) -> None:
+        self._link.heard.append(utt)
+        await self.push_frame(
+            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text,
+                                  text_heard=utt.heard_text(), complete=True),
+            FrameDirection.DOWNSTREAM,
+        )
+
+
+class TwilioOutputTransport(BaseOutputTransport):
+    def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
+        super().__init__(params, **kwargs)
+        self._transport = transport
+        self._link = link
+        self._next_send_s = 0.0
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)
+        await self.set_transport_ready(frame)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
+            start_ms = frame.pts / 1e6 if frame.pts else None
+            for word in frame.text.split():
+                self._link.tracker.add_word(word, start_ms)
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):
+            await self._clear()
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        # The media sender announces the end of an utterance right after its last audio chunk:
+        # that is where the end mark belongs.
+        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            name = self._link.tracker.end()
+            if name is not None and await self._link.send(OutMark(self._link.start.stream_sid, name)):
+                self._link.stats.marks_sent += 1
+        await super().push_frame(frame, direction)
+
+    async def _clear(self) -> None:
+        link = self._link
+        utt = link.tracker.clear()
+        self._next_send_s = 0.0
+        if utt is None:
+            return
+        if await link.send(Clear(link.start.stream_sid)):
+            link.stats.clears_sent += 1
+        heard = utt.heard_text()
+        log.info("[%s] barge-in: utterance %d cleared after %.0f of %.0f ms",
+                 link.call_id, utt.number, utt.heard_ms, utt.sent_ms)
+        link.heard.append(utt)
+        await self.push_frame(
+            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=heard, complete=False),
+            FrameDirection.UPSTREAM,
+        )
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        link = self._link
+        if link.ws.closed:
+            return False
+        pcm = np.frombuffer(frame.audio, dtype=np.int16)
+        if frame.sample_rate != SAMPLE_RATE_HZ:  # the media sender resamples; this is a guard
+            log.warning("[%s] dropping audio at %d Hz", link.call_id, frame.sample_rate)
+            return False
+        if not await link.send(OutMedia(link.start.stream_sid, ulaw_encode(pcm))):
+            return False
+        link.stats.media_out_bytes += len(pcm)
+        duration_s = len(pcm) / SAMPLE_RATE_HZ
+        for name in link.tracker.audio_sent(duration_s * 1000.0):
+            if await link.send(OutMark(link.start.stream_sid, name)):
+                link.stats.marks_sent += 1
+        await self._pace(duration_s)
+        return True
+
+    async def _pace(self, duration_s: float) -> None:
+        """Real-time pacing on an absolute clock (a small lead keeps Twilio's buffer fed)."""
+        now = time.monotonic()
+        if self._next_send_s < now:
+            self._next_send_s = now
+        self._next_send_s += duration_s
+        lead_s = 0.04
+        delay = self._next_send_s - now - lead_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+class TwilioTransport(BaseTransport):
+    """Both halves of one Twilio call. Build it after ``connected`` and ``start`` were read."""
+
+    def __init__(self, ws: web.WebSocketResponse, start: Start, *, call_id: str,
+                 on_closed: Callable[[str], Awaitable[None]], params: TransportParams | None = None):
+        super().__init__()
+        params = params or TransportParams(
+            audio_in_enabled=True,
+            audio_in_sample_rate=SAMPLE_RATE_HZ,
+            audio_out_enabled=True,
+            audio_out_sample_rate=SAMPLE_RATE_HZ,
+            audio_out_10ms_chunks=2,
+        )
+        self.link = _Link(ws, start, call_id, on_closed)
+        self._input = TwilioInputTransport(self, self.link, params, name=f"twilio-in-{call_id}")
+        self._output = TwilioOutputTransport(self, self.link, params, name=f"twilio-out-{call_id}")
+
+    def input(self) -> TwilioInputTransport:
+        return self._input
+
+    def output(self) -> TwilioOutputTransport:
+        return self._output

@@ -1,0 +1,98 @@
+"""WebRTCVADAnalyzer and make_vad_analyzer through pipecat's own VADAnalyzer state machine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+
+from pipeline.errors import AudioFormatError
+from pipeline.vad import WebRTCVADAnalyzer, make_vad_analyzer
+
+
+async def states(analyzer, pcm: np.ndarray, rate_hz: int) -> list[VADState]:
+    """Feed 20 ms frames through ``analyze_audio`` (as pipecat does); the state after each."""
+    analyzer.set_sample_rate(rate_hz)
+    step = rate_hz // 50
+    out = [
+        await analyzer.analyze_audio(pcm[i : i + step].tobytes())
+        for i in range(0, len(pcm), step)
+    ]
+    await analyzer.cleanup()
+    return out
+
+
+def padded(speech: np.ndarray, rate_hz: int, lead_s: float = 0.5, tail_s: float = 1.0):
+    return np.concatenate(
+        [
+            np.zeros(int(lead_s * rate_hz), np.int16),
+            speech,
+            np.zeros(int(tail_s * rate_hz), np.int16),
+        ]
+    )
+
+
+@pytest.mark.parametrize("rate_hz", [8000, 16000])
+@pytest.mark.parametrize("kind", ["webrtc", "silero"])
+async def test_speech_starts_and_stops_around_flite_speech(kind, rate_hz, flite_speech):
+    speech = flite_speech("hello, how are you today?", rate_hz)
+    seq = await states(make_vad_analyzer(kind, rate_hz), padded(speech, rate_hz), rate_hz)
+    speaking = [i for i, s in enumerate(seq) if s == VADState.SPEAKING]
+    assert speaking, f"{kind} never detected speech"
+    assert 0.5 <= speaking[0] * 0.02 <= 0.5 + 0.6  # starts within 0.6 s of the onset
+    assert seq[-1] == VADState.QUIET  # and stops in the 1 s of trailing silence
+
+
+@pytest.mark.parametrize("kind", ["webrtc", "silero"])
+async def test_digital_silence_is_never_speech(kind):
+    seq = await states(make_vad_analyzer(kind, 8000), np.zeros(3 * 8000, np.int16), 8000)
+    assert set(seq) == {VADState.QUIET}
+
+
+async def test_start_secs_and_min_volume_are_honoured(flite_speech):
+    speech = padded(flite_speech("hello, how are you today?", 8000), 8000)
+    slow = WebRTCVADAnalyzer(params=VADParams(start_secs=5.0, min_volume=0.0))
+    assert VADState.SPEAKING not in await states(slow, speech, 8000)
+    deaf = WebRTCVADAnalyzer(params=VADParams(min_volume=1.01))
+    assert VADState.SPEAKING not in await states(deaf, speech, 8000)
+    eager = WebRTCVADAnalyzer(params=VADParams(min_volume=0.0))
+    assert VADState.SPEAKING in await states(eager, speech, 8000)
+
+
+@pytest.mark.parametrize(("frame_ms", "samples"), [(10, 80), (20, 160), (30, 240)])
+def test_frame_size_follows_frame_ms(frame_ms, samples):
+    analyzer = WebRTCVADAnalyzer(frame_ms=frame_ms)
+    analyzer.set_sample_rate(8000)
+    assert analyzer.num_frames_required() == samples
+    assert analyzer.voice_confidence(bytes(samples * 2)) == 0.0
+
+
+def test_bad_configuration_raises():
+    with pytest.raises(AudioFormatError):
+        WebRTCVADAnalyzer().set_sample_rate(11025)
+    with pytest.raises(AudioFormatError):
+        WebRTCVADAnalyzer(sample_rate=44100)
+    with pytest.raises(AudioFormatError):
+        WebRTCVADAnalyzer(frame_ms=25)
+    with pytest.raises(ValueError):
+        WebRTCVADAnalyzer(mode=4)
+    with pytest.raises(AudioFormatError):
+        make_vad_analyzer("silero", 48000)
+    with pytest.raises(ValueError):
+        make_vad_analyzer("energy", 8000)  # type: ignore[arg-type]
+
+
+def test_bad_frame_raises_audio_format_error():
+    analyzer = WebRTCVADAnalyzer()
+    analyzer.set_sample_rate(8000)
+    with pytest.raises(AudioFormatError):
+        analyzer.voice_confidence(b"\x00" * 100)
+
+
+def test_factory_builds_the_requested_kind_with_params():
+    silero = make_vad_analyzer("silero", 8000, stop_secs=0.3)
+    assert isinstance(silero, SileroVADAnalyzer) and silero.params.stop_secs == 0.3
+    webrtc = make_vad_analyzer("webrtc", 16000, webrtc_mode=1, params=VADParams(start_secs=0.1))
+    assert isinstance(webrtc, WebRTCVADAnalyzer) and webrtc.mode == 1
+    assert webrtc.params.start_secs == 0.1

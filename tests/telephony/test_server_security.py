@@ -1,0 +1,91 @@
+"""Signatures are checked on the webhook, the stream upgrade and the call records."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from telephony.server import CallServer, ServerConfig
+from telephony.errors import TelephonyError
+from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
+
+from .conftest import TOKEN
+
+FORM = {"CallSid": "CA" + "1" * 32, "From": "+15550100", "To": "+15550199", "Direction": "inbound"}
+
+
+async def test_voice_webhook_answers_twiml_with_stream_and_parameters(server):
+    url = f"http://127.0.0.1:{server.port}/twilio/voice"
+    async with aiohttp.ClientSession() as s:
+        sig = compute_signature(TOKEN, url, FORM)
+        async with s.post(url, data=FORM, headers={SIGNATURE_HEADER: sig}) as r:
+            assert r.status == 200
+            body = await r.text()
+    assert r.content_type == "application/xml"
+    assert f'<Stream url="ws://127.0.0.1:{server.port}/twilio/stream">' in body
+    assert '<Parameter name="CallSid" value="CA1111' in body
+    assert '<Parameter name="From" value="+15550100"/>' in body
+
+
+@pytest.mark.parametrize("signature", ["", "Zm9yZ2VkLXNpZ25hdHVyZQ=="])
+async def test_forged_webhook_signature_is_refused(server, signature):
+    url = f"http://127.0.0.1:{server.port}/twilio/voice"
+    headers = {SIGNATURE_HEADER: signature} if signature else {}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url, data=FORM, headers=headers) as r:
+            assert r.status == 403
+
+
+async def test_signature_over_other_params_is_refused(server):
+    url = f"http://127.0.0.1:{server.port}/twilio/voice"
+    sig = compute_signature(TOKEN, url, {**FORM, "From": "+15550666"})
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url, data=FORM, headers={SIGNATURE_HEADER: sig}) as r:
+            assert r.status == 403
+
+
+@pytest.mark.parametrize("forge", ["missing", "wrong-token", "wrong-url"])
+async def test_forged_stream_upgrade_is_refused(server, forge):
+    url = f"ws://127.0.0.1:{server.port}/twilio/stream"
+    headers = {}
+    if forge == "wrong-token":
+        headers[SIGNATURE_HEADER] = compute_signature("not-the-token", url, {})
+    elif forge == "wrong-url":
+        headers[SIGNATURE_HEADER] = compute_signature(TOKEN, url.replace("stream", "other"), {})
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as exc:
+            await s.ws_connect(url, headers=headers)
+    assert exc.value.status == 403
+
+
+async def test_call_records_need_a_signature_and_unknown_calls_are_404(server):
+    url = f"http://127.0.0.1:{server.port}/calls/CA{'0' * 32}"
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url) as r:
+            assert r.status == 403
+        async with s.get(url, headers={SIGNATURE_HEADER: compute_signature(TOKEN, url, {})}) as r:
+            assert r.status == 404
+
+
+async def test_healthz(server):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{server.port}/healthz") as r:
+            assert r.status == 200
+            assert (await r.json())["status"] == "ok"
+
+
+def test_no_token_and_not_insecure_is_a_clear_error():
+    with pytest.raises(TelephonyError, match="TWILIO_AUTH_TOKEN"):
+        ServerConfig(auth_token=None)
+
+
+async def test_insecure_dev_accepts_unsigned_webhook(caplog):
+    srv = CallServer(ServerConfig(port=0, insecure_dev=True), agent_factory=lambda _i: None)
+    port = await srv.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"http://127.0.0.1:{port}/twilio/voice", data=FORM) as r:
+                assert r.status == 200
+    finally:
+        await srv.stop()
+    assert "INSECURE DEV MODE" in caplog.text
