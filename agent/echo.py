@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from pipecat.frames.frames import (
-    EndTaskFrame,
+    EndWorkerFrame,
     Frame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
@@ -75,7 +75,7 @@ class EchoAgentProcessor(FrameProcessor):
             await self._say(reply)
             if ends:
                 log.info("caller said goodbye: ending the call after the farewell plays")
-                await self.push_frame(EndTaskFrame(), FrameDirection.UPSTREAM)
+                await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
         else:
             await self.push_frame(frame, direction)
 

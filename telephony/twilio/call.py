@@ -22,7 +22,8 @@ from pipeline.latency import LatencyObserver, TurnLatency
 from telephony.errors import ProtocolError
 from telephony.records import CallRecord, CallStore
 from telephony.twilio.messages import Connected, Start, parse_twilio
-from telephony.twilio.transport import TwilioTransport
+from telephony.twilio.playout import UtteranceState
+from telephony.twilio.transport import TwilioTransport, drain_playout
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +107,12 @@ class TwilioCall:
                 greeting.append(utt)
             else:
                 by_turn.setdefault(owner, []).append(utt)
-        self.record.greeting = " ".join(u.text for u in greeting)
+        self.record.greeting = " ".join(u.text for u in greeting if u.text)
         for number, utts in by_turn.items():
             rec = self.record.turn(number)
-            rec.agent_text = " ".join(u.text for u in utts)
+            rec.agent_text = " ".join(u.text for u in utts if u.text)
             rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
+            rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
 
     async def run(self) -> None:
         log.info("[%s] call started (stream %s, params %s)", self.call_sid, self.start.stream_sid,
@@ -123,6 +125,8 @@ class TwilioCall:
             runner = WorkerRunner(handle_sigint=False)
             await runner.add_workers(built.worker)
             await runner.run()
+            if self.transport.link.closed_reason is None:  # the agent ended it: let the last words play
+                await drain_playout(self.transport.link)
             reason = self.transport.link.closed_reason or "agent ended the call"
         except asyncio.CancelledError:
             reason = "server shutting down"

@@ -82,6 +82,8 @@ class PlayoutTracker:
         return u
 
     def add_word(self, word: str, start_ms: float | None) -> None:
+        if not word.strip():
+            return
         u = self.current or self.begin()
         u.words.append((word, start_ms))
 

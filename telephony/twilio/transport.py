@@ -40,7 +40,7 @@ from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame
 from telephony.errors import ProtocolError
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
-from telephony.twilio.playout import PlayoutTracker, Utterance
+from telephony.twilio.playout import PlayoutTracker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,38 @@ class _Link:
         except (ConnectionError, RuntimeError, TimeoutError) as exc:
             log.warning("[%s] send failed, the caller's socket is gone: %s", self.call_id, exc)
             return False
+
+
+async def drain_playout(link: _Link, timeout_s: float = 5.0) -> bool:
+    """After the pipeline ended: let the caller hear the last words before the socket closes.
+
+    Twilio stops playing when the stream closes, so a farewell would be cut off. Reads the socket
+    until every end mark sent has come back (or ``timeout_s``). Returns whether playout finished.
+    """
+    def waiting() -> bool:
+        return any(u.end_mark_sent and u.state is UtteranceState.PLAYING for u in link.tracker.utterances)
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            while waiting() and not link.ws.closed:
+                msg = await link.ws.receive()
+                if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    break
+                try:
+                    message = parse_twilio(msg.data)
+                except ProtocolError:
+                    continue
+                if isinstance(message, Mark):
+                    link.stats.marks_echoed += 1
+                    utt = link.tracker.mark_echoed(message.name)
+                    if utt is not None and utt.state is UtteranceState.HEARD:
+                        link.heard.append(utt)
+                elif isinstance(message, Stop):
+                    link.closed_reason = "caller hung up (stop)"
+                    break
+    except TimeoutError:
+        log.warning("[%s] the caller did not confirm the last words within %.1f s", link.call_id, timeout_s)
+    return not waiting()
 
 
 class TwilioInputTransport(BaseInputTransport):
@@ -138,7 +170,7 @@ class TwilioInputTransport(BaseInputTransport):
             elif isinstance(message, Mark):
                 link.stats.marks_echoed += 1
                 utt = link.tracker.mark_echoed(message.name)
-                if utt is not None and utt.state.value == "heard":
+                if utt is not None and utt.state is UtteranceState.HEARD:
                     await self._report_heard(utt)
             elif isinstance(message, Dtmf):
                 link.stats.dtmf.append(message.digit)
@@ -172,6 +204,7 @@ class TwilioOutputTransport(BaseOutputTransport):
         self._transport = transport
         self._link = link
         self._next_send_s = 0.0
+        self._utterance_pts0: tuple[int, int] | None = None  # (utterance number, pts of its first word)
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
@@ -179,7 +212,14 @@ class TwilioOutputTransport(BaseOutputTransport):
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
-            start_ms = frame.pts / 1e6 if frame.pts else None
+            # pts is on the pipeline clock (ns); the utterance's first word marks its audio's start
+            start_ms = None
+            if frame.pts:
+                current = self._link.tracker.current
+                if current is None or self._utterance_pts0 is None or current.number != self._utterance_pts0[0]:
+                    number = current.number if current is not None else len(self._link.tracker.utterances) + 1
+                    self._utterance_pts0 = (number, frame.pts)
+                start_ms = (frame.pts - self._utterance_pts0[1]) / 1e6
             for word in frame.text.split():
                 self._link.tracker.add_word(word, start_ms)
         await super().process_frame(frame, direction)

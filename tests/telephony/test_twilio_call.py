@@ -1,0 +1,162 @@
+"""Loopback Twilio calls against the real server, pipeline and engines, placed by the scripted caller."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import jiwer
+import numpy as np
+
+from agent.echo import EchoAgentProcessor
+from pipecat.frames.frames import LLMContextFrame
+from telephony.caller import CallerConfig, Utterance, run_call
+from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
+
+from .conftest import TOKEN
+
+
+class ContextKeepingAgent(EchoAgentProcessor):
+    """The echo agent, remembering the conversation it was last handed (for assertions)."""
+
+    contexts: list = []
+
+    async def process_frame(self, frame, direction):
+        if isinstance(frame, LLMContextFrame):
+            ContextKeepingAgent.contexts.append(frame.context)
+        await super().process_frame(frame, direction)
+
+
+def _wer(said: list[str], heard: list[str]) -> float:
+    return jiwer.wer(" ".join(said), " ".join(heard))
+
+
+async def test_three_turns_with_barge_ins(server):
+    ContextKeepingAgent.contexts = []
+    server.agent_factory = lambda _info: ContextKeepingAgent()
+    url = f"ws://127.0.0.1:{server.port}/twilio/stream"
+    report = await run_call(CallerConfig(
+        url=url,
+        auth_token=TOKEN,
+        utterances=(
+            Utterance(text="hello how are you"),
+            Utterance(text="i would like to check my account"),  # cuts into the first reply
+            Utterance(text="hello how are you"),                  # cuts into the second
+        ),
+        barge_in_ms=700,
+        params={"customer": "test"},
+        timeout_s=60,
+    ))
+    turns = report.turns
+    assert len(turns) == 3, [t.to_json_line() for t in turns]
+
+    # the agent heard the caller (pocketsphinx at 8 kHz is rough: allow recognizer errors)
+    said = [t.caller_said for t in turns]
+    heard = [t.agent_transcript or "" for t in turns]
+    assert _wer(said, heard) <= 0.5, list(zip(said, heard))
+
+    # every turn was answered with audio, measured end to end
+    for t in turns:
+        assert t.agent_audio_bytes > 0, t.to_json_line()
+        assert t.latency_ms.stt_final is not None
+    assert all(json.loads(t.to_json_line())["v2v_ms"] > 0 for t in turns)
+    assert np.abs(report.agent_audio.astype(np.int32)).max() > 1000  # real speech was recorded
+
+    # the barge-ins: clear arrived and no audio of the interrupted reply came after it
+    for t in turns[1:]:
+        assert t.barged_in and t.clear_received, t.to_json_line()
+        assert t.media_after_clear_bytes == 0, t.to_json_line()
+
+    # the caller hung up after its last turn; the record is complete
+    record = server.store.get(report.call_sid)
+    assert record is not None and record.ended and record.end_reason == "caller hung up (stop)"
+    assert record.params == {"customer": "test"}
+    assert len(record.turns) == 3 and record.greeting.startswith("Hello")
+
+    # the interrupted reply is kept only as far as the caller heard it ...
+    first = record.turns[0]
+    assert first.interrupted
+    sent_words, heard_words = first.agent_text.split(), first.agent_text_heard.split()
+    assert 0 < len(heard_words) < len(sent_words)
+    assert sent_words[: len(heard_words)] == heard_words
+    # ... and that is what the agent's conversation holds
+    assistant = [m["content"] for m in ContextKeepingAgent.contexts[-1].get_messages() if m["role"] == "assistant"]
+    assert any(_words(m) == [w.lower() for w in heard_words] for m in assistant), (assistant, heard_words)
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c.lower() if c.isalnum() or c.isspace() else " " for c in text).split()
+
+
+async def test_garbage_oversized_and_out_of_order_messages_leave_the_call_up(server, caplog):
+    url = f"ws://127.0.0.1:{server.port}/twilio/stream"
+    big = json.dumps({"event": "media", "media": {"payload": "A" * 100_000}})
+    report = await run_call(CallerConfig(
+        url=url,
+        auth_token=TOKEN,
+        utterances=(
+            Utterance(raw="this is not json"),
+            Utterance(raw=big),
+            Utterance(raw='{"event": "media"}'),
+            Utterance(raw='{"event": "teleport", "streamSid": "MZ1"}'),
+            Utterance(raw='{"event": "media", "streamSid": "MZ1", "media": {"payload": "!!!"}}'),
+            Utterance(raw='{"event": "start", "sequenceNumber": "9", "start": {}}'),
+            Utterance(raw='{"event": "mark", "sequenceNumber": "10", "streamSid": "MZ1", "mark": {"name": "u99:0"}}'),
+            Utterance(dtmf="5"),
+            Utterance(text="hello how are you"),
+        ),
+        timeout_s=45,
+    ))
+    assert len(report.turns) == 1
+    assert report.turns[0].agent_audio_bytes > 0  # the call went on and was answered
+    assert "bad Media Streams message skipped" in caplog.text
+    assert report.call_sid in caplog.text  # logged with the call id
+    async with aiohttp.ClientSession() as s:  # and the server is still up
+        async with s.get(f"http://127.0.0.1:{server.port}/healthz") as r:
+            assert r.status == 200
+
+
+async def test_garbage_before_start_and_a_dropped_socket_are_handled(server, caplog):
+    url = f"ws://127.0.0.1:{server.port}/twilio/stream"
+    headers = {SIGNATURE_HEADER: compute_signature(TOKEN, url, {})}
+    async with aiohttp.ClientSession() as s:
+        # no start at all: the stream is refused after the garbage, the server stays up
+        async with s.ws_connect(url, headers=headers) as ws:
+            await ws.send_str("{{{")
+            await ws.send_str('{"event": "media", "streamSid": "MZ1", "sequenceNumber": "1", '
+                              '"media": {"track": "inbound", "chunk": "1", "timestamp": "5", "payload": ""}}')
+            await ws.close()
+        # a proper start, then the socket just drops mid-call
+        sid = "CA" + "2" * 32
+        async with s.ws_connect(url, headers=headers) as ws:
+            await ws.send_str('{"event": "connected", "protocol": "Call", "version": "1.0.0"}')
+            await ws.send_str(json.dumps({
+                "event": "start", "sequenceNumber": "1", "streamSid": "MZ" + "2" * 32,
+                "start": {"streamSid": "MZ" + "2" * 32, "accountSid": "AC" + "2" * 32, "callSid": sid,
+                          "tracks": ["inbound"], "customParameters": {},
+                          "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
+            }))
+            await asyncio.sleep(1.0)  # greeting audio starts flowing
+        for _ in range(50):
+            record = server.store.get(sid)
+            if record is not None and record.ended:
+                break
+            await asyncio.sleep(0.1)
+        assert record is not None and record.ended, "the dropped call was not ended"
+        assert record.greeting  # what was said so far is kept
+        async with s.get(f"http://127.0.0.1:{server.port}/healthz") as r:
+            assert r.status == 200
+    assert "bad message before 'start' skipped" in caplog.text
+
+
+async def test_goodbye_gets_a_farewell_and_the_agent_hangs_up(server):
+    url = f"ws://127.0.0.1:{server.port}/twilio/stream"
+    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, utterances=(Utterance(text="bye bye"),),
+                                         timeout_s=30))
+    assert report.server_hung_up
+    record = server.store.get(report.call_sid)
+    assert record.end_reason == "agent ended the call"
+    assert record.turns[0].agent_text == "Thank you for calling Goodbye"
+    assert record.turns[0].agent_text_heard == record.turns[0].agent_text  # played to the end first
+    assert report.turns[0].agent_audio_bytes > 8000  # about a second of farewell reached the caller
