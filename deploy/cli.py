@@ -60,6 +60,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="end of turn: a silence timer, or pipecat's smart-turn v3 model (default %(default)s)")
     p.add_argument("--silence-ms", type=int, default=200,
                    help="silence that ends the caller's turn (default %(default)s ms)")
+    p.add_argument("--text-aggregation", choices=["phrase", "sentence"], default="phrase",
+                   help="speak the agent's text phrase by phrase, or wait for whole sentences "
+                   "(default %(default)s)")
+    p.add_argument("--stock-pipecat", action="store_true",
+                   help="pipecat's stock set-up instead (Silero, smart-turn v3, sentences): the "
+                   "baseline benchmarks/bench_call.py compares against")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_serve)
 
@@ -76,7 +82,12 @@ def _serve(args: argparse.Namespace) -> int:
         auth_token=os.environ.get("TWILIO_AUTH_TOKEN"),
         insecure_dev=args.insecure_dev,
         public_url=args.public_url,
-        pipeline=PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0),
+        pipeline=(
+            PipelineConfig.stock_pipecat()
+            if args.stock_pipecat
+            else PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0,
+                                text_aggregation=args.text_aggregation)
+        ),
     )
     server = CallServer(config, agent_factory=lambda _info: EchoAgentProcessor())
     try:

@@ -83,7 +83,8 @@ class PipelineConfig:
     @classmethod
     def stock_pipecat(cls, **overrides) -> "PipelineConfig":
         """pipecat's stock telephony configuration, the baseline parley is measured against."""
-        return replace(cls(vad="silero", turn="smart-turn", text_aggregation="sentence"), **overrides)
+        stock = cls(vad="silero", vad_start_s=0.2, turn="smart-turn", text_aggregation="sentence")
+        return replace(stock, **overrides)
 
 
 def _make_vad(config: PipelineConfig):
