@@ -24,7 +24,7 @@ from aiohttp import web
 
 from pipeline.builder import PipelineConfig
 from telephony.errors import ProtocolError, TelephonyError
-from telephony.records import CallStore, MemoryCallStore
+from pipeline.records import CallStore, MemoryCallStore
 from telephony.twilio.call import AgentFactory, TwilioCall, read_start
 from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
 

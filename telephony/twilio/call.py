@@ -20,7 +20,7 @@ from pipecat.workers.runner import WorkerRunner
 from pipeline.builder import PipelineConfig, build_pipeline
 from pipeline.latency import LatencyObserver, TurnLatency
 from telephony.errors import ProtocolError
-from telephony.records import CallRecord, CallStore
+from pipeline.records import CallRecord, CallStore
 from telephony.twilio.messages import Connected, Start, parse_twilio
 from telephony.twilio.playout import UtteranceState
 from telephony.twilio.transport import TwilioTransport, drain_playout
@@ -76,6 +76,7 @@ class TwilioCall:
         self.ws = ws
         self.record = CallRecord(call_sid=start.call_sid, transport="twilio",
                                  params=dict(start.custom_parameters))
+        self._store = store
         store.open(self.record)
         self._agent_factory = agent_factory
         self._config = pipeline_config
@@ -113,6 +114,7 @@ class TwilioCall:
             rec.agent_text = " ".join(u.text for u in utts if u.text)
             rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
             rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
+        self._store.update(self.record)
 
     async def run(self) -> None:
         log.info("[%s] call started (stream %s, params %s)", self.call_sid, self.start.stream_sid,
@@ -141,6 +143,7 @@ class TwilioCall:
             self.sync()
             self.record.ended_at = time.time()
             self.record.end_reason = reason
+            self._store.update(self.record)
             if not self.ws.closed:
                 await self.ws.close()
             log.info("[%s] call ended: %s (%d turns)", self.call_sid, reason, len(self.record.turns))

@@ -1,8 +1,10 @@
 """Call records: what was said on each call, turn by turn, with latencies.
 
-This is the in-memory store the server answers ``GET /calls/{sid}`` from. It is written as the
-call goes (never only at the end), so a call that breaks keeps its transcript so far. A durable
-SQLite store (issue 6) implements the same three methods.
+Every transport writes one :class:`CallRecord` per call, as the call goes (never only at the
+end): ``open`` when it starts, ``update`` after every turn and when it ends, so a call that
+breaks keeps its transcript so far. Stores implement :class:`CallStore`; the server answers
+``GET /calls/{sid}`` from one. It lives in ``pipeline`` because both the transports and the agent
+(``parley calls``) read it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class CallRecord:
 
 class CallStore(Protocol):
     def open(self, record: CallRecord) -> None: ...
+    def update(self, record: CallRecord) -> None: ...
     def get(self, call_sid: str) -> CallRecord | None: ...
     def list(self) -> list[CallRecord]: ...
 
@@ -77,6 +80,10 @@ class MemoryCallStore:
             self._calls[record.call_sid] = record
             while len(self._calls) > self._max_calls:
                 self._calls.pop(next(iter(self._calls)))
+
+    def update(self, record: CallRecord) -> None:
+        with self._lock:
+            self._calls[record.call_sid] = record
 
     def get(self, call_sid: str) -> CallRecord | None:
         with self._lock:
