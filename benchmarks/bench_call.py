@@ -95,7 +95,12 @@ async def one_call(server: Server, phrases: list[str]) -> list[dict]:
         url=server.url, auth_token=TOKEN, utterances=tuple(Utterance(text=p) for p in phrases),
         timeout_s=30 + 8 * len(phrases),
     ))
-    return [json.loads(t.to_json_line()) for t in report.turns]
+    turns = []
+    for t in report.turns:
+        d = json.loads(t.to_json_line())
+        d["server_v2v_ms"] = t.latency_ms.transport_first_byte  # first byte written, server's clock
+        turns.append(d)
+    return turns
 
 
 def pct(values: list[float]) -> dict[str, float | None]:
@@ -140,13 +145,15 @@ async def main() -> None:
             s.stop()
 
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out: dict[str, object] = {"bench": "call", "git": sha, "seed": args.seed, "concurrent_calls": args.concurrent}
+    out: dict[str, object] = {"bench": "call", "git": sha, "seed": args.seed, "concurrent_calls": args.concurrent,
+                              "loadavg_1m": round(os.getloadavg()[0], 2)}
     for name in servers:
         for label, turns in (("", single[name]), (f"_{args.concurrent}calls", multi[name])):
             v2v = pct([t["v2v_ms"] for t in turns])
             for k in ("p50", "p95", "p99"):
                 out[f"{name}{label}_v2v_ms_{k}"] = v2v[k]
             out[f"{name}{label}_turns"] = v2v["n"]
+            out[f"{name}{label}_server_v2v_ms_p50"] = pct([t["server_v2v_ms"] for t in turns])["p50"]
             out[f"{name}{label}_stt_final_ms_p50"] = pct([t["stt_final_ms"] for t in turns])["p50"]
             out[f"{name}{label}_tts_ttfa_ms_p50"] = pct([t["tts_ttfa_ms"] for t in turns])["p50"]
             out[f"{name}{label}_unanswered_turns"] = sum(1 for t in turns if t["v2v_ms"] is None)

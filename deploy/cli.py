@@ -66,6 +66,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stock-pipecat", action="store_true",
                    help="pipecat's stock set-up instead (Silero, smart-turn v3, sentences): the "
                    "baseline benchmarks/bench_call.py compares against")
+    p.add_argument("--drain-s", type=float, default=30.0,
+                   help="on SIGTERM: how long live calls may go on before being ended politely "
+                   "(default %(default)s s)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_serve)
 
@@ -82,6 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
         auth_token=os.environ.get("TWILIO_AUTH_TOKEN"),
         insecure_dev=args.insecure_dev,
         public_url=args.public_url,
+        drain_grace_s=args.drain_s,
         pipeline=(
             PipelineConfig.stock_pipecat()
             if args.stock_pipecat

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pipecat.frames.frames import SystemFrame
 
@@ -19,3 +20,31 @@ class AgentSpeechHeardFrame(SystemFrame):
     text_sent: str
     text_heard: str
     complete: bool
+
+
+TransferKind = Literal["dial", "enqueue", "sip"]
+
+
+@dataclass
+class TransferCallFrame(SystemFrame):
+    """Upstream, from the agent: hand the caller to a person. The transport carries it out.
+
+    ``kind`` says how: ``dial`` a phone number (Twilio ``<Dial>``), ``enqueue`` into a Twilio
+    Flex/TaskRouter workflow (``<Enqueue workflowSid=...>``), or ``sip`` REFER to a URI.
+    ``target`` is the number, the workflow SID, or the SIP URI.
+    """
+
+    kind: TransferKind
+    target: str
+    reason: str = ""
+
+
+@dataclass
+class AgentEventFrame(SystemFrame):
+    """Downstream, from the agent: something the call record should keep (a tool call, a slot filled).
+
+    ``kind`` names it (``tool_call``, ``slot``, ``transfer``, ``hangup``); ``data`` is JSON-able.
+    """
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)

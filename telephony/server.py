@@ -4,7 +4,12 @@ Routes:
     POST /twilio/voice      Twilio's voice webhook; answers TwiML <Connect><Stream> (signed)
     GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
-    GET  /healthz           200 while taking calls
+    GET  /healthz           200 while taking calls, 503 once draining
+    GET  /metrics           Prometheus text format: live calls, per-turn latencies by transport
+
+On SIGTERM (``drain``) the server stops taking calls (the webhook answers ``<Reject>``, new
+streams and /healthz get 503), lets live calls finish for ``drain_grace_s``, then ends the rest
+politely: a short farewell is spoken and the stream closed after it played.
 
 Signatures: Twilio signs the URL it requested with the account's auth token. Behind a proxy or a
 tunnel that URL is the public one, so ``public_url`` (e.g. ``https://parley.example.com``) is
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
@@ -24,6 +31,7 @@ from aiohttp import web
 
 from pipeline.builder import PipelineConfig
 from telephony.errors import ProtocolError, TelephonyError
+from telephony.metrics import Metrics
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.twilio.call import AgentFactory, TwilioCall, read_start
 from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
@@ -42,6 +50,8 @@ class ServerConfig:
     public_url: str | None = None
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     reraise_call_errors: bool = False  # tests: a call's failure propagates after clean-up
+    drain_grace_s: float = 30.0  # on SIGTERM: how long live calls may go on before being ended
+    shutdown_farewell: str = "I'm sorry, we have to end this call now. Goodbye."
 
     def __post_init__(self):
         if not self.insecure_dev and not self.auth_token:
@@ -60,6 +70,8 @@ class CallServer:
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
         self.live: dict[str, TwilioCall] = {}
+        self.metrics = Metrics()
+        self.draining = False
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.app = web.Application(client_max_size=64 * 1024)
@@ -68,6 +80,7 @@ class CallServer:
             web.get("/twilio/stream", self.twilio_stream),
             web.get("/calls/{sid}", self.call_record),
             web.get("/healthz", self.healthz),
+            web.get("/metrics", self.metrics_text),
         ])
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -83,6 +96,23 @@ class CallServer:
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
         log.info("parley listening on http://%s:%d", self.config.host, self.port)
         return self.port
+
+    async def drain(self) -> None:
+        """Stop taking calls, let live ones finish for ``drain_grace_s``, end the rest politely."""
+        self.draining = True
+        log.warning("draining: no new calls; %d live call(s) get %.0f s to finish",
+                    len(self.live), self.config.drain_grace_s)
+        deadline = time.monotonic() + self.config.drain_grace_s
+        while self.live and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        calls = list(self.live.values())
+        for call in calls:
+            await call.end_politely(self.config.shutdown_farewell)
+        deadline = time.monotonic() + 15.0
+        while self.live and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if self.live:
+            log.error("%d call(s) did not end in time: %s", len(self.live), sorted(self.live))
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -116,12 +146,22 @@ class CallServer:
     # -- handlers ----------------------------------------------------------------------------
 
     async def healthz(self, request: web.Request) -> web.Response:
+        if self.draining:
+            return web.json_response({"status": "draining", "live_calls": len(self.live)}, status=503)
         return web.json_response({"status": "ok", "live_calls": len(self.live)})
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
 
     async def twilio_voice(self, request: web.Request) -> web.Response:
         form = await request.post()
         params = {k: str(v) for k, v in form.items()}
         self._check(request, self._public(request, websocket=False), params)
+        if self.draining:
+            self.metrics.call_refused("draining")
+            return web.Response(text='<?xml version="1.0" encoding="UTF-8"?><Response><Reject reason="busy"/></Response>',
+                                content_type="application/xml")
         stream_url = self._public(request, websocket=True).split("?")[0].removesuffix("/twilio/voice")
         stream_url += "/twilio/stream"
         forward = {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
@@ -147,6 +187,9 @@ class CallServer:
 
     async def twilio_stream(self, request: web.Request) -> web.StreamResponse:
         self._check(request, self._public(request, websocket=True), {})
+        if self.draining:
+            self.metrics.call_refused("draining")
+            raise web.HTTPServiceUnavailable(text="draining: not taking new calls\n")
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MESSAGE_BYTES, heartbeat=30.0)
         await ws.prepare(request)
         peer = str(request.remote)
@@ -159,7 +202,7 @@ class CallServer:
         if self.config.insecure_dev:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
         call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
-                          store=self.store, reraise=self.config.reraise_call_errors)
+                          store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics)
         self.live[call.call_sid] = call
         try:
             await call.run()
@@ -169,8 +212,28 @@ class CallServer:
 
 
 async def serve_forever(server: CallServer) -> None:
+    """Serve until SIGTERM (drain, then stop) or SIGINT (stop)."""
     await server.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def on_sigterm() -> None:
+        await server.drain()
+        stopping.set()
+
+    drain_tasks: set[asyncio.Task] = set()
+
+    def sigterm() -> None:
+        if not server.draining:
+            task = loop.create_task(on_sigterm())
+            drain_tasks.add(task)
+            task.add_done_callback(drain_tasks.discard)
+
+    loop.add_signal_handler(signal.SIGTERM, sigterm)
+    loop.add_signal_handler(signal.SIGINT, stopping.set)
     try:
-        await asyncio.Event().wait()
+        await stopping.wait()
     finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGINT)
         await server.stop()

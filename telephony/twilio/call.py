@@ -14,12 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import WSMsgType, web
+from pipecat.frames.frames import EndFrame, TTSSpeakFrame
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from pipeline.builder import PipelineConfig, build_pipeline
 from pipeline.latency import LatencyObserver, TurnLatency
 from telephony.errors import ProtocolError
+from telephony.metrics import Metrics
 from pipeline.records import CallRecord, CallStore
 from telephony.twilio.messages import Connected, Start, parse_twilio
 from telephony.twilio.playout import UtteranceState
@@ -70,7 +72,8 @@ class TwilioCall:
     """Runs one call's pipeline over its socket and keeps its record current."""
 
     def __init__(self, ws: web.WebSocketResponse, start: Start, *, agent_factory: AgentFactory,
-                 pipeline_config: PipelineConfig, store: CallStore, reraise: bool = False):
+                 pipeline_config: PipelineConfig, store: CallStore, reraise: bool = False,
+                 metrics: Metrics | None = None):
         self.start = start
         self.call_sid = start.call_sid
         self.ws = ws
@@ -81,6 +84,7 @@ class TwilioCall:
         self._agent_factory = agent_factory
         self._config = pipeline_config
         self._reraise = reraise
+        self._metrics = metrics or Metrics()
         self._worker = None
         self.transport = TwilioTransport(ws, start, call_id=self.call_sid, on_closed=self._on_socket_closed)
         self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
@@ -89,8 +93,16 @@ class TwilioCall:
         if self._worker is not None:
             await self._worker.cancel(reason=reason)
 
-    def _on_turn(self, _turn: TurnLatency) -> None:
+    def _on_turn(self, turn: TurnLatency) -> None:
+        self._metrics.observe_turn("twilio", turn.latency_ms())
         self.sync()
+
+    async def end_politely(self, farewell: str) -> None:
+        """Say ``farewell`` after what is playing, then end the call (server shutting down)."""
+        if self._worker is None:
+            return
+        log.info("[%s] ending the call: server shutting down", self.call_sid)
+        await self._worker.queue_frames([TTSSpeakFrame(farewell), EndFrame()])
 
     def sync(self) -> None:
         """Bring the record up to date from the latency observer and the playout tracker."""
@@ -120,6 +132,7 @@ class TwilioCall:
         log.info("[%s] call started (stream %s, params %s)", self.call_sid, self.start.stream_sid,
                  sorted(self.start.custom_parameters))
         reason = "ended"
+        self._metrics.call_started("twilio")
         try:
             agent = self._agent_factory(CallInfo(self.call_sid, "twilio", dict(self.start.custom_parameters)))
             built = build_pipeline(self.transport, agent, self._config, observers=[self.latency])
@@ -144,6 +157,7 @@ class TwilioCall:
             self.record.ended_at = time.time()
             self.record.end_reason = reason
             self._store.update(self.record)
+            self._metrics.call_ended("twilio")
             if not self.ws.closed:
                 await self.ws.close()
             log.info("[%s] call ended: %s (%d turns)", self.call_sid, reason, len(self.record.turns))

@@ -160,3 +160,9 @@ async def test_goodbye_gets_a_farewell_and_the_agent_hangs_up(server):
     assert record.turns[0].agent_text == "Thank you for calling Goodbye"
     assert record.turns[0].agent_text_heard == record.turns[0].agent_text  # played to the end first
     assert report.turns[0].agent_audio_bytes > 8000  # about a second of farewell reached the caller
+    async with aiohttp.ClientSession() as s:  # the call shows in the Prometheus metrics
+        async with s.get(f"http://127.0.0.1:{server.port}/metrics") as r:
+            text = await r.text()
+    assert 'parley_calls_total{transport="twilio"} 1' in text
+    assert 'parley_live_calls{transport="twilio"} 0' in text
+    assert 'parley_turn_latency_ms_count{transport="twilio",mark="transport_first_byte"} 1' in text
