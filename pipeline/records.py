@@ -23,6 +23,8 @@ class TurnRecord:
     agent_text_heard: str = ""
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     interrupted: bool = False
+    tool_calls: list[dict] = field(default_factory=list)   # AgentEventFrame("tool_call").data
+    events: list[dict] = field(default_factory=list)       # other agent events: slot, transfer, ...
 
 
 @dataclass
@@ -36,6 +38,7 @@ class CallRecord:
     turns: list[TurnRecord] = field(default_factory=list)
     greeting: str = ""
     errors: list[str] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)  # transport counters (bad messages, marks, ...)
 
     @property
     def ended(self) -> bool:
@@ -57,6 +60,7 @@ class CallRecord:
             "greeting": self.greeting,
             "turns": [vars(t).copy() for t in self.turns],
             "errors": list(self.errors),
+            "stats": dict(self.stats),
         }
 
 

@@ -126,6 +126,7 @@ class TwilioCall:
             rec.agent_text = " ".join(u.text for u in utts if u.text)
             rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
             rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
+        self.record.stats = self.transport.link.stats.as_dict()
         self._store.update(self.record)
 
     async def run(self) -> None:
@@ -156,6 +157,7 @@ class TwilioCall:
             self.sync()
             self.record.ended_at = time.time()
             self.record.end_reason = reason
+            self.record.stats = self.transport.link.stats.as_dict()
             self._store.update(self.record)
             self._metrics.call_ended("twilio")
             if not self.ws.closed:

@@ -27,7 +27,9 @@ from pipecat.frames.frames import (
     InputDTMFFrame,
     InterruptionFrame,
     OutputAudioRawFrame,
+    OutputDTMFFrame,
     StartFrame,
+    TTSStartedFrame,
     TTSTextFrame,
 )
 from pipecat.audio.dtmf.types import KeypadEntry
@@ -59,6 +61,12 @@ class TwilioCallStats:
         self.clears_sent = 0
         self.dtmf: list[str] = []
 
+    def as_dict(self) -> dict[str, int]:
+        return {"media_in": self.media_in, "media_out_bytes": self.media_out_bytes,
+                "bad_messages": self.bad_messages, "marks_sent": self.marks_sent,
+                "marks_echoed": self.marks_echoed, "clears_sent": self.clears_sent,
+                "dtmf": len(self.dtmf)}
+
 
 class _Link:
     """The shared socket and call facts both halves of the transport use."""
@@ -72,7 +80,6 @@ class _Link:
         self.tracker = PlayoutTracker()
         self.stats = TwilioCallStats()
         self.closed_reason: str | None = None
-        self.heard: list[Utterance] = []
 
     async def send(self, message) -> bool:
         if self.ws.closed:
@@ -107,9 +114,7 @@ async def drain_playout(link: _Link, timeout_s: float = 5.0) -> bool:
                     continue
                 if isinstance(message, Mark):
                     link.stats.marks_echoed += 1
-                    utt = link.tracker.mark_echoed(message.name)
-                    if utt is not None and utt.state is UtteranceState.HEARD:
-                        link.heard.append(utt)
+                    link.tracker.mark_echoed(message.name)
                 elif isinstance(message, Stop):
                     link.closed_reason = "caller hung up (stop)"
                     break
@@ -190,7 +195,6 @@ class TwilioInputTransport(BaseInputTransport):
         await link.on_closed(link.closed_reason)
 
     async def _report_heard(self, utt: Utterance) -> None:
-        self._link.heard.append(utt)
         await self.push_frame(
             AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text,
                                   text_heard=utt.heard_text(), complete=True),
@@ -205,12 +209,19 @@ class TwilioOutputTransport(BaseOutputTransport):
         self._link = link
         self._next_send_s = 0.0
         self._utterance_pts0: tuple[int, int] | None = None  # (utterance number, pts of its first word)
+        # After a clear, the media sender may still hand over the one chunk it had taken from its
+        # queue; nothing may reach the caller until the next utterance starts.
+        self._muted = False
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
         await self.set_transport_ready(frame)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, InterruptionFrame):
+            self._muted = True
+        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
+            self._muted = False
         if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
             # pts is on the pipeline clock (ns); the utterance's first word marks its audio's start
             start_ms = None
@@ -246,7 +257,6 @@ class TwilioOutputTransport(BaseOutputTransport):
         heard = utt.heard_text()
         log.info("[%s] barge-in: utterance %d cleared after %.0f of %.0f ms",
                  link.call_id, utt.number, utt.heard_ms, utt.sent_ms)
-        link.heard.append(utt)
         await self.push_frame(
             AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=heard, complete=False),
             FrameDirection.UPSTREAM,
@@ -256,6 +266,9 @@ class TwilioOutputTransport(BaseOutputTransport):
         link = self._link
         if link.ws.closed:
             return False
+        if self._muted:
+            log.debug("[%s] dropped a chunk of interrupted speech", link.call_id)
+            return True
         pcm = np.frombuffer(frame.audio, dtype=np.int16)
         if frame.sample_rate != SAMPLE_RATE_HZ:  # the media sender resamples; this is a guard
             log.warning("[%s] dropping audio at %d Hz", link.call_id, frame.sample_rate)

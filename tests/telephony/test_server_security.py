@@ -89,3 +89,25 @@ async def test_insecure_dev_accepts_unsigned_webhook(caplog):
     finally:
         await srv.stop()
     assert "INSECURE DEV MODE" in caplog.text
+
+
+async def test_behind_a_proxy_the_public_url_is_what_is_signed():
+    srv = CallServer(ServerConfig(port=0, auth_token=TOKEN, public_url="https://parley.example.com"),
+                     agent_factory=lambda _i: None)
+    port = await srv.start()
+    try:
+        local = f"http://127.0.0.1:{port}/twilio/voice"
+        async with aiohttp.ClientSession() as s:
+            public_sig = compute_signature(TOKEN, "https://parley.example.com/twilio/voice", FORM)
+            async with s.post(local, data=FORM, headers={SIGNATURE_HEADER: public_sig}) as r:
+                assert r.status == 200
+                assert '<Stream url="wss://parley.example.com/twilio/stream">' in await r.text()
+            local_sig = compute_signature(TOKEN, local, FORM)  # what a forger on the inside would sign
+            async with s.post(local, data=FORM, headers={SIGNATURE_HEADER: local_sig}) as r:
+                assert r.status == 403
+            ws_sig = compute_signature(TOKEN, "wss://parley.example.com/twilio/stream", {})
+            async with s.ws_connect(f"ws://127.0.0.1:{port}/twilio/stream",
+                                    headers={SIGNATURE_HEADER: ws_sig}) as ws:
+                await ws.close()  # the upgrade was accepted
+    finally:
+        await srv.stop()

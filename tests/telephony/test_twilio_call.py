@@ -111,6 +111,7 @@ async def test_garbage_oversized_and_out_of_order_messages_leave_the_call_up(ser
     assert len(report.turns) == 1
     assert report.turns[0].agent_audio_bytes > 0  # the call went on and was answered
     assert "bad Media Streams message skipped" in caplog.text
+    assert server.store.get(report.call_sid).stats["bad_messages"] >= 5
     assert report.call_sid in caplog.text  # logged with the call id
     async with aiohttp.ClientSession() as s:  # and the server is still up
         async with s.get(f"http://127.0.0.1:{server.port}/healthz") as r:
@@ -137,7 +138,12 @@ async def test_garbage_before_start_and_a_dropped_socket_are_handled(server, cap
                           "tracks": ["inbound"], "customParameters": {},
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
             }))
-            await asyncio.sleep(1.0)  # greeting audio starts flowing
+            for _ in range(200):  # wait until the greeting's audio is flowing
+                live = server.live.get(sid)
+                if live is not None and live.transport.link.stats.media_out_bytes > 0:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
         for _ in range(50):
             record = server.store.get(sid)
             if record is not None and record.ended:
