@@ -12,16 +12,23 @@ import asyncio
 import logging
 import os
 import sys
+from pathlib import Path
+
+DEFAULT_AGENT = Path(__file__).resolve().parent.parent / "agent" / "examples" / "receptionist.yaml"
 
 EPILOG = """\
 examples:
   parley serve                          # answer calls on 127.0.0.1:8765 (needs TWILIO_AUTH_TOKEN)
   parley serve --insecure-dev           # local work: Twilio signatures not checked
   parley serve --public-url https://abc.example.com   # behind a tunnel/proxy: the URL Twilio signs
+  parley serve --agent agent/examples/order_status.yaml   # another agent, from its spec
   parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
+  parley calls list                     # call records; parley calls show CALL_SID
 
 environment:
   TWILIO_AUTH_TOKEN   the account's auth token: signs and checks Twilio requests (server and caller)
+  TWILIO_ACCOUNT_SID  with the token, lets the agent transfer calls (Twilio's REST API)
+  PARLEY_DB           where call records are kept (SQLite)
 """
 
 
@@ -48,6 +55,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "POST {public-url}/twilio/voice; Twilio then opens the media stream at /twilio/stream.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--agent", type=Path, default=DEFAULT_AGENT, metavar="SPEC.yaml",
+                   help="the agent to answer with (default: the receptionist example, %(default)s); "
+                   "'echo' for the minimal echo agent")
+    p.add_argument("--db", default=None, metavar="PATH",
+                   help="call records (SQLite); default $PARLEY_DB or ~/.local/share/parley/calls.db")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=8765, help="port to listen on (default %(default)s; 0 = any)")
     p.add_argument("--public-url", default=os.environ.get("PARLEY_PUBLIC_URL"),
@@ -73,12 +85,33 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_serve)
 
 
+def _agent_factory(spec_path: Path):
+    """One agent processor per call, from a spec file (validated now, before taking calls)."""
+    if str(spec_path) == "echo":
+        from agent.echo import EchoAgentProcessor
+
+        return lambda _info: EchoAgentProcessor()
+    from agent.embedded import EmbeddedAgentProcessor
+    from agent.spec import load_spec
+    from agent.tools import ToolBox
+
+    spec = load_spec(spec_path, env=os.environ)
+    logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
+    return lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec), call_sid=info.call_sid)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    from agent.echo import EchoAgentProcessor
+    from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
+    from pipeline.records_sqlite import SQLiteCallStore
     from telephony.server import CallServer, ServerConfig, serve_forever
 
     _configure_logging(args.log_level)
+    agent_factory = _agent_factory(args.agent)
+    db_path = Path(args.db or default_db_path())
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    store = SQLiteCallStore(db_path)
+    logging.getLogger("parley").info("call records: %s", db_path)
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -86,6 +119,8 @@ def _serve(args: argparse.Namespace) -> int:
         insecure_dev=args.insecure_dev,
         public_url=args.public_url,
         drain_grace_s=args.drain_s,
+        twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
+        twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"),
         pipeline=(
             PipelineConfig.stock_pipecat()
             if args.stock_pipecat
@@ -93,15 +128,18 @@ def _serve(args: argparse.Namespace) -> int:
                                 text_aggregation=args.text_aggregation)
         ),
     )
-    server = CallServer(config, agent_factory=lambda _info: EchoAgentProcessor())
+    server = CallServer(config, agent_factory=agent_factory, store=store)
     try:
         asyncio.run(serve_forever(server))
     except KeyboardInterrupt:
         pass
+    finally:
+        store.close()
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent.calls_cli import register_cli as register_calls
     from telephony.caller import register_cli as register_call
 
     parser = argparse.ArgumentParser(
@@ -113,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
     register_call(sub)
+    register_calls(sub)
     return parser
 
 
@@ -122,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Exception as exc:  # the command line's edge: one clear line, not a traceback
-        from telephony.errors import TelephonyError
+        from agent.errors import AgentError
         from pipeline.errors import PipelineError
+        from telephony.errors import TelephonyError
 
-        if isinstance(exc, (TelephonyError, PipelineError)):
+        if isinstance(exc, (TelephonyError, PipelineError, AgentError)):
             print(f"parley {args.command}: {exc}", file=sys.stderr)
             return 2
         raise

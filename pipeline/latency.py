@@ -31,6 +31,8 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection
 
+from pipeline.frames import AgentEventFrame
+
 log = logging.getLogger(__name__)
 
 MARKS = ("vad_stop", "stt_final", "first_text", "tts_first_audio", "transport_first_byte")
@@ -45,6 +47,7 @@ class TurnLatency:
     user_text: str = ""
     at: dict[str, float] = field(default_factory=dict)
     interrupted: bool = False
+    events: list[dict] = field(default_factory=list)  # AgentEventFrames during the turn
 
     def latency_ms(self) -> dict[str, float | None]:
         return {
@@ -90,6 +93,7 @@ class LatencyObserver(BaseObserver):
         self._pending_text: list[str] = []
         self._pending_final_s: float | None = None
         self.turns: list[TurnLatency] = []
+        self.events_before_first_turn: list[dict] = []
 
     @property
     def current(self) -> TurnLatency | None:
@@ -107,6 +111,11 @@ class LatencyObserver(BaseObserver):
         # pipecat broadcasts turn frames both ways as two sibling frames: count each event once,
         # on its downstream copy.
         if data.direction == FrameDirection.UPSTREAM or frame.id in self._seen:
+            return
+        if isinstance(frame, AgentEventFrame):
+            self._seen.add(frame.id)
+            event = {"kind": frame.kind, "data": dict(frame.data)}
+            (self.current.events if self.current else self.events_before_first_turn).append(event)
             return
         if isinstance(
             frame,

@@ -79,6 +79,8 @@ FRAME_BYTES: Final = 160
 STRAGGLER_GRACE_S: Final = 0.150
 _POLL_S: Final = 0.05
 _DTMF_DIGITS: Final = frozenset("0123456789*#ABCD")
+DTMF_SPACING_S: Final = 0.15  # between keypresses in a run of --dtmf items
+KEYS_ANSWER_S: Final = 3.0  # after keys, how long to wait for the agent to answer them, if at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,13 +352,26 @@ class TwilioCaller:
         cfg = self._cfg
         await self._wait_greeting()
         prev: _TurnState | None = None
+        keys_sent_t: float | None = None  # when the last key of a run of DTMF was pressed
+        loop = asyncio.get_running_loop()
         for utt, mulaw in zip(cfg.utterances, audio):
             if self._closed.is_set():
                 break
             if utt.dtmf is not None:
+                if keys_sent_t is None and prev is not None:
+                    await self._wait_agent_done(prev)  # a person keys in after hearing the reply
+                    prev = None
                 if await self._send(Dtmf(self._next_seq(), self.stream_sid, utt.dtmf)):
                     self._counts["dtmf_sent"] += 1
+                keys_sent_t = loop.time()
+                await asyncio.sleep(DTMF_SPACING_S)
                 continue
+            if keys_sent_t is not None:  # hear the answer to the keys before speaking again
+                sent = keys_sent_t
+                if await self._wait_until(lambda: self._last_media_t > sent or self._closed.is_set(),
+                                          KEYS_ANSWER_S):
+                    await self._wait_agent_done(None)
+                keys_sent_t = None
             if utt.raw is not None:
                 if await self._send_text(utt.raw):
                     self._counts["raw_sent"] += 1

@@ -34,6 +34,7 @@ from telephony.errors import ProtocolError, TelephonyError
 from telephony.metrics import Metrics
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.twilio.call import AgentFactory, TwilioCall, read_start
+from telephony.twilio.rest import TwilioCallControl
 from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class ServerConfig:
     public_url: str | None = None
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     reraise_call_errors: bool = False  # tests: a call's failure propagates after clean-up
+    twilio_account_sid: str | None = None  # enables transfers (Twilio's REST API)
+    twilio_api_base: str = "https://api.twilio.com"
     drain_grace_s: float = 30.0  # on SIGTERM: how long live calls may go on before being ended
     shutdown_farewell: str = "I'm sorry, we have to end this call now. Goodbye."
 
@@ -72,6 +75,10 @@ class CallServer:
         self.live: dict[str, TwilioCall] = {}
         self.metrics = Metrics()
         self.draining = False
+        self.call_control = None
+        if config.twilio_account_sid and config.auth_token:
+            self.call_control = TwilioCallControl(config.twilio_account_sid, config.auth_token,
+                                                  api_base=config.twilio_api_base)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.app = web.Application(client_max_size=64 * 1024)
@@ -202,7 +209,8 @@ class CallServer:
         if self.config.insecure_dev:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
         call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
-                          store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics)
+                          store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics,
+                          call_control=self.call_control)
         self.live[call.call_sid] = call
         try:
             await call.run()

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import WSMsgType, web
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
@@ -20,7 +21,8 @@ from pipecat.workers.runner import WorkerRunner
 
 from pipeline.builder import PipelineConfig, build_pipeline
 from pipeline.latency import LatencyObserver, TurnLatency
-from telephony.errors import ProtocolError
+from pipeline.frames import TransferCallFrame
+from telephony.errors import ProtocolError, TelephonyError
 from telephony.metrics import Metrics
 from pipeline.records import CallRecord, CallStore
 from telephony.twilio.messages import Connected, Start, parse_twilio
@@ -43,6 +45,12 @@ class CallInfo:
 
 
 AgentFactory = Callable[[CallInfo], FrameProcessor]
+
+
+class CallControl(Protocol):
+    """Acts on a live call outside its media stream (Twilio's REST API: ``TwilioCallControl``)."""
+
+    async def transfer(self, call_sid: str, kind: str, target: str) -> dict: ...
 
 
 class HandshakeError(ProtocolError):
@@ -73,7 +81,7 @@ class TwilioCall:
 
     def __init__(self, ws: web.WebSocketResponse, start: Start, *, agent_factory: AgentFactory,
                  pipeline_config: PipelineConfig, store: CallStore, reraise: bool = False,
-                 metrics: Metrics | None = None):
+                 metrics: Metrics | None = None, call_control: CallControl | None = None):
         self.start = start
         self.call_sid = start.call_sid
         self.ws = ws
@@ -85,6 +93,7 @@ class TwilioCall:
         self._config = pipeline_config
         self._reraise = reraise
         self._metrics = metrics or Metrics()
+        self._call_control = call_control
         self._worker = None
         self.transport = TwilioTransport(ws, start, call_id=self.call_sid, on_closed=self._on_socket_closed)
         self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
@@ -104,6 +113,23 @@ class TwilioCall:
         log.info("[%s] ending the call: server shutting down", self.call_sid)
         await self._worker.queue_frames([TTSSpeakFrame(farewell), EndFrame()])
 
+    async def _transfer(self, transfer: TransferCallFrame) -> str:
+        """Hand the caller over (Twilio replaces the call's TwiML; the stream then closes)."""
+        where = f"{transfer.kind}:{transfer.target}"
+        if self._call_control is None:
+            message = f"transfer to {where} requested, but no Twilio account is configured (TWILIO_ACCOUNT_SID)"
+            log.error("[%s] %s", self.call_sid, message)
+            self.record.errors.append(message)
+            return "agent ended the call (transfer not configured)"
+        try:
+            await self._call_control.transfer(self.call_sid, transfer.kind, transfer.target)
+        except TelephonyError as exc:
+            log.error("[%s] transfer to %s failed: %s", self.call_sid, where, exc)
+            self.record.errors.append(f"transfer to {where} failed: {exc}")
+            return "agent ended the call (transfer failed)"
+        log.info("[%s] transferred to %s", self.call_sid, where)
+        return f"transferred to {where}"
+
     def sync(self) -> None:
         """Bring the record up to date from the latency observer and the playout tracker."""
         turns = self.latency.turns
@@ -112,6 +138,8 @@ class TwilioCall:
             rec.user_text = t.user_text
             rec.latency_ms = t.latency_ms()
             rec.interrupted = t.interrupted
+            rec.tool_calls = [e["data"] for e in t.events if e["kind"] == "tool_call"]
+            rec.events = [e for e in t.events if e["kind"] != "tool_call"]
         starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
         greeting, by_turn = [], {}
         for utt in self.transport.link.tracker.utterances:
@@ -144,6 +172,9 @@ class TwilioCall:
             if self.transport.link.closed_reason is None:  # the agent ended it: let the last words play
                 await drain_playout(self.transport.link)
             reason = self.transport.link.closed_reason or "agent ended the call"
+            transfer = self.transport.link.pending_transfer
+            if transfer is not None and self.transport.link.closed_reason is None:
+                reason = await self._transfer(transfer)
         except asyncio.CancelledError:
             reason = "server shutting down"
             raise

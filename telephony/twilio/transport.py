@@ -22,6 +22,7 @@ from pipecat.frames.frames import (
     BotStoppedSpeakingFrame,
     CancelFrame,
     EndFrame,
+    EndWorkerFrame,
     Frame,
     InputAudioRawFrame,
     InputDTMFFrame,
@@ -39,7 +40,7 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
-from pipeline.frames import AgentSpeechHeardFrame
+from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.errors import ProtocolError
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
 from telephony.twilio.playout import PlayoutTracker, Utterance, UtteranceState
@@ -80,6 +81,7 @@ class _Link:
         self.tracker = PlayoutTracker()
         self.stats = TwilioCallStats()
         self.closed_reason: str | None = None
+        self.pending_transfer: TransferCallFrame | None = None
 
     async def send(self, message) -> bool:
         if self.ws.closed:
@@ -129,6 +131,17 @@ class TwilioInputTransport(BaseInputTransport):
         self._transport = transport
         self._link = link
         self._receive_task: asyncio.Task | None = None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, TransferCallFrame) and direction == FrameDirection.UPSTREAM:
+            # Twilio transfers by replacing the call's TwiML, which closes this stream: first let
+            # the agent's words play out (the pipeline ends gracefully), then the call hands over.
+            log.info("[%s] transfer to %s:%s requested", self._link.call_id, frame.kind, frame.target)
+            self._link.pending_transfer = frame
+            await self.push_frame(EndWorkerFrame(reason=f"transfer to {frame.kind}:{frame.target}"),
+                                  FrameDirection.UPSTREAM)
+            return
+        await super().process_frame(frame, direction)
 
     async def start(self, frame: StartFrame):
         await super().start(frame)

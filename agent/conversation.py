@@ -1,0 +1,466 @@
+"""The embedded agent's brain: a pure, synchronous state machine driven by an agent spec.
+
+    conv = Conversation(spec)
+    conv.start()                     # -> [Say(greeting)]
+    conv.hear("what are your hours") # -> [Say("We are open ... Is there anything else ...?")]
+    conv.dtmf("0")                   # -> [Say(transfer message), Transfer(handoff)]
+    conv.silence()                   # the caller said nothing for limits.silence_prompt_s
+    conv.tool_result("lookup_order", {...})   # after a CallTool action was carried out
+
+Every input returns the list of :data:`Action` s to carry out, in order; nothing here does I/O,
+so every path is unit-testable with scripted transcripts. ``EmbeddedAgentProcessor``
+(agent/embedded.py) turns the actions into pipecat frames.
+
+States (:class:`State`): IDLE (an open question: answer from knowledge or start a task),
+COLLECTING (asking for a slot), CONFIRMING (reading a slot back, waiting for yes/no),
+WAITING_TOOL (a tool call is out), OFFERED_TRANSFER (asked "shall I put you through?"), ENDED.
+In any state but ENDED the caller may say "repeat that", ask for a person, or say goodbye.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeAlias
+
+from agent.retrieval import BM25Index, find_phrase, similar, words
+from agent.slots import digits_in, extract, spoken_digits, yes_or_no
+from agent.spec import AgentSpec, DtmfOption, HandoffSpec, SlotSpec, TaskSpec
+
+__all__ = ["Action", "CallTool", "Conversation", "EndCall", "Say", "SlotFilled", "State",
+           "Transfer"]
+
+
+@dataclass(frozen=True)
+class Say:
+    text: str
+
+
+@dataclass(frozen=True)
+class Transfer:
+    handoff: HandoffSpec
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class EndCall:
+    reason: str
+
+
+@dataclass(frozen=True)
+class CallTool:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SlotFilled:
+    name: str
+    value: str
+
+
+Action: TypeAlias = Say | Transfer | EndCall | CallTool | SlotFilled
+
+
+class State(Enum):
+    IDLE = "idle"
+    COLLECTING = "collecting"
+    CONFIRMING = "confirming"
+    WAITING_TOOL = "waiting_tool"
+    OFFERED_TRANSFER = "offered_transfer"
+    ENDED = "ended"
+
+
+_REPEAT = ("repeat", "say that again", "say again", "come again", "pardon", "what did you say",
+           "one more time", "didn't hear", "did not hear", "didn't catch", "say it again")
+_HUMAN_STRONG = ("person", "human", "agent", "operator", "representative", "transfer")
+_HUMAN_WEAK = ("someone", "somebody", "receptionist", "staff", "anyone", "real")
+_TALK = ("talk", "speak", "put me through", "connect me", "get me")
+_GOODBYE = ("goodbye", "good bye", "bye", "bye bye", "hang up", "that's all", "that is all",
+            "that's everything", "nothing else", "i'm done", "we're done")
+_THANKS = {"thanks", "thank", "you", "very", "much", "great", "that's", "it", "ok", "okay",
+           "cheers", "perfect", "lovely", "good"}
+_INTRODUCTION = re.compile(r"\b(?:my name is|my name's|this is)\s+(.+)$", re.IGNORECASE)
+_MAX_SLOT_ATTEMPTS = 3
+_MAX_MISSES_BEFORE_OFFER = 2
+
+
+def _has_any(ws: list[str], phrases: tuple[str, ...]) -> bool:
+    return any(find_phrase(ws, p) for p in phrases)
+
+
+def _wants_human(ws: list[str]) -> bool:
+    strong = any(similar(w, p) for w in ws for p in _HUMAN_STRONG)
+    weak = any(w in _HUMAN_WEAK for w in ws) and _has_any(ws, _TALK)
+    return strong or weak
+
+
+def _says_goodbye(ws: list[str]) -> bool:
+    return "bye" in ws or "goodbye" in ws or _has_any(ws, _GOODBYE)
+
+
+class _Fill(dict):
+    def __missing__(self, key: str) -> str:
+        raise KeyError(key)
+
+
+class Conversation:
+    """One call's dialogue with the caller, following ``spec`` deterministically."""
+
+    def __init__(self, spec: AgentSpec):
+        self.spec = spec
+        self.state = State.IDLE
+        self.values: dict[str, str] = {}
+        self.last_said = ""
+        self._index = BM25Index([
+            " ".join((k.question, " ".join(k.keywords), " ".join(k.keywords), k.answer))
+            for k in spec.knowledge
+        ])
+        self._questions = BM25Index([" ".join((k.question, " ".join(k.keywords)))
+                                     for k in spec.knowledge])
+        self._task: TaskSpec | None = None
+        self._slot: SlotSpec | None = None
+        self._pending_value: str | None = None
+        self._attempts = 0
+        self._misses = 0
+        self._silences = 0
+        self._keypad = ""
+        self._asked_anything_else = False
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def start(self) -> list[Action]:
+        return [self._say(self.spec.greeting)]
+
+    def hear(self, text: str) -> list[Action]:
+        """A caller turn as the recognizer heard it."""
+        if self.state is State.ENDED:
+            return []
+        self._silences = 0
+        ws = words(text)
+        if not ws:
+            return [self._say(self.spec.messages.repeat_prompt)]
+        free_text = (self.state is State.COLLECTING and self._slot is not None
+                     and self._slot.kind == "text" and len(ws) > 4)
+        if not free_text:
+            if _has_any(ws, _REPEAT):
+                return [Say(self.last_said or self.spec.greeting)]
+            if _wants_human(ws):
+                return self._transfer(None, "caller asked for a person")
+            if _says_goodbye(ws):
+                return self._end("caller said goodbye")
+        if self.state is State.COLLECTING:
+            return self._collect(text)
+        if self.state is State.CONFIRMING:
+            return self._confirm(text)
+        if self.state is State.OFFERED_TRANSFER:
+            answer = yes_or_no(text)
+            if answer is True:
+                return self._transfer(None, "caller accepted a transfer")
+            self.state = State.IDLE
+            if answer is False:
+                self._misses = 0
+                return [self._say(self.spec.messages.anything_else)]
+        if self.state is State.WAITING_TOOL:
+            return [self._say(self.spec.messages.filler)]
+        return self._idle(text, ws)
+
+    def dtmf(self, key: str) -> list[Action]:
+        """A keypress: digits for a number slot (ended by #), 1/2 for yes/no, else the menu."""
+        if self.state is State.ENDED:
+            return []
+        self._silences = 0
+        if self.state is State.COLLECTING and self._slot and self._slot.kind in ("phone", "number"):
+            if key.isdigit():
+                self._keypad += key
+                return []
+            if key == "*":
+                self._keypad = ""
+                return []
+            if key == "#" and self._keypad:
+                value, self._keypad = self._keypad, ""
+                return self._accept(value)
+        if self.state is State.CONFIRMING and key in ("1", "2"):
+            return self._confirm("yes" if key == "1" else "no")
+        option = next((o for o in self.spec.dtmf_menu if o.key == key), None)
+        if option is None:
+            return [self._say(self.spec.messages.not_understood)]
+        return self._menu(option)
+
+    def silence(self) -> list[Action]:
+        """The caller said nothing for ``limits.silence_prompt_s`` after the agent spoke."""
+        if self.state is State.ENDED:
+            return []
+        self._silences += 1
+        if self._silences > self.spec.limits.max_silence_prompts:
+            return self._end("caller silent")
+        text = self.spec.messages.silence_prompt
+        if self.state is State.COLLECTING and self._slot is not None:
+            text = f"{text} {self._slot.prompt}"
+        elif self.state is State.CONFIRMING:
+            text = f"{text} {self._confirm_text()}"
+        return [self._say(text)]
+
+    def timeout(self) -> list[Action]:
+        """The call reached ``limits.max_call_s``."""
+        if self.state is State.ENDED:
+            return []
+        return self._end("max call length")
+
+    def tool_result(self, name: str, result: dict[str, Any]) -> list[Action]:
+        if self.state is State.ENDED:
+            return []
+        tool = self.spec.tool(name)
+        template = (tool.say_result if tool else None) or (self._task.done if self._task else "")
+        self._task = None
+        self.state = State.IDLE
+        if isinstance(result.get("say"), str) and result["say"].strip():
+            text = result["say"].strip()
+        elif template:
+            text = self._fill(template, result) or self._describe(result)
+        else:
+            text = self._describe(result)
+        return self._answer(text)
+
+    def tool_failed(self, name: str, error: str) -> list[Action]:
+        if self.state is State.ENDED:
+            return []
+        self._task = None
+        return self._offer_help(self.spec.messages.fallback)
+
+    # --- states ---------------------------------------------------------------------------
+
+    def _idle(self, text: str, ws: list[str]) -> list[Action]:
+        kb = self._index.search(text)
+        task = next((t for t in self.spec.tasks if _has_any(ws, t.triggers)), None)
+        number_task = self._number_task(text)
+        if self._asked_anything_else and task is None and number_task is None and kb is None:
+            answer = yes_or_no(text)
+            if answer is False or ws == ["nothing"] or set(ws) <= _THANKS:
+                return self._end("caller is done")
+            if answer is True:
+                self._asked_anything_else = False
+                return [self._say("Sure. What can I help you with?")]
+        strong = self._questions.search(text, min_coverage=0.75)
+        if kb is not None and (strong is not None or task is None) and number_task is None:
+            self._misses = 0
+            return self._answer(self.spec.knowledge[kb.index].answer)
+        if task is not None or number_task is not None:
+            self._misses = 0
+            return self._start_task(task or number_task, text)
+        self._misses += 1
+        if self._misses >= _MAX_MISSES_BEFORE_OFFER and self.spec.handoffs:
+            self._misses = 0
+            self.state = State.OFFERED_TRANSFER
+            return [self._say(f"{self.spec.messages.not_understood} "
+                              f"{self.spec.messages.offer_transfer}")]
+        return [self._say(self.spec.messages.not_understood)]
+
+    def _number_task(self, text: str) -> TaskSpec | None:
+        """A task whose first slot is a number the caller already said (3 digits or more)."""
+        if len(digits_in(text)) < 3:
+            return None
+        for task in self.spec.tasks:
+            if task.slots and self.spec.slot(task.slots[0]).kind in ("number", "phone"):
+                return task
+        return None
+
+    def _start_task(self, task: TaskSpec, text: str) -> list[Action]:
+        self._task = task
+        self._asked_anything_else = False
+        for name in task.slots:
+            self.values.pop(name, None)
+        if task.slots:
+            value = self._prefill(self.spec.slot(task.slots[0]), text)
+            if value is not None:
+                self._slot, self._attempts = self.spec.slot(task.slots[0]), 0
+                return self._accept(value)
+        actions = self._next()
+        if task.intro and actions and isinstance(actions[0], Say):
+            actions[0] = self._say(f"{task.intro} {actions[0].text}")
+        return actions
+
+    @staticmethod
+    def _prefill(slot: SlotSpec, text: str) -> str | None:
+        """The first slot's value when the request already holds it ("order 12345")."""
+        if slot.kind in ("number", "phone"):
+            value = extract(slot.kind, text)
+            return value if value is not None and len(value) >= 3 else None
+        if slot.kind == "name":
+            m = _INTRODUCTION.search(text)
+            return extract("name", m.group(1)) if m else None
+        return None
+
+    def _next(self) -> list[Action]:
+        """Ask for the next empty slot of the task, or finish it."""
+        assert self._task is not None
+        for name in self._task.slots:
+            if name not in self.values:
+                self._slot = self.spec.slot(name)
+                self._attempts = 0
+                self._keypad = ""
+                self.state = State.COLLECTING
+                return [self._say(self._slot.prompt)]
+        self._slot = None
+        task = self._task
+        if task.tool is not None:
+            tool = self.spec.tool(task.tool)
+            assert tool is not None
+            props = tool.input_schema.get("properties", {})
+            args: dict[str, Any] = {}
+            for name in task.slots:
+                if props and name not in props:
+                    continue
+                value: Any = self.values[name]
+                if props.get(name, {}).get("type") == "integer" and value.isdigit():
+                    value = int(value)
+                args[name] = value
+            self.state = State.WAITING_TOOL
+            return [self._say(self.spec.messages.filler), CallTool(tool.name, args)]
+        self._task = None
+        self.state = State.IDLE
+        return self._answer(self._fill(task.done, {}) or "Thank you, I have noted that.")
+
+    def _collect(self, text: str) -> list[Action]:
+        assert self._slot is not None
+        value = extract(self._slot.kind, text)
+        if self._slot.kind == "number" and value is not None and len(value) < 3:
+            value = None
+        if value is None:
+            return self._retry()
+        return self._accept(value)
+
+    def _retry(self) -> list[Action]:
+        assert self._slot is not None
+        self._attempts += 1
+        if self._attempts >= _MAX_SLOT_ATTEMPTS:
+            self._task, self._slot = None, None
+            return self._offer_help("Sorry, I'm having trouble understanding.")
+        if self._slot.kind == "phone":
+            return [self._say(f"Sorry, I didn't get the whole number. {self._slot.prompt}")]
+        return [self._say(f"Sorry, I didn't get that. {self._slot.prompt}")]
+
+    def _accept(self, value: str) -> list[Action]:
+        """A value heard for the current slot: read it back, or keep it and move on."""
+        assert self._slot is not None
+        if self._slot.confirm:
+            self._pending_value = value
+            self.state = State.CONFIRMING
+            return [self._say(self._confirm_text())]
+        return self._keep(value)
+
+    def _keep(self, value: str) -> list[Action]:
+        assert self._slot is not None
+        self.values[self._slot.name] = value
+        filled = SlotFilled(self._slot.name, value)
+        self._pending_value = None
+        return [filled, *self._next()]
+
+    def _confirm_text(self) -> str:
+        assert self._slot is not None and self._pending_value is not None
+        value = self._pending_value
+        spoken = spoken_digits(value) if self._slot.kind in ("phone", "number") else value
+        template = self._slot.confirm_prompt or {
+            "phone": "I have your number as {spoken}. Is that right?",
+            "name": "I have your name as {value}. Is that right?",
+            "number": "I have {spoken}. Is that right?",
+        }.get(self._slot.kind, "I have {value}. Is that right?")
+        return template.replace("{spoken}", spoken).replace("{value}", value)
+
+    def _confirm(self, text: str) -> list[Action]:
+        assert self._slot is not None
+        answer = yes_or_no(text)
+        correction = self._correction(text)
+        if correction is not None and correction != self._pending_value:
+            return self._accept(correction)
+        if answer is True:
+            return self._keep(self._pending_value or "")
+        if answer is False:
+            self._pending_value = None
+            self.state = State.COLLECTING
+            return self._retry_after_no()
+        return [self._say(f"{self.spec.messages.yes_or_no} {self._confirm_text()}")]
+
+    def _retry_after_no(self) -> list[Action]:
+        assert self._slot is not None
+        self._attempts += 1
+        if self._attempts >= _MAX_SLOT_ATTEMPTS:
+            self._task, self._slot = None, None
+            return self._offer_help("Sorry, I'm having trouble getting that right.")
+        return [self._say(f"Sorry about that. {self._slot.prompt}")]
+
+    def _correction(self, text: str) -> str | None:
+        """A new value said while confirming ("no, it's 5 5 5 0 1 2 4")."""
+        assert self._slot is not None
+        kind = self._slot.kind
+        if kind in ("phone", "number"):
+            value = extract(kind, text)
+            return value if value is not None and len(value) >= 3 else None
+        if kind == "name":
+            m = re.search(r"\b(?:it's|it is|my name is|i said|name's)\s+(.+)$", text, re.I)
+            return extract("name", m.group(1)) if m else None
+        return None
+
+    # --- shared endings -------------------------------------------------------------------
+
+    def _menu(self, option: DtmfOption) -> list[Action]:
+        if option.action == "say":
+            return self._answer(option.value)
+        if option.action == "transfer":
+            return self._transfer(option.value or None, f"caller pressed {option.key}")
+        if option.action == "end_call":
+            return self._end(f"caller pressed {option.key}")
+        tool = self.spec.tool(option.value)
+        if tool is not None and tool.kind == "end_call":
+            return self._end(f"caller pressed {option.key}")
+        if tool is not None and tool.kind == "transfer":
+            return self._transfer(None, f"caller pressed {option.key}")
+        self.state = State.WAITING_TOOL
+        return [self._say(self.spec.messages.filler), CallTool(option.value, {})]
+
+    def _answer(self, text: str) -> list[Action]:
+        self.state = State.IDLE
+        self._asked_anything_else = True
+        return [self._say(f"{text} {self.spec.messages.anything_else}")]
+
+    def _offer_help(self, text: str) -> list[Action]:
+        if self.spec.handoffs:
+            self.state = State.OFFERED_TRANSFER
+            return [self._say(f"{text} {self.spec.messages.offer_transfer}")]
+        return self._answer(text)
+
+    def _transfer(self, handoff_name: str | None, reason: str) -> list[Action]:
+        handoff = self.spec.handoff(handoff_name)
+        if handoff is None:
+            self.state = State.IDLE
+            return self._answer(self.spec.messages.no_handoff)
+        self.state = State.ENDED
+        return [self._say(self.spec.messages.transfer), Transfer(handoff, reason)]
+
+    def _end(self, reason: str) -> list[Action]:
+        self.state = State.ENDED
+        return [self._say(self.spec.messages.goodbye), EndCall(reason)]
+
+    def _say(self, text: str) -> Say:
+        self.last_said = text
+        return Say(text)
+
+    def _fill(self, template: str, result: dict[str, Any]) -> str | None:
+        values = _Fill()
+        for name, value in self.values.items():
+            values[name] = value
+            values[f"{name}_spoken"] = spoken_digits(value) if value.isdigit() else value
+        for key, value in result.items():
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                values[str(key)] = str(value)
+        try:
+            return " ".join(template.format_map(values).split())
+        except (KeyError, IndexError, ValueError):
+            return None
+
+    @staticmethod
+    def _describe(result: dict[str, Any]) -> str:
+        parts = [f"{k.replace('_', ' ')} {v}" for k, v in result.items()
+                 if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
+        return ("Here is what I found: " + ", ".join(parts) + ".") if parts else "Done."

@@ -1,0 +1,207 @@
+"""The embedded agent: follows an agent spec with no network, no keys and no model.
+
+    agent = EmbeddedAgentProcessor(spec, ToolBox(spec))
+
+A thin pipecat processor around :class:`agent.conversation.Conversation`. It stands where an
+LLM service stands (like agent/echo.py): caller turns arrive as ``LLMContextFrame`` (the last
+user message is the transcript) and keypresses as ``InputDTMFFrame``; each answer goes out as
+``LLMFullResponseStartFrame`` / ``LLMTextFrame`` / ``LLMFullResponseEndFrame``.
+
+Other actions become frames too: a transfer pushes ``TransferCallFrame`` upstream (after the
+transfer message), ending pushes ``EndWorkerFrame`` upstream (after the farewell, so it plays),
+filled slots, tool calls, transfers and hang-ups go downstream as ``AgentEventFrame`` for the
+call record. Tool calls run in a task, with a deadline, while frames keep flowing; caller input
+that arrives meanwhile waits and is handled, in order, once the tool has answered.
+
+Timers: the silence timer starts when the agent stops speaking (``BotStoppedSpeakingFrame``, which
+the output transport sends both ways) or the caller stops speaking without a turn following, and
+stops when anyone starts speaking or a turn arrives; at ``limits.silence_prompt_s`` the
+conversation hears a silence event. The call-length timer ends the call at ``limits.max_call_s``.
+Both are cancelled on ``EndFrame`` / ``CancelFrame``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    CancelFrame,
+    EndFrame,
+    EndWorkerFrame,
+    Frame,
+    InputDTMFFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    StartFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.conversation import Action, CallTool, Conversation, EndCall, Say, SlotFilled, Transfer
+from agent.echo import last_user_text
+from agent.errors import ToolError
+from agent.spec import AgentSpec
+from agent.tools import ToolBox, action_frames, tool_call_event
+from pipeline.frames import AgentEventFrame, TransferCallFrame
+
+__all__ = ["EmbeddedAgentProcessor"]
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedAgentProcessor(FrameProcessor):
+    """Greets, answers from the spec's knowledge, fills slots, calls tools, hands off, ends."""
+
+    def __init__(self, spec: AgentSpec, toolbox: ToolBox | None = None, *,
+                 call_sid: str = "", greet_on_start: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self._spec = spec
+        self._toolbox = toolbox if toolbox is not None else ToolBox(spec)
+        self._call_sid = call_sid
+        self._greet = greet_on_start
+        self.conversation = Conversation(spec)
+        self._silence_task: asyncio.Task | None = None
+        self._limit_task: asyncio.Task | None = None
+        self._tool_task: asyncio.Task | None = None
+        self._deferred: list[Callable[[], list[Action]]] = []
+        self._closed = False
+        self._spoke = False
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, StartFrame):
+            await self.push_frame(frame, direction)
+            self._limit_task = self.create_task(self._call_limit(), name="call_limit")
+            if self._greet:
+                await self._run(self.conversation.start())
+        elif isinstance(frame, LLMContextFrame):
+            await self._stop_silence_timer()
+            text = last_user_text(frame.context.get_messages())
+            await self._feed(lambda: self.conversation.hear(text))
+        elif isinstance(frame, InputDTMFFrame):
+            await self._stop_silence_timer()
+            await self.push_frame(frame, direction)
+            key = str(frame.button.value)
+            self._spoke = False
+            await self._feed(lambda: self.conversation.dtmf(key))
+            if not self._spoke:   # a digit typed into a number: the caller still owes us input
+                await self._start_silence_timer()
+        elif isinstance(frame, (EndFrame, CancelFrame)):
+            await self._shutdown()
+            await self.push_frame(frame, direction)
+        else:
+            if isinstance(frame, (UserStartedSpeakingFrame, VADUserStartedSpeakingFrame,
+                                  BotStartedSpeakingFrame)):
+                await self._stop_silence_timer()
+            elif isinstance(frame, (BotStoppedSpeakingFrame, UserStoppedSpeakingFrame)):
+                await self._start_silence_timer()
+            await self.push_frame(frame, direction)
+
+    # --- conversation plumbing ------------------------------------------------------------
+
+    async def _feed(self, step: Callable[[], list[Action]]) -> None:
+        """Run one conversation step now, or after the tool call in flight."""
+        if self._tool_task is not None:
+            self._deferred.append(step)
+            return
+        await self._run(step())
+
+    async def _run(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Say):
+                self._spoke = True
+                await self._stop_silence_timer()
+                await self.push_frame(LLMFullResponseStartFrame())
+                await self.push_frame(LLMTextFrame(action.text))
+                await self.push_frame(LLMFullResponseEndFrame())
+            elif isinstance(action, SlotFilled):
+                await self.push_frame(AgentEventFrame(
+                    kind="slot", data={"name": action.name, "value": action.value}))
+            elif isinstance(action, Transfer):
+                h = action.handoff
+                log.info("call %s: transferring to %s (%s)", self._call_sid, h.name, h.kind)
+                await self.push_frame(AgentEventFrame(kind="transfer", data={
+                    "handoff": h.name, "kind": h.kind, "target": h.target,
+                    "reason": action.reason}))
+                await self.push_frame(TransferCallFrame(kind=h.kind, target=h.target,
+                                                        reason=action.reason),
+                                      FrameDirection.UPSTREAM)
+            elif isinstance(action, EndCall):
+                log.info("call %s: ending the call (%s)", self._call_sid, action.reason)
+                await self.push_frame(AgentEventFrame(kind="hangup",
+                                                      data={"reason": action.reason}))
+                await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
+            elif isinstance(action, CallTool):
+                self._tool_task = self.create_task(self._call_tool(action),
+                                                   name=f"tool_{action.name}")
+
+    async def _call_tool(self, action: CallTool) -> None:
+        tool = self._spec.tool(action.name)
+        budget_s = (tool.timeout_s * (1 + tool.retries) + 1.0) if tool else 5.0
+        started_ns = time.perf_counter_ns()
+        result: dict | None = None
+        error: str | None = None
+        try:
+            async with asyncio.timeout(budget_s):
+                result = await self._toolbox.call(action.name, action.arguments)
+        except ToolError as exc:
+            error = str(exc)
+        except TimeoutError:
+            error = f"tool {action.name}: no answer within {budget_s:g} s"
+        if error is not None:
+            log.warning("call %s: %s", self._call_sid, error)
+        await self.push_frame(tool_call_event(action.name, action.arguments, result=result,
+                                              error=error, started_ns=started_ns))
+        self._tool_task = None
+        if result is not None and result.get("action"):
+            for frame, direction in action_frames(result):
+                await self.push_frame(frame, direction)
+            return
+        if result is not None:
+            await self._run(self.conversation.tool_result(action.name, result))
+        else:
+            await self._run(self.conversation.tool_failed(action.name, error or ""))
+        while self._deferred and self._tool_task is None:
+            await self._run(self._deferred.pop(0)())
+
+    # --- timers ---------------------------------------------------------------------------
+
+    async def _start_silence_timer(self) -> None:
+        await self._stop_silence_timer()
+        if self._closed or self._tool_task is not None:
+            return
+        self._silence_task = self.create_task(self._silence_after(), name="silence")
+
+    async def _stop_silence_timer(self) -> None:
+        task, self._silence_task = self._silence_task, None
+        if task is not None and task is not asyncio.current_task():
+            await self.cancel_task(task)
+
+    async def _silence_after(self) -> None:
+        await asyncio.sleep(self._spec.limits.silence_prompt_s)
+        self._silence_task = None
+        await self._feed(self.conversation.silence)
+
+    async def _call_limit(self) -> None:
+        await asyncio.sleep(self._spec.limits.max_call_s)
+        self._limit_task = None
+        await self._feed(self.conversation.timeout)
+
+    async def _shutdown(self) -> None:
+        self._closed = True
+        await self._stop_silence_timer()
+        for name in ("_limit_task", "_tool_task"):
+            task = getattr(self, name)
+            setattr(self, name, None)
+            if task is not None and task is not asyncio.current_task():
+                await self.cancel_task(task)
+        await self._toolbox.aclose()

@@ -1,0 +1,37 @@
+"""Exceptions raised by the agent package.
+
+::
+
+    AgentError                     base of everything below
+     ├── SpecError                 an agent spec (YAML) that cannot be loaded; names the file and line
+     ├── ToolError                 a tool call that failed (HTTP error, timeout, bad JSON, unknown tool)
+     │    └── ToolArgumentsError   arguments (or a reply) that do not match the tool's JSON schema
+     └── LLMError                  an LLM backend that failed (network, timeout, bad reply)
+
+Foreign exceptions (yaml, aiohttp, json, asyncio.TimeoutError) are translated once, at the
+boundary, with ``raise X from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AgentError", "LLMError", "SpecError", "ToolArgumentsError", "ToolError"]
+
+
+class AgentError(Exception):
+    """Base class for agent errors."""
+
+
+class SpecError(AgentError):
+    """An agent spec that is not valid YAML or not a valid spec: ``path:line: what is wrong``."""
+
+
+class ToolError(AgentError):
+    """A tool call that could not be made or did not succeed."""
+
+
+class ToolArgumentsError(ToolError):
+    """Tool arguments (or a tool's reply) that do not match the declared JSON schema."""
+
+
+class LLMError(AgentError):
+    """An LLM backend that could not answer (network, timeout, malformed reply)."""

@@ -1,0 +1,159 @@
+"""Call records that outlive the process: a :class:`CallStore` on SQLite.
+
+    store = SQLiteCallStore("~/.local/share/parley/calls.db")
+    store.open(record); store.update(record)       # each one a committed transaction
+    store.get("CA..."); store.list(limit=20)        # most recent last, like MemoryCallStore
+
+The database runs in WAL mode and every ``open``/``update`` commits before it returns, so a
+process killed mid-call leaves the turns written so far readable by the next reader. Writes are
+small (one call row, its turns) and take well under a millisecond on local disk, so calling them
+from the event loop is fine; one connection behind a lock makes the store thread-safe.
+
+Columns hold what is searched or sorted (sid, transport, times, end reason); everything else
+(greeting, params, errors, stats, each turn) is JSON, so fields added to ``CallRecord`` or
+``TurnRecord`` later are kept without a migration, and unknown ones are ignored when read back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from dataclasses import fields
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+from pipeline.records import CallRecord, TurnRecord
+
+__all__ = ["SQLiteCallStore"]
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    call_sid   TEXT PRIMARY KEY,
+    transport  TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at   REAL,
+    end_reason TEXT,
+    data       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS calls_started_at ON calls (started_at);
+CREATE TABLE IF NOT EXISTS turns (
+    call_sid TEXT NOT NULL REFERENCES calls (call_sid) ON DELETE CASCADE,
+    turn     INTEGER NOT NULL,
+    data     TEXT NOT NULL,
+    PRIMARY KEY (call_sid, turn)
+);
+"""
+_CALL_COLUMNS = ("call_sid", "transport", "started_at", "ended_at", "end_reason")
+_CALL_FIELDS = {f.name for f in fields(CallRecord)}
+_TURN_FIELDS = {f.name for f in fields(TurnRecord)}
+
+
+class SQLiteCallStore:
+    """A durable, thread-safe :class:`pipeline.records.CallStore`."""
+
+    def __init__(self, path: str | os.PathLike, *, timeout_s: float = 5.0):
+        self.path = Path(path).expanduser()
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise PipelineError(f"{self.path}: call records of a newer schema "
+                                    f"({version} > {SCHEMA_VERSION})")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except (sqlite3.Error, OSError) as exc:
+            raise PipelineError(f"{self.path}: cannot open the call records: {exc}") from exc
+
+    # --- CallStore ------------------------------------------------------------------------
+
+    def open(self, record: CallRecord) -> None:
+        self._write(record)
+
+    def update(self, record: CallRecord) -> None:
+        self._write(record)
+
+    def get(self, call_sid: str) -> CallRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {', '.join(_CALL_COLUMNS)}, data FROM calls WHERE call_sid = ?",
+                (call_sid,)).fetchone()
+            if row is None:
+                return None
+            turns = self._db.execute(
+                "SELECT data FROM turns WHERE call_sid = ? ORDER BY turn", (call_sid,)).fetchall()
+        return _record(row, [t[0] for t in turns])
+
+    def list(self, limit: int | None = None) -> list[CallRecord]:
+        """Calls in the order they started; with ``limit``, only the most recent ones."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {', '.join(_CALL_COLUMNS)}, data FROM calls "
+                "ORDER BY started_at DESC, rowid DESC LIMIT ?",
+                (-1 if limit is None else limit,)).fetchall()
+            turns: dict[str, list[str]] = {}
+            for sid, data in self._db.execute(
+                    "SELECT call_sid, data FROM turns ORDER BY call_sid, turn"):
+                turns.setdefault(sid, []).append(data)
+        return [_record(row, turns.get(row[0], [])) for row in reversed(rows)]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _write(self, record: CallRecord) -> None:
+        call = vars(record)
+        extra = {k: v for k, v in call.items() if k not in _CALL_COLUMNS and k != "turns"}
+        try:
+            data = json.dumps(extra, default=str)
+            turn_rows = [(record.call_sid, t.turn, json.dumps(vars(t), default=str))
+                         for t in record.turns]
+        except (TypeError, ValueError) as exc:
+            raise PipelineError(f"call {record.call_sid}: record is not JSON-able: {exc}") from exc
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.execute(
+                    "INSERT INTO calls (call_sid, transport, started_at, ended_at, end_reason, "
+                    "data) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (call_sid) DO UPDATE SET "
+                    "transport = excluded.transport, started_at = excluded.started_at, "
+                    "ended_at = excluded.ended_at, end_reason = excluded.end_reason, "
+                    "data = excluded.data",
+                    (record.call_sid, record.transport, record.started_at, record.ended_at,
+                     record.end_reason, data))
+                self._db.execute("DELETE FROM turns WHERE call_sid = ? AND turn > ?",
+                                 (record.call_sid, len(record.turns)))
+                self._db.executemany(
+                    "INSERT INTO turns (call_sid, turn, data) VALUES (?, ?, ?) "
+                    "ON CONFLICT (call_sid, turn) DO UPDATE SET data = excluded.data",
+                    turn_rows)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise PipelineError(f"{self.path}: cannot write call {record.call_sid}: "
+                                    f"{exc}") from exc
+
+
+def _record(row: tuple, turns: list[str]) -> CallRecord:
+    sid, transport, started_at, ended_at, end_reason, data = row
+    extra = {k: v for k, v in json.loads(data).items() if k in _CALL_FIELDS}
+    record = CallRecord(call_sid=sid, transport=transport, started_at=started_at,
+                        ended_at=ended_at, end_reason=end_reason, **extra)
+    for text in turns:
+        values = {k: v for k, v in json.loads(text).items() if k in _TURN_FIELDS}
+        record.turns.append(TurnRecord(**values))
+    return record

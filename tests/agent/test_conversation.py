@@ -1,0 +1,298 @@
+"""The embedded agent's state machine on scripted transcripts of both example agents."""
+
+from pathlib import Path
+
+import pytest
+
+from agent.conversation import CallTool, Conversation, EndCall, Say, SlotFilled, State, Transfer
+from agent.spec import load_spec, parse_spec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "agent" / "examples"
+
+
+@pytest.fixture(scope="module")
+def receptionist():
+    return load_spec(EXAMPLES / "receptionist.yaml", env={})
+
+
+@pytest.fixture(scope="module")
+def orders():
+    return load_spec(EXAMPLES / "order_status.yaml", env={})
+
+
+def said(actions) -> str:
+    return " ".join(a.text for a in actions if isinstance(a, Say))
+
+
+def test_greets_first(receptionist):
+    assert Conversation(receptionist).start() == [Say(receptionist.greeting)]
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("what are your opening hours", "Monday to Friday"),
+    ("are you open on saturday", "Saturday from nine"),
+    ("where are you located", "42 River Street"),
+    ("is there parking", "free parking"),
+    ("what insurance do you take", "Delta Dental"),
+    ("how much does a cleaning cost", "ninety five dollars"),
+    ("i have a really bad toothache", "emergency line"),
+    # pocketsphinx-style garbling: "barking" for "parking", "except" for "accept"
+    ("is there barking", "free parking"),
+    ("what insurance do you except", "Delta Dental"),
+    ("do you take new paid and", "new patients"),
+])
+def test_faq_answered_from_knowledge(receptionist, question, expected):
+    conv = Conversation(receptionist)
+    actions = conv.hear(question)
+    assert expected in said(actions)
+    assert said(actions).endswith(receptionist.messages.anything_else)
+    assert conv.state is State.IDLE
+
+
+@pytest.mark.parametrize("off_topic", [
+    "what's the weather like today", "who won the game last night", "blah blah",
+    "can you sing me a song",
+])
+def test_off_topic_is_not_understood(receptionist, off_topic):
+    assert Conversation(receptionist).hear(off_topic) == [Say(receptionist.messages.not_understood)]
+
+
+def test_two_misses_offer_a_person_and_yes_transfers(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("blah blah")
+    actions = conv.hear("purple monkey dishwasher")
+    assert said(actions).endswith(receptionist.messages.offer_transfer)
+    assert conv.state is State.OFFERED_TRANSFER
+    actions = conv.hear("yes please")
+    assert actions == [Say(receptionist.messages.transfer),
+                       Transfer(receptionist.handoffs[0], "caller accepted a transfer")]
+
+
+def test_message_taken_with_confirmations_and_a_no_correction(receptionist):
+    conv = Conversation(receptionist)
+    script = [
+        ("hi i'd like to leave a message for the dentist",
+         "Sure, I can take a message. May I have your name, please?"),
+        ("my name is john smith", "I have your name as John Smith. Is that right?"),
+        ("no", "Sorry about that. May I have your name, please?"),
+        ("it's jon smyth", "I have your name as Jon Smyth. Is that right?"),
+        ("yes that's right",
+         "What is the best phone number to reach you? Please say it digit by digit."),
+        ("five five five oh one two three", "I have your number as 5 5 5, 0 1 2 3. Is that right?"),
+        ("no it's five five five oh one two four",
+         "I have your number as 5 5 5, 0 1 2 4. Is that right?"),
+        ("yeah", "And what would you like me to pass on?"),
+        ("please tell the doctor my crown came loose and i need an appointment this week",
+         "Thank you, Jon Smyth. I have passed on your message, and someone will call you back "
+         "at 5 5 5, 0 1 2 4. " + receptionist.messages.anything_else),
+    ]
+    filled = []
+    for heard, reply in script:
+        actions = conv.hear(heard)
+        filled += [a for a in actions if isinstance(a, SlotFilled)]
+        assert said(actions) == reply, heard
+    assert filled == [SlotFilled("name", "Jon Smyth"), SlotFilled("phone", "5550124"),
+                      SlotFilled("message", "my crown came loose and i need an appointment "
+                                            "this week")]
+    assert conv.values == {"name": "Jon Smyth", "phone": "5550124",
+                           "message": "my crown came loose and i need an appointment this week"}
+    assert conv.hear("no thanks") == [Say(receptionist.messages.goodbye), EndCall("caller is done")]
+    assert conv.state is State.ENDED
+    assert conv.hear("hello?") == []
+
+
+def test_introducing_oneself_starts_the_message_with_the_name(receptionist):
+    conv = Conversation(receptionist)
+    actions = conv.hear("hi my name is don grid")
+    assert said(actions) == "I have your name as Don Grid. Is that right?"
+    assert conv.state is State.CONFIRMING
+
+
+def test_garbled_request_for_a_message(receptionist):
+    conv = Conversation(receptionist)   # "I would like to leave a message", as pocketsphinx heard it
+    assert said(conv.hear("i would like to leave the magnet high")) == (
+        "Sure, I can take a message. May I have your name, please?")
+
+
+def test_phone_with_too_few_digits_is_asked_again(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("can you take a message")
+    conv.hear("mary")
+    conv.hear("yes")
+    assert conv.state is State.COLLECTING
+    actions = conv.hear("five five five")
+    assert said(actions).startswith("Sorry, I didn't get the whole number.")
+    assert conv.state is State.COLLECTING
+    actions = conv.hear("it is 5 5 5 0 1 9 9")
+    assert said(actions) == "I have your number as 5 5 5, 0 1 9 9. Is that right?"
+
+
+def test_unclear_confirmation_asks_yes_or_no(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("leave a message")
+    actions = conv.hear("ann")
+    assert conv.state is State.CONFIRMING
+    actions = conv.hear("hmm")
+    assert said(actions) == (f"{receptionist.messages.yes_or_no} "
+                             "I have your name as Ann. Is that right?")
+
+
+@pytest.mark.parametrize("request_text", [
+    "can i talk to a person", "agent", "i want a human", "operator please",
+    "let me speak to someone", "representative",
+])
+def test_asking_for_a_person_transfers_with_the_first_handoff(receptionist, request_text):
+    conv = Conversation(receptionist)
+    actions = conv.hear(request_text)
+    assert actions == [Say(receptionist.messages.transfer),
+                       Transfer(receptionist.handoffs[0], "caller asked for a person")]
+    assert conv.state is State.ENDED
+
+
+def test_someone_calling_back_is_a_message_not_a_transfer(receptionist):
+    conv = Conversation(receptionist)
+    actions = conv.hear("could someone call me back")
+    assert not any(isinstance(a, Transfer) for a in actions)
+    assert conv.state is State.COLLECTING
+
+
+def test_after_anything_else(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("where are you")
+    assert "free parking" in said(conv.hear("no, but is there parking"))   # a no, then a question
+    assert said(conv.hear("yes")) == "Sure. What can I help you with?"
+    conv.hear("where are you")
+    assert conv.hear("great thank you") == [Say(receptionist.messages.goodbye),
+                                            EndCall("caller is done")]
+
+
+def test_goodbye_ends_in_any_state(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("leave a message")
+    assert conv.hear("actually never mind goodbye") == [
+        Say(receptionist.messages.goodbye), EndCall("caller said goodbye")]
+
+
+def test_repeat_that_says_the_last_thing_again(receptionist):
+    conv = Conversation(receptionist)
+    first = conv.hear("where are you")
+    assert conv.hear("sorry can you repeat that") == first
+    conv.hear("leave a message")
+    assert said(conv.hear("say that again")) == (
+        "Sure, I can take a message. May I have your name, please?")
+    assert conv.state is State.COLLECTING
+
+
+def test_silence_prompts_then_goodbye(receptionist):
+    conv = Conversation(receptionist)
+    conv.start()
+    assert conv.silence() == [Say(receptionist.messages.silence_prompt)]
+    assert conv.silence() == [Say(receptionist.messages.silence_prompt)]
+    assert conv.silence() == [Say(receptionist.messages.goodbye), EndCall("caller silent")]
+    assert conv.silence() == []
+
+
+def test_speech_resets_the_silence_count_and_prompts_repeat_the_question(receptionist):
+    conv = Conversation(receptionist)
+    conv.silence()
+    conv.silence()
+    conv.hear("leave a message")
+    assert said(conv.silence()) == (
+        f"{receptionist.messages.silence_prompt} May I have your name, please?")
+
+
+def test_dtmf_menu(receptionist):
+    conv = Conversation(receptionist)
+    assert "Saturday from nine to one" in said(conv.dtmf("1"))
+    assert conv.dtmf("5") == [Say(receptionist.messages.not_understood)]
+    assert conv.dtmf("0") == [Say(receptionist.messages.transfer),
+                              Transfer(receptionist.handoffs[0], "caller pressed 0")]
+
+
+def test_max_call_length_ends_politely(receptionist):
+    conv = Conversation(receptionist)
+    assert conv.timeout() == [Say(receptionist.messages.goodbye), EndCall("max call length")]
+
+
+def test_empty_transcript_asks_to_repeat(receptionist):
+    assert Conversation(receptionist).hear("  ") == [Say(receptionist.messages.repeat_prompt)]
+
+
+# --- the order-status line -----------------------------------------------------------------
+
+
+def test_order_lookup_with_garbled_trigger(orders):
+    conv = Conversation(orders)
+    conv.start()
+    # "order" heard as "harder" (pocketsphinx at 8 kHz)
+    actions = conv.hear("i want to check on my harder")
+    assert said(actions) == orders.slot("order_number").prompt
+    actions = conv.hear("one two three four five")
+    assert said(actions) == "I have order number 1 2 3 4 5. Is that right?"
+    actions = conv.hear("yes")
+    assert actions == [SlotFilled("order_number", "12345"), Say(orders.messages.filler),
+                       CallTool("lookup_order", {"order_number": "12345"})]
+    assert conv.state is State.WAITING_TOOL
+    actions = conv.tool_result("lookup_order", {
+        "found": True, "order_number": "12345", "status": "has shipped",
+        "detail": "It should arrive on Tuesday."})
+    assert said(actions) == ("Order 1 2 3 4 5 has shipped. It should arrive on Tuesday. "
+                             + orders.messages.anything_else)
+    assert conv.state is State.IDLE
+
+
+def test_order_number_said_straight_after_the_greeting(orders):
+    conv = Conversation(orders)
+    conv.start()
+    actions = conv.hear("it's two four six eight oh")
+    assert said(actions) == "I have order number 2 4 6 8 0. Is that right?"
+
+
+def test_order_number_typed_on_the_keypad(orders):
+    conv = Conversation(orders)
+    conv.hear("order status please")
+    for key in "2468":
+        assert conv.dtmf(key) == []
+    actions = conv.dtmf("#")
+    assert said(actions) == "I have order number 2 4 6 8. Is that right?"
+    actions = conv.dtmf("1")  # 1 = yes while confirming
+    assert CallTool("lookup_order", {"order_number": "2468"}) in actions
+
+
+def test_tool_failure_offers_a_person(orders):
+    conv = Conversation(orders)
+    conv.hear("where is my package, the number is 1 2 3 4 5")
+    conv.hear("yes")
+    actions = conv.tool_failed("lookup_order", "tool lookup_order: HTTP 500")
+    assert said(actions) == f"{orders.messages.fallback} {orders.messages.offer_transfer}"
+    assert conv.hear("no") == [Say(orders.messages.anything_else)]
+    assert conv.state is State.IDLE
+
+
+def test_faq_still_answered_on_the_order_line(orders):
+    conv = Conversation(orders)
+    assert "thirty days" in said(conv.hear("what is your return policy"))
+    assert "thirty days" in said(conv.hear("what a clear return doggy"))   # pocketsphinx
+    assert "three to five business days" in said(conv.hear("how long does shipping take"))
+
+
+def test_dtmf_end_call_option(orders):
+    assert Conversation(orders).dtmf("9") == [Say(orders.messages.goodbye),
+                                              EndCall("caller pressed 9")]
+
+
+def test_no_handoff_configured_says_so():
+    spec = parse_spec("name: x\ngreeting: Hi.\n")
+    conv = Conversation(spec)
+    actions = conv.hear("talk to a human")
+    assert said(actions).startswith(spec.messages.no_handoff)
+    assert not any(isinstance(a, Transfer) for a in actions)
+    assert conv.state is State.IDLE
+
+
+def test_template_missing_a_field_falls_back_to_a_description(orders):
+    conv = Conversation(orders)
+    conv.hear("order 12345")
+    conv.hear("yes")
+    actions = conv.tool_result("lookup_order", {"eta": "Tuesday"})
+    assert said(actions).startswith("Here is what I found: eta Tuesday.")

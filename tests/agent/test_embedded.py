@@ -1,0 +1,177 @@
+"""The embedded agent inside a real pipecat pipeline (pipecat's run_test)."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from pipecat.audio.dtmf.types import KeypadEntry
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    EndWorkerFrame,
+    InputDTMFFrame,
+    LLMContextFrame,
+    LLMTextFrame,
+    UserStartedSpeakingFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import SleepFrame, run_test
+
+from agent.embedded import EmbeddedAgentProcessor
+from agent.examples.order_api import make_app
+from agent.spec import load_spec
+from agent.tools import ToolBox
+from pipeline.frames import AgentEventFrame, TransferCallFrame
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "agent" / "examples"
+
+
+def turn(text: str) -> LLMContextFrame:
+    ctx = LLMContext()
+    ctx.add_message({"role": "user", "content": text})
+    return LLMContextFrame(context=ctx)
+
+
+def texts(frames) -> list[str]:
+    return [f.text for f in frames if isinstance(f, LLMTextFrame)]
+
+
+def events(frames, kind: str) -> list[dict]:
+    return [f.data for f in frames if isinstance(f, AgentEventFrame) and f.kind == kind]
+
+
+def receptionist(**limits):
+    spec = load_spec(EXAMPLES / "receptionist.yaml", env={})
+    return dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, **limits))
+
+
+@pytest.fixture
+async def order_api():
+    runner = web.AppRunner(make_app({"12345": {"status": "has shipped",
+                                               "detail": "It should arrive on Tuesday."}}))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    await runner.cleanup()
+
+
+async def test_greets_and_answers_a_question():
+    spec = receptionist()
+    down, up = await run_test(EmbeddedAgentProcessor(spec),
+                              frames_to_send=[turn("what are your opening hours")])
+    said = texts(down)
+    assert said[0] == spec.greeting
+    assert said[1].startswith("We are open Monday to Friday")
+    assert up == []
+
+
+async def test_takes_a_message_and_records_the_slots():
+    spec = receptionist()
+    down, _ = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("i want to leave a message"), turn("my name is ann lee"), turn("yes"),
+        turn("five five five oh one two three"), turn("yes"), turn("please call me back"),
+    ])
+    assert events(down, "slot") == [{"name": "name", "value": "Ann Lee"},
+                                    {"name": "phone", "value": "5550123"},
+                                    {"name": "message", "value": "please call me back"}]
+    assert texts(down)[-1].startswith("Thank you, Ann Lee.")
+
+
+async def test_asking_for_a_person_says_so_then_transfers_upstream():
+    spec = receptionist()
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
+                              frames_to_send=[turn("can I talk to a real person")],
+                              expected_up_frames=[TransferCallFrame])
+    assert texts(down) == [spec.messages.transfer]
+    assert (up[0].kind, up[0].target) == ("dial", "+15550100")
+    assert events(down, "transfer")[0]["handoff"] == "front_desk"
+
+
+async def test_goodbye_ends_the_call_after_the_farewell():
+    spec = receptionist()
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
+                              frames_to_send=[turn("okay goodbye")],
+                              expected_up_frames=[EndWorkerFrame])
+    assert texts(down) == [spec.messages.goodbye]
+    assert events(down, "hangup") == [{"reason": "caller said goodbye"}]
+
+
+async def test_dtmf_zero_transfers():
+    down, up = await run_test(
+        EmbeddedAgentProcessor(receptionist(), greet_on_start=False),
+        frames_to_send=[InputDTMFFrame(button=KeypadEntry.ZERO)],
+        expected_up_frames=[TransferCallFrame])
+    assert any(isinstance(f, InputDTMFFrame) for f in down)   # passed on, too
+
+
+async def test_silence_prompts_then_hangs_up():
+    spec = receptionist(silence_prompt_s=0.1, max_silence_prompts=1)
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        BotStoppedSpeakingFrame(), SleepFrame(0.3),   # the agent finished; nobody talks
+        BotStoppedSpeakingFrame(), SleepFrame(0.3),   # the prompt played; still nothing
+    ], expected_up_frames=[EndWorkerFrame])
+    assert texts(down) == [spec.messages.silence_prompt, spec.messages.goodbye]
+    assert events(down, "hangup") == [{"reason": "caller silent"}]
+
+
+async def test_the_caller_speaking_stops_the_silence_timer():
+    spec = receptionist(silence_prompt_s=0.15)
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        BotStoppedSpeakingFrame(), SleepFrame(0.05), UserStartedSpeakingFrame(), SleepFrame(0.3),
+    ])
+    assert texts(down) == []
+    assert up == []
+
+
+async def test_max_call_length_ends_the_call():
+    spec = receptionist(max_call_s=0.1)
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
+                              frames_to_send=[SleepFrame(0.3)],
+                              expected_up_frames=[EndWorkerFrame])
+    assert events(down, "hangup") == [{"reason": "max call length"}]
+
+
+async def test_order_lookup_calls_the_webhook_without_blocking(order_api):
+    spec = load_spec(EXAMPLES / "order_status.yaml", env={"ORDER_API_URL": order_api})
+    agent = EmbeddedAgentProcessor(spec, ToolBox(spec), greet_on_start=False)
+    down, up = await run_test(agent, frames_to_send=[
+        turn("where is my order"), turn("one two three four five"), turn("yes"),
+        turn("how long does shipping take"),   # arrives while the lookup may be in flight
+        SleepFrame(0.5),
+    ])
+    said = texts(down)
+    assert said[:3] == [spec.slot("order_number").prompt,
+                        "I have order number 1 2 3 4 5. Is that right?",
+                        spec.messages.filler]
+    assert said[3].startswith("Order 1 2 3 4 5 has shipped. It should arrive on Tuesday.")
+    assert said[4].startswith("Standard shipping takes three to five business days.")
+    [call] = events(down, "tool_call")
+    assert call["name"] == "lookup_order"
+    assert call["arguments"] == {"order_number": "12345"}
+    assert call["result"]["status"] == "has shipped"
+    assert call["duration_ms"] > 0
+
+
+async def test_unreachable_webhook_is_spoken_as_a_fallback():
+    spec = load_spec(EXAMPLES / "order_status.yaml", env={"ORDER_API_URL": "http://127.0.0.1:9"})
+    tool = dataclasses.replace(spec.tools[0], timeout_s=0.2, retries=0)
+    spec = dataclasses.replace(spec, tools=(tool, *spec.tools[1:]))
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("order one two three four five"), turn("yes"), SleepFrame(0.4),
+    ])
+    [call] = events(down, "tool_call")
+    assert "cannot connect" in call["error"]
+    assert texts(down)[-1] == f"{spec.messages.fallback} {spec.messages.offer_transfer}"
+
+
+async def test_typing_digits_without_pound_gets_a_silence_prompt():
+    spec = load_spec(EXAMPLES / "order_status.yaml", env={})
+    spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, silence_prompt_s=0.1))
+    down, _ = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("order status"), SleepFrame(0.05),   # DTMF frames are system frames: they jump queues
+        InputDTMFFrame(button=KeypadEntry.ONE), InputDTMFFrame(button=KeypadEntry.TWO),
+        SleepFrame(0.3),
+    ])
+    prompt = spec.slot("order_number").prompt
+    assert texts(down) == [prompt, f"{spec.messages.silence_prompt} {prompt}"]

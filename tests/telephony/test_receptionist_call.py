@@ -1,0 +1,98 @@
+"""The receptionist example over a loopback Twilio call: FAQ, message, transfer, goodbye.
+
+Real server, pipeline, pocketsphinx and espeak; the caller speaks with flite; Twilio's REST API is
+a real local HTTP server that records the transfer request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from agent.embedded import EmbeddedAgentProcessor
+from agent.spec import load_spec
+from agent.tools import ToolBox
+from telephony.caller import CallerConfig, Utterance, run_call
+from telephony.server import CallServer, ServerConfig
+
+from .conftest import TOKEN
+
+SPEC = Path(__file__).resolve().parents[2] / "agent" / "examples" / "receptionist.yaml"
+ACCOUNT = "AC" + "1" * 32
+
+
+@pytest.fixture
+async def twilio_api():
+    """A stand-in for Twilio's REST API: records call updates."""
+    requests: list[tuple[str, dict]] = []
+
+    async def update_call(request: web.Request) -> web.Response:
+        requests.append((request.match_info["sid"], dict(await request.post())))
+        return web.json_response({"sid": request.match_info["sid"], "status": "in-progress"})
+
+    app = web.Application()
+    app.router.add_post("/2010-04-01/Accounts/{account}/Calls/{sid}.json", update_call)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}", requests
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def receptionist(twilio_api):
+    api_base, _ = twilio_api
+    spec = load_spec(SPEC)
+    srv = CallServer(
+        ServerConfig(port=0, auth_token=TOKEN, twilio_account_sid=ACCOUNT, twilio_api_base=api_base),
+        agent_factory=lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec), call_sid=info.call_sid),
+    )
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+def _keys(digits: str) -> list[Utterance]:
+    return [Utterance(dtmf=d) for d in digits]
+
+
+async def test_faq_message_and_transfer(receptionist, twilio_api):
+    _, requests = twilio_api
+    url = f"ws://127.0.0.1:{receptionist.port}/twilio/stream"
+    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=150, utterances=(
+        Utterance(text="what are your opening hours"),
+        Utterance(text="i would like to leave a message"),
+        Utterance(text="my name is john smith"),
+        Utterance(text="yes"),
+        *_keys("5550123#"),                      # the number, keyed in (recognizers miss digits)
+        Utterance(text="yes"),
+        Utterance(text="please call me back tomorrow"),
+        Utterance(text="i want to speak to a human"),
+    )))
+    record = receptionist.store.get(report.call_sid)
+    replies = [t.agent_text for t in record.turns]
+    # the FAQ got the right answer
+    assert "Monday to Friday" in replies[0], replies
+    # the message was taken, name and number read back for confirmation
+    said = " ".join(replies)
+    assert "I have your name as John Smith" in said
+    assert "I have your number as 5 5 5 0 1 2 3" in said
+    slots = {e["data"]["name"]: e["data"]["value"] for t in record.turns for e in t.events if e["kind"] == "slot"}
+    assert slots["name"] == "John Smith" and slots["phone"] == "5550123" and slots["message"]
+    # asked for a person: transferred through Twilio's REST API, after the hold message played
+    assert "put you through" in replies[-1]
+    assert requests == [(report.call_sid, {"Twiml": "<Response><Dial>+15550100</Dial></Response>"})]
+    assert record.end_reason == "transferred to dial:+15550100"
+    assert record.turns[-1].agent_text_heard == record.turns[-1].agent_text
+
+
+async def test_goodbye_ends_the_call(receptionist):
+    url = f"ws://127.0.0.1:{receptionist.port}/twilio/stream"
+    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=40,
+                                         utterances=(Utterance(text="bye bye"),)))
+    assert report.server_hung_up
+    assert receptionist.store.get(report.call_sid).end_reason == "agent ended the call"
