@@ -23,12 +23,15 @@ examples:
   parley serve --public-url https://abc.example.com   # behind a tunnel/proxy: the URL Twilio signs
   parley serve --agent agent/examples/order_status.yaml   # another agent, from its spec
   parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
+  parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default)
   parley calls list                     # call records; parley calls show CALL_SID
+  open http://127.0.0.1:8765/           # call the agent from the browser (WebRTC)
 
 environment:
   TWILIO_AUTH_TOKEN   the account's auth token: signs and checks Twilio requests (server and caller)
   TWILIO_ACCOUNT_SID  with the token, lets the agent transfer calls (Twilio's REST API)
   PARLEY_DB           where call records are kept (SQLite)
+  PARLEY_SIP_USER, PARLEY_SIP_PASSWORD   digest credentials SIP callers must present
 """
 
 
@@ -37,6 +40,7 @@ def _configure_logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
+        force=True,
     )
     try:  # pipecat logs through loguru at DEBUG per frame; keep it to warnings unless asked
         from loguru import logger
@@ -50,7 +54,7 @@ def _configure_logging(level: str) -> None:
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
-        help="answer calls (Twilio Media Streams) with the embedded agent",
+        help="answer calls (Twilio, browser WebRTC, SIP) with an agent",
         description="Start the call server. Point a Twilio number's voice webhook at "
         "POST {public-url}/twilio/voice; Twilio then opens the media stream at /twilio/stream.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -81,6 +85,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drain-s", type=float, default=30.0,
                    help="on SIGTERM: how long live calls may go on before being ended politely "
                    "(default %(default)s s)")
+    p.add_argument("--sip-port", type=int, default=None,
+                   help="also answer SIP calls on this UDP port (e.g. 5060; off by default)")
+    p.add_argument("--sip-host", default=None, help="address for SIP and RTP (default: --host)")
+    p.add_argument("--sip-advertised-ip", default=None,
+                   help="the address put in SDP/Contact (needed when listening on 0.0.0.0)")
+    p.add_argument("--sip-rtp-ports", default="10000-10999", metavar="LO-HI",
+                   help="RTP port range (default %(default)s)")
+    p.add_argument("--sip-allow", action="append", metavar="CIDR",
+                   help="source networks allowed to call (repeatable; default loopback only)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_serve)
 
@@ -98,6 +111,26 @@ def _agent_factory(spec_path: Path):
     spec = load_spec(spec_path, env=os.environ)
     logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
     return lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec), call_sid=info.call_sid)
+
+
+def _sip_server(args: argparse.Namespace, agent_factory, server):
+    """SIP beside HTTP, sharing the store, pipeline config and metrics. Credentials from the env:
+    PARLEY_SIP_USER / PARLEY_SIP_PASSWORD make every INVITE answer a digest challenge."""
+    from telephony.sip import SipConfig, SipServer
+
+    lo, _, hi = args.sip_rtp_ports.partition("-")
+    user, password = os.environ.get("PARLEY_SIP_USER"), os.environ.get("PARLEY_SIP_PASSWORD")
+    config = SipConfig(
+        host=args.sip_host or args.host,
+        port=args.sip_port,
+        advertised_ip=args.sip_advertised_ip,
+        rtp_port_min=int(lo),
+        rtp_port_max=int(hi or lo),
+        allowed_networks=tuple(args.sip_allow) if args.sip_allow else SipConfig().allowed_networks,
+        credentials=((user, password),) if user and password else (),
+    )
+    return SipServer(config, agent_factory, store=server.store, pipeline_config=server.config.pipeline,
+                     metrics=server.metrics)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -129,8 +162,9 @@ def _serve(args: argparse.Namespace) -> int:
         ),
     )
     server = CallServer(config, agent_factory=agent_factory, store=store)
+    sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
     try:
-        asyncio.run(serve_forever(server))
+        asyncio.run(serve_forever(server, sip=sip))
     except KeyboardInterrupt:
         pass
     finally:
@@ -156,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _configure_logging("WARNING")  # before pipecat is imported: no banner or import-time debug lines
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -4,9 +4,12 @@
 
     TelephonyError                 base of everything below
      ├── ProtocolError             a malformed or unexpected Twilio Media Streams message
+     │    └── SignalingError       a malformed WebRTC offer / candidate patch (telephony.webrtc.errors)
+     │         └── UnknownPeerError  a candidate patch for a connection we do not have
      ├── SignatureError            a missing or invalid X-Twilio-Signature
-     └── CallerError               the scripted caller could not run its call
-          └── SynthesisError       text-to-speech (flite) or a --wav file failed
+     ├── CallerError               the scripted caller could not run its call
+     │    └── SynthesisError       text-to-speech (flite) or a --wav file failed
+     └── SipError                  everything SIP (tree in telephony.sip.errors)
 
 Foreign exceptions (json, binascii, websockets, aiohttp, subprocess) are translated once, at
 the boundary, with ``raise X from exc``.

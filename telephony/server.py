@@ -23,7 +23,7 @@ import asyncio
 import logging
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
 
@@ -32,9 +32,12 @@ from aiohttp import web
 from pipeline.builder import PipelineConfig
 from telephony.errors import ProtocolError, TelephonyError
 from telephony.metrics import Metrics
+from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.twilio.call import AgentFactory, TwilioCall, read_start
 from telephony.twilio.rest import TwilioCallControl
+from telephony.webrtc import WebRTCConfig, register_webrtc_routes
+from telephony.webrtc.call import WebRTCCall
 from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ class ServerConfig:
     insecure_dev: bool = False
     public_url: str | None = None
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    webrtc: WebRTCConfig = field(default_factory=WebRTCConfig)
     reraise_call_errors: bool = False  # tests: a call's failure propagates after clean-up
     twilio_account_sid: str | None = None  # enables transfers (Twilio's REST API)
     twilio_api_base: str = "https://api.twilio.com"
@@ -72,7 +76,7 @@ class CallServer:
         self.config = config
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
-        self.live: dict[str, TwilioCall] = {}
+        self.live: dict[str, TwilioCall | WebRTCCall] = {}
         self.metrics = Metrics()
         self.draining = False
         self.call_control = None
@@ -89,6 +93,11 @@ class CallServer:
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics_text),
         ])
+        # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)
+        self.webrtc = register_webrtc_routes(
+            self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
+            live=self.live, config=replace(config.webrtc, reraise_call_errors=config.reraise_call_errors),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -219,14 +228,19 @@ class CallServer:
         return ws
 
 
-async def serve_forever(server: CallServer) -> None:
-    """Serve until SIGTERM (drain, then stop) or SIGINT (stop)."""
+async def serve_forever(server: CallServer, sip: "SipServer | None" = None) -> None:
+    """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given."""
     await server.start()
+    if sip is not None:
+        await sip.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
 
     async def on_sigterm() -> None:
-        await server.drain()
+        drains = [server.drain()]
+        if sip is not None:
+            drains.append(sip.drain(server.config.drain_grace_s, server.config.shutdown_farewell))
+        await asyncio.gather(*drains)
         stopping.set()
 
     drain_tasks: set[asyncio.Task] = set()
@@ -244,4 +258,6 @@ async def serve_forever(server: CallServer) -> None:
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         loop.remove_signal_handler(signal.SIGINT)
+        if sip is not None:
+            await sip.stop()
         await server.stop()

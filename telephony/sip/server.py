@@ -1,0 +1,368 @@
+"""The SIP user agent: one UDP socket for signalling, and the calls it answers.
+
+::
+
+    sip = SipServer(SipConfig(port=5060, allowed_networks=("203.0.113.0/24",)),
+                    agent_factory, store=http_server.store, pipeline_config=PipelineConfig())
+    port = await sip.start()     # binds UDP, starts REGISTER if configured
+    sip.draining = True          # new INVITEs get 503, live calls go on
+    await sip.drain(grace_s, farewell)   # SIGTERM: draining, wait, then farewell + BYE for the rest
+    await sip.stop()             # hangs up what is left (BYE), unregisters, closes the socket
+
+Requests are checked in this order: parse (bad datagrams are counted and dropped), source
+allow-list (403), retransmission (the cached response is sent again), then by method. An INVITE
+also meets: draining (503), capacity (486), digest auth when credentials are set (401), and an
+SDP offer with G.711 (488). In-dialog requests go to their :class:`SipCall`.
+
+Transactions are the small RFC 3261 subset a UA on UDP needs: final responses are cached per
+(branch, method) and replayed to retransmissions; our own requests are retransmitted from T1
+doubling to T2 until a final response; the 2xx to an INVITE is retransmitted until its ACK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import OrderedDict, deque
+
+from pipeline.builder import PipelineConfig
+from pipeline.records import CallStore, MemoryCallStore
+from telephony.sip.call import SipCall
+from telephony.sip.config import SipConfig
+from telephony.sip.digest import DigestServer
+from telephony.sip.errors import SdpParseError, SipError, SipParseError
+from telephony.sip.headers import NameAddr, Via
+from telephony.sip.media import RtpSession, random_tag
+from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to
+from telephony.sip.register import Registration
+from telephony.sip.sdp import SessionDescription, answer_offer
+from telephony.metrics import Metrics
+from telephony.twilio.call import AgentFactory
+
+log = logging.getLogger(__name__)
+
+T1_S = 0.5
+T2_S = 4.0
+ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, REFER, NOTIFY"
+_CACHE_SIZE = 2048
+_REFUSAL_REASONS = {401: "sip-unauthorized", 403: "sip-forbidden", 486: "sip-busy", 488: "sip-no-codec"}
+
+
+class SipServer(asyncio.DatagramProtocol):
+    """Owns the signalling socket, the transaction tables and the live calls."""
+
+    def __init__(self, config: SipConfig, agent_factory: AgentFactory, store: CallStore | None = None,
+                 pipeline_config: PipelineConfig | None = None, metrics: Metrics | None = None):
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.agent_factory = agent_factory
+        self.store = store or MemoryCallStore()
+        self.pipeline_config = pipeline_config or PipelineConfig()
+        self.draining = False
+        self.live: dict[str, SipCall] = {}
+        self.recent: deque[SipCall] = deque(maxlen=100)  # ended calls, newest last (history, stats)
+        self.port: int | None = None
+        self.bad_datagrams = 0
+        self.refused: dict[int, int] = {}  # status -> count of requests refused with it
+        self._digest = DigestServer(config.realm, dict(config.credentials)) if config.credentials else None
+        self._transport: asyncio.DatagramTransport | None = None
+        self._responses: OrderedDict[tuple[str, str], tuple[SipResponse, tuple]] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[SipResponse]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._refusal_logged: OrderedDict[str, float] = OrderedDict()
+        self.errors: list[BaseException] = []  # call failures kept for stop() when reraise_call_errors
+        self.registration: Registration | None = None
+        self._register_task: asyncio.Task | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_datagram_endpoint(
+            lambda: self, local_addr=(self.config.host, self.config.port))
+        self.port = self._transport.get_extra_info("sockname")[1]
+        log.info("SIP listening on udp://%s:%d (RTP %d-%d)", self.config.host, self.port,
+                 self.config.rtp_port_min, self.config.rtp_port_max)
+        if self.config.registration is not None:
+            self.registration = Registration(self, self.config.registration)
+            self._register_task = self._spawn(self.registration.run(), "register")
+        return self.port
+
+    async def drain(self, grace_s: float = 30.0, farewell: str = "I'm sorry, we have to end this call now. Goodbye.",
+                    end_timeout_s: float = 15.0) -> None:
+        """SIGTERM: new INVITEs get 503; live calls get ``grace_s`` to finish, then hear ``farewell`` and a BYE."""
+        self.draining = True
+        log.warning("SIP draining: no new calls; %d live call(s) get %.0f s to finish", len(self.live), grace_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self.live and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        for call in list(self.live.values()):
+            await call.end_politely(farewell)
+        deadline = loop.time() + end_timeout_s
+        while self.live and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        if self.live:
+            log.error("%d SIP call(s) did not end in time: %s", len(self.live), sorted(self.live))
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Refuse new calls, hang up the live ones (BYE), unregister, close the socket."""
+        self.draining = True
+        for call in list(self.live.values()):
+            await call.hangup("server shutting down")
+        if self._register_task is not None:
+            self._register_task.cancel()
+            await asyncio.gather(self._register_task, return_exceptions=True)
+            self._register_task = None
+        if self.registration is not None:
+            await self.registration.stop()
+        if self._tasks:
+            done, pending = await asyncio.wait(self._tasks, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        if self.errors:  # reraise_call_errors (tests): a call's failure surfaces here, after the clean-up
+            raise self.errors[0]
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        if self.config.reraise_call_errors:
+            self.errors.append(task.exception())  # type: ignore[arg-type]
+        else:
+            log.error("SIP task %s failed: %r", task.get_name(), task.exception())
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def send(self, message: SipRequest | SipResponse, addr: tuple[str, int]) -> None:
+        if self._transport is not None:
+            self._transport.sendto(bytes(message), addr)
+
+    def respond(self, request: SipRequest, addr: tuple[str, int], status: int, reason: str | None = None, *,
+                to_tag: str | None = None, headers: tuple = (), body: bytes = b"", refusal: str = "") -> SipResponse:
+        """Answer ``request`` (final answers are cached for retransmissions; ``refusal`` names a refused call)."""
+        new_call = request.method == "INVITE" and to_tag is None  # refused before any dialog existed
+        if status >= 200 and to_tag is None:
+            to_tag = random_tag()
+        extra = tuple(headers) + (("User-Agent", "parley"),)
+        if body:
+            extra += (("Content-Type", "application/sdp"),)
+        resp = response_to(request, status, reason, to_tag=to_tag, headers=extra, body=body)
+        self.send(resp, addr)
+        key = self._key(request)
+        if status >= 200 and key is not None:
+            self._responses[key] = (resp, addr)
+            while len(self._responses) > _CACHE_SIZE:
+                self._responses.popitem(last=False)
+        if status >= 300:
+            self.refused[status] = self.refused.get(status, 0) + 1
+            if new_call and status in _REFUSAL_REASONS and not refusal:
+                refusal = _REFUSAL_REASONS[status]
+            if refusal:
+                self.metrics.call_refused(refusal)
+        return resp
+
+    def new_request(self, method: str, uri: str, *, call_id: str, from_: str, to: str, cseq: int,
+                    headers: tuple = (), body: bytes = b"") -> SipRequest:
+        via = Via(self._contact_host, self.port, "UDP", (("branch", "z9hG4bK" + os.urandom(8).hex()), ("rport", None)))
+        base = (("Via", str(via)), ("Max-Forwards", "70"), ("From", from_), ("To", to), ("Call-ID", call_id),
+                ("CSeq", f"{cseq} {method}"), ("Contact", f"<{self.contact_uri}>"), ("User-Agent", "parley"))
+        return SipRequest(method=method, uri=uri, headers=base + tuple(headers), body=body)
+
+    @property
+    def _contact_host(self) -> str:
+        ip = self.config.contact_ip
+        return f"[{ip}]" if ":" in ip else ip
+
+    @property
+    def contact_uri(self) -> str:
+        return f"sip:parley@{self._contact_host}:{self.port}"
+
+    async def request(self, req: SipRequest, addr: tuple[str, int], timeout_s: float | None = None) -> SipResponse:
+        """Send ``req`` (retransmitting T1..T2) until a final response; TimeoutError after ``timeout_s``."""
+        branch = Via.parse(req.header("via") or "").branch or ""
+        fut: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
+        self._pending[branch] = fut
+        interval = T1_S
+        try:
+            async with asyncio.timeout(timeout_s or self.config.request_timeout_s):
+                while True:
+                    self.send(req, addr)
+                    done, _ = await asyncio.wait({fut}, timeout=interval)
+                    if done:
+                        return fut.result()
+                    interval = min(interval * 2, T2_S)
+        finally:
+            self._pending.pop(branch, None)
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        addr = (addr[0], addr[1])
+        if not data.strip(b"\r\n"):
+            return  # a CRLF keep-alive (RFC 5626)
+        try:
+            msg = parse_message(data)
+            if isinstance(msg, SipRequest):
+                self._check_request(msg)
+        except SipParseError as exc:
+            self.bad_datagrams += 1
+            log.debug("bad SIP datagram from %s dropped: %s", addr[0], exc)
+            return
+        if isinstance(msg, SipResponse):
+            self._on_response(msg)
+            return
+        try:
+            self._on_request(msg, addr)
+        except SipParseError as exc:  # a header we needed turned out malformed
+            self.bad_datagrams += 1
+            log.info("bad %s from %s: %s", msg.method, addr[0], exc)
+            if msg.method != "ACK":
+                self.respond(msg, addr, 400, "Bad Request")
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("SIP socket error: %s", exc)
+
+    @staticmethod
+    def _check_request(req: SipRequest) -> None:
+        """The headers every request needs before we may even answer it."""
+        for name in ("via", "from", "to", "call-id", "cseq"):
+            if req.header(name) is None:
+                raise SipParseError(f"{req.method} without {name}")
+        Via.parse(req.header("via") or "")
+        if req.cseq[1] != req.method:
+            raise SipParseError("CSeq method differs from the request method")
+
+    @staticmethod
+    def _key(req: SipRequest) -> tuple[str, str] | None:
+        branch = Via.parse(req.header("via") or "").branch
+        return (branch, req.method) if branch else None
+
+    def _on_response(self, resp: SipResponse) -> None:
+        try:
+            branch = Via.parse(resp.header("via") or "").branch or ""
+        except SipParseError:
+            self.bad_datagrams += 1
+            return
+        fut = self._pending.get(branch)
+        if fut is not None and not fut.done() and resp.status >= 200:
+            fut.set_result(resp)
+        elif resp.status >= 200 and fut is None:
+            call = self.live.get(resp.header("call-id") or "")
+            if call is not None:
+                call.on_stray_response(resp)
+
+    def _on_request(self, req: SipRequest, addr: tuple[str, int]) -> None:
+        if not self.config.source_allowed(addr[0]):
+            if self._should_log_refusal(addr[0]):
+                log.warning("refused %s from %s: not in the allowed networks", req.method, addr[0])
+            if req.method != "ACK":
+                self.respond(req, addr, 403, "Forbidden")
+            return
+        key = self._key(req)
+        if key is not None and key in self._responses and req.method != "ACK":
+            resp, to = self._responses[key]
+            self.send(resp, to)  # a retransmission: answer it the same way again
+            return
+        call = self.live.get(req.call_id)
+        method = req.method
+        if call is not None and not call.matches(req):
+            if method == "INVITE" and not NameAddr.parse(req.header("to") or "").tag:
+                self.respond(req, addr, 482, "Loop Detected")  # same Call-ID, not our dialog
+            elif method != "ACK":
+                self.respond(req, addr, 481)
+            return
+        if method == "INVITE":
+            if call is not None and NameAddr.parse(req.header("to") or "").tag is None:
+                call.on_invite_retransmitted(req, addr)
+            elif call is not None:
+                call.on_reinvite(req, addr)
+            else:
+                self._on_invite(req, addr)
+        elif method == "OPTIONS":
+            self.respond(req, addr, 200, headers=(("Allow", ALLOW), ("Accept", "application/sdp")))
+        elif method == "ACK":
+            if call is not None:
+                call.on_ack(req)
+        elif call is None:
+            self.respond(req, addr, 481)
+        elif method == "CANCEL":
+            call.on_cancel(req, addr)
+        elif method == "BYE":
+            call.on_bye(req, addr)
+        elif method == "NOTIFY":
+            call.on_notify(req, addr)
+        else:
+            self.respond(req, addr, 405, headers=(("Allow", ALLOW),))
+
+    def _should_log_refusal(self, ip: str, every_s: float = 60.0) -> bool:
+        """At most one warning a minute per refused source (a scan must not flood the log)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._refusal_logged.get(ip, -every_s) < every_s:
+            return False
+        self._refusal_logged[ip] = now
+        if len(self._refusal_logged) > 1024:
+            self._refusal_logged.popitem(last=False)
+        return True
+
+    def _on_invite(self, req: SipRequest, addr: tuple[str, int]) -> None:
+        NameAddr.parse(req.header("from") or "")  # malformed dialog headers: 400, before any work
+        if self.draining:
+            self.respond(req, addr, 503, headers=(("Retry-After", "30"),), refusal="draining")
+            return
+        if len(self.live) >= self.config.max_calls:
+            self.respond(req, addr, 486)
+            return
+        if NameAddr.parse(req.header("to") or "").tag:  # in-dialog INVITE for a call we do not know
+            self.respond(req, addr, 481)
+            return
+        if self._digest is not None:
+            credentials = req.header("authorization")
+            if self._digest.verify("INVITE", credentials) is None:
+                if credentials:
+                    log.warning("INVITE from %s: digest credentials refused", addr[0])
+                self.respond(req, addr, 401, headers=(("WWW-Authenticate", str(self._digest.challenge())),))
+                return
+        try:
+            offer = SessionDescription.parse(req.body)
+        except SdpParseError as exc:
+            log.info("INVITE from %s without a usable SDP offer: %s", addr[0], exc)
+            self.respond(req, addr, 488)
+            return
+        probe = answer_offer(offer, self.config.contact_ip, 0, codecs=self.config.codecs)
+        if probe is None:
+            self.respond(req, addr, 488)
+            return
+        self.respond(req, addr, 100)
+        self._spawn(self._answer(req, addr, offer), f"sip-call-{req.call_id}")
+
+    async def _answer(self, req: SipRequest, addr: tuple[str, int], offer: SessionDescription) -> None:
+        _, media = answer_offer(offer, self.config.contact_ip, 0, codecs=self.config.codecs)  # type: ignore[misc]
+        session = RtpSession(req.call_id, media, allowed_sources={addr[0]},
+                             jitter_depth=self.config.jitter_depth_packets)
+        try:
+            await session.open(self.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
+        except SipError as exc:
+            log.error("INVITE %s refused: %s", req.call_id, exc)
+            self.respond(req, addr, 503, refusal="sip-no-rtp-port")
+            return
+        call = SipCall(self, req, addr, offer, session)
+        self.live[call.call_id] = call
+        try:
+            await call.run()
+        finally:
+            self.live.pop(call.call_id, None)
+            self.recent.append(call)
+            session.close()
+

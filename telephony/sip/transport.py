@@ -1,0 +1,203 @@
+"""A pipecat transport over one call's RTP session (:class:`telephony.sip.media.RtpSession`).
+
+In: decoded 20 ms packets become ``InputAudioRawFrame`` (8 kHz), RFC 4733 key presses become
+``InputDTMFFrame``. A ``TransferCallFrame`` that the agent pushes upstream reaches the input
+transport and is handed to the call (``on_transfer``: a SIP REFER).
+
+Out: agent audio leaves as 20 ms RTP packets paced on an absolute clock (``next_send_s`` advances
+20 ms a packet; we sleep until it, never summing sleeps); an interruption drops the queued audio
+(pipecat's output base class) and restarts the clock. RTP has no playout echo, so audio is heard
+as it is sent: the :class:`PlayoutTracker` is fed that way, and a barge-in reports the words
+already played upstream as ``AgentSpeechHeardFrame``. ``OutputDTMFFrame`` is sent as RFC 4733.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+from pipecat.audio.dtmf.types import KeypadEntry
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    InputDTMFFrame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    OutputDTMFFrame,
+    OutputDTMFUrgentFrame,
+    StartFrame,
+    TTSTextFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.transports.base_input import BaseInputTransport
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import BaseTransport, TransportParams
+
+from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
+from telephony.sip.errors import SipError
+from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
+from telephony.twilio.playout import PlayoutTracker
+
+log = logging.getLogger(__name__)
+
+PACKET_S = 0.02
+
+
+class SipInputTransport(BaseInputTransport):
+    def __init__(self, session: RtpSession, on_transfer: Callable[[TransferCallFrame], Awaitable[None]],
+                 params: TransportParams, **kwargs):
+        super().__init__(params, **kwargs)
+        self._session = session
+        self._on_transfer = on_transfer
+        self._task: asyncio.Task | None = None
+        self._closing = False
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)
+        if self._task is None and not self._closing:  # a CancelFrame may overtake the StartFrame
+            self._task = self.create_task(self._receive())
+        await self.set_transport_ready(frame)
+
+    async def stop(self, frame: EndFrame):
+        self._closing = True
+        await super().stop(frame)
+        await self._stop_receiving()
+
+    async def cancel(self, frame: CancelFrame):
+        self._closing = True
+        await super().cancel(frame)
+        await self._stop_receiving()
+
+    async def _stop_receiving(self):
+        if self._task is not None:
+            await self.cancel_task(self._task)
+            self._task = None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, TransferCallFrame) and direction == FrameDirection.UPSTREAM:
+            await self._on_transfer(frame)
+            return
+        await super().process_frame(frame, direction)
+
+    async def _receive(self):
+        session = self._session
+        while True:
+            item = await session.queue.get()
+            if isinstance(item, AudioIn):
+                await self.push_audio_frame(
+                    InputAudioRawFrame(audio=item.pcm, sample_rate=SAMPLE_RATE_HZ, num_channels=1))
+            elif isinstance(item, DtmfIn):
+                try:
+                    entry = KeypadEntry(item.digit)
+                except ValueError:
+                    log.info("[%s] DTMF %r has no pipecat key; skipped", session.call_id, item.digit)
+                    continue
+                await self.push_frame(InputDTMFFrame(button=entry))
+
+
+class SipOutputTransport(BaseOutputTransport):
+    def __init__(self, session: RtpSession, tracker: PlayoutTracker, params: TransportParams, **kwargs):
+        super().__init__(params, **kwargs)
+        self._session = session
+        self._tracker = tracker
+        self._next_send_s = 0.0
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)
+        await self.set_transport_ready(frame)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
+            for word in frame.text.split():
+                self._tracker.add_word(word, None)
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):
+            await self._interrupted()
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            name = self._tracker.end()
+            if name is not None:
+                self._tracker.mark_echoed(name)  # sent in real time = played
+        await super().push_frame(frame, direction)
+
+    async def _interrupted(self) -> None:
+        self._next_send_s = 0.0
+        utt = self._tracker.clear()
+        if utt is None:
+            return
+        log.info("[%s] barge-in: utterance %d stopped after %.0f of %.0f ms",
+                 self._session.call_id, utt.number, utt.heard_ms, utt.sent_ms)
+        await self.push_frame(
+            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=utt.heard_text(),
+                                  complete=False),
+            FrameDirection.UPSTREAM,
+        )
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        session = self._session
+        if session.closed:
+            return False
+        if frame.sample_rate != SAMPLE_RATE_HZ:  # the base class resamples; this is a guard
+            log.warning("[%s] dropping audio at %d Hz", session.call_id, frame.sample_rate)
+            return False
+        pcm = np.frombuffer(frame.audio, dtype=np.int16)
+        for start in range(0, len(pcm), 160):
+            await self._wait_turn()
+            chunk = pcm[start:start + 160]
+            session.send_audio(chunk)
+            for name in self._tracker.audio_sent(len(chunk) * 1000.0 / SAMPLE_RATE_HZ):
+                self._tracker.mark_echoed(name)
+        return True
+
+    async def _wait_turn(self) -> None:
+        """Sleep until this packet's slot on the absolute clock (``next_send_s``), then book the next."""
+        now = time.monotonic()
+        if self._next_send_s < now - PACKET_S:  # idle, or just interrupted: a new clock starts now
+            self._next_send_s = now
+        delay = self._next_send_s - now
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._next_send_s += PACKET_S
+
+    def _supports_native_dtmf(self) -> bool:
+        return self._session.media.dtmf_payload_type is not None
+
+    async def _write_dtmf_native(self, frame: OutputDTMFFrame | OutputDTMFUrgentFrame):
+        buttons = frame.buttons or ([frame.button] if frame.button is not None else [])
+        for button in buttons:
+            try:
+                await self._session.send_dtmf(str(button.value))
+            except SipError as exc:
+                log.warning("[%s] %s", self._session.call_id, exc)
+
+
+class SipTransport(BaseTransport):
+    """Both halves of one SIP call's media."""
+
+    def __init__(self, session: RtpSession, *, on_transfer: Callable[[TransferCallFrame], Awaitable[None]],
+                 params: TransportParams | None = None):
+        super().__init__()
+        params = params or TransportParams(
+            audio_in_enabled=True,
+            audio_in_sample_rate=SAMPLE_RATE_HZ,
+            audio_out_enabled=True,
+            audio_out_sample_rate=SAMPLE_RATE_HZ,
+            audio_out_10ms_chunks=2,
+        )
+        self.session = session
+        self.tracker = PlayoutTracker()
+        self._input = SipInputTransport(session, on_transfer, params, name=f"sip-in-{session.call_id}")
+        self._output = SipOutputTransport(session, self.tracker, params, name=f"sip-out-{session.call_id}")
+
+    def input(self) -> SipInputTransport:
+        return self._input
+
+    def output(self) -> SipOutputTransport:
+        return self._output

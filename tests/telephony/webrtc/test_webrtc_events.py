@@ -1,0 +1,106 @@
+"""PageEventsObserver on a scripted timeline of frame pushes (no pipeline, no network)."""
+
+from __future__ import annotations
+
+import json
+
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    InterimTranscriptionFrame,
+    InterruptionFrame,
+    TranscriptionFrame,
+    TTSTextFrame,
+)
+from pipecat.observers.base_observer import FramePushed
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.utils.text.base_text_aggregator import TextType
+
+from pipeline.latency import TurnLatency
+from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver
+
+DOWN, UP = FrameDirection.DOWNSTREAM, FrameDirection.UPSTREAM
+STT, TTS, OUT, NEXT = object(), object(), object(), object()
+
+
+class Timeline:
+    def __init__(self):
+        self.sent: list[dict] = []
+        self.turn = 0
+        self.observer = PageEventsObserver(send=lambda m: self.sent.append(m.to_dict()), output_transport=OUT,
+                                           tts=TTS, turn_number=lambda: self.turn)
+
+    async def push(self, source, frame, direction=DOWN, first=True):
+        await self.observer.on_push_frame(FramePushed(source=source, destination=NEXT, frame=frame,
+                                                      direction=direction, timestamp=0, first_push=first))
+
+
+def _word(text: str) -> TTSTextFrame:
+    return TTSTextFrame(text, text_type=TextType.WORD)
+
+
+async def test_both_sides_of_two_turns_and_an_interruption():
+    t = Timeline()
+    # the greeting: said by the TTS, then played through the output transport word by word
+    for w in ("Hello", "there."):
+        frame = _word(w)
+        await t.push(TTS, frame)
+        await t.push(OUT, frame, first=False)
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    await t.push(OUT, BotStoppedSpeakingFrame(), UP)
+
+    # the caller: partials, then a final (each seen again downstream: counted once)
+    interim = InterimTranscriptionFrame("hello how", "u", "t")
+    await t.push(STT, interim)
+    await t.push(NEXT, interim, first=False)
+    await t.push(STT, TranscriptionFrame("hello how are you", "u", "t"))
+    t.turn = 1
+    frame = _word("You")
+    await t.push(TTS, frame)
+    await t.push(TTS, _word("said"))  # generated, never played: the caller barged in
+    await t.push(OUT, frame, first=False)
+    await t.push(NEXT, InterruptionFrame())
+
+    assert [(m["role"], m["text"], m["final"], m["turn"], m["interrupted"]) for m in t.sent] == [
+        ("agent", "Hello", False, 0, False),
+        ("agent", "Hello there.", False, 0, False),
+        ("agent", "Hello there.", True, 0, False),
+        ("user", "hello how", False, 1, False),
+        ("user", "hello how are you", True, 1, False),
+        ("agent", "You", False, 1, False),
+        ("agent", "You", True, 1, True),
+    ]
+    assert t.observer.lines[0].said_text == t.observer.lines[0].played_text == "Hello there."
+    assert t.observer.lines[1].said_text == "You said" and t.observer.lines[1].played_text == "You"
+    assert t.observer.lines[1].interrupted
+    assert all(json.loads(json.dumps(m)) == m for m in t.sent)  # what the connection JSON-encodes
+
+
+async def test_nothing_sent_for_blank_text_or_a_silent_stop():
+    t = Timeline()
+    await t.push(STT, TranscriptionFrame("  ", "u", "t"))
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    await t.push(NEXT, InterruptionFrame())
+    assert t.sent == []
+
+
+def test_latency_and_call_messages():
+    turn = TurnLatency(turn=2, end_of_speech_s=10.0, user_text="hi",
+                       at={"vad_stop": 10.2, "transport_first_byte": 10.45})
+    msg = LatencyMessage.of(turn).to_dict()
+    assert msg["type"] == "latency" and msg["turn"] == 2 and msg["user_text"] == "hi"
+    assert msg["latency_ms"]["vad_stop"] == 200.0 and msg["latency_ms"]["transport_first_byte"] == 450.0
+    assert msg["latency_ms"]["stt_final"] is None
+    assert CallMessage("ended", "WR1", "caller hung up").to_dict() == {
+        "type": "call", "state": "ended", "call_id": "WR1", "reason": "caller hung up"}
+
+
+async def test_a_reply_that_pauses_stays_one_line():
+    """Regression: playback pausing mid-greeting (TTS behind real time) split it into two lines."""
+    t = Timeline()
+    await t.push(OUT, _word("Hello,"), first=False)
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    await t.push(OUT, _word("this is parley."), first=False)
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    assert [(m["text"], m["final"], m["turn"]) for m in t.sent] == [
+        ("Hello,", False, 0), ("Hello,", True, 0), ("Hello, this is parley.", False, 0),
+        ("Hello, this is parley.", True, 0)]
