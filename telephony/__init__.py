@@ -6,6 +6,6 @@ Public API::
 """
 
 from telephony.server import CallServer, ServerConfig
-from telephony.twilio.call import CallInfo
+from telephony.calls import CallInfo
 
 __all__ = ["CallInfo", "CallServer", "ServerConfig"]

@@ -34,7 +34,8 @@ from telephony.errors import ProtocolError, TelephonyError
 from telephony.metrics import Metrics
 from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
-from telephony.twilio.call import AgentFactory, TwilioCall, read_start
+from telephony.calls import AgentFactory
+from telephony.twilio.call import TwilioCall, read_start
 from telephony.twilio.rest import TwilioCallControl
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
 from telephony.webrtc.call import WebRTCCall

@@ -32,8 +32,8 @@ from telephony.sip.media import RtpSession, random_tag
 from telephony.sip.message import SipRequest, SipResponse
 from telephony.sip.sdp import SessionDescription, answer_offer
 from telephony.sip.transport import SipTransport
-from telephony.twilio.call import CallInfo
-from telephony.twilio.playout import UtteranceState
+from telephony.calls import CallInfo
+from telephony.playout import UtteranceState
 
 if TYPE_CHECKING:
     from telephony.sip.server import SipServer

@@ -38,7 +38,7 @@ from telephony.sip.message import SipRequest, SipResponse, parse_message, respon
 from telephony.sip.register import Registration
 from telephony.sip.sdp import SessionDescription, answer_offer
 from telephony.metrics import Metrics
-from telephony.twilio.call import AgentFactory
+from telephony.calls import AgentFactory
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
-from telephony.twilio.playout import PlayoutTracker
+from telephony.playout import PlayoutTracker
 
 log = logging.getLogger(__name__)
 

@@ -10,47 +10,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from aiohttp import WSMsgType, web
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
-from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from pipeline.builder import PipelineConfig, build_pipeline
-from pipeline.latency import LatencyObserver, TurnLatency
 from pipeline.frames import TransferCallFrame
+from pipeline.latency import LatencyObserver, TurnLatency
+from pipeline.records import CallRecord, CallStore
+from telephony.calls import AgentFactory, CallControl, CallInfo
 from telephony.errors import ProtocolError, TelephonyError
 from telephony.metrics import Metrics
-from pipeline.records import CallRecord, CallStore
+from telephony.playout import UtteranceState
 from telephony.twilio.messages import Connected, Start, parse_twilio
-from telephony.twilio.playout import UtteranceState
 from telephony.twilio.transport import TwilioTransport, drain_playout
 
 log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 10.0
 MAX_HANDSHAKE_MESSAGES = 20
-
-
-@dataclass(frozen=True)
-class CallInfo:
-    """What an agent factory learns about a new call."""
-
-    call_sid: str
-    transport: str
-    params: dict[str, str] = field(default_factory=dict)
-
-
-AgentFactory = Callable[[CallInfo], FrameProcessor]
-
-
-class CallControl(Protocol):
-    """Acts on a live call outside its media stream (Twilio's REST API: ``TwilioCallControl``)."""
-
-    async def transfer(self, call_sid: str, kind: str, target: str) -> dict: ...
 
 
 class HandshakeError(ProtocolError):

@@ -43,7 +43,7 @@ from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.errors import ProtocolError
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
-from telephony.twilio.playout import PlayoutTracker, Utterance, UtteranceState
+from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
 

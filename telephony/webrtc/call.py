@@ -30,7 +30,7 @@ from pipecat.workers.runner import WorkerRunner
 from pipeline.builder import PipelineConfig, build_pipeline
 from pipeline.latency import LatencyObserver, TurnLatency
 from pipeline.records import CallRecord, CallStore
-from telephony.twilio.call import AgentFactory, CallInfo
+from telephony.calls import AgentFactory, CallInfo
 from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver, PageMessage
 
 log = logging.getLogger(__name__)

@@ -27,11 +27,11 @@ from pathlib import Path
 
 from aiohttp import web
 from aiortc.sdp import candidate_from_sdp
-from pipecat.transports.smallwebrtc.connection import IceServer, SmallWebRTCConnection
+from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 
 from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore
-from telephony.twilio.call import AgentFactory
+from telephony.calls import AgentFactory
 from telephony.webrtc import ice
 from telephony.webrtc.call import WebRTCCall
 from telephony.webrtc.errors import SignalingError, UnknownPeerError

@@ -1,6 +1,6 @@
 """PlayoutTracker: marks out, echoes in, heard text out."""
 
-from telephony.twilio.playout import PlayoutTracker, UtteranceState
+from telephony.playout import PlayoutTracker, UtteranceState
 
 
 def _speak(tracker: PlayoutTracker, words: list[str], total_ms: float, chunk_ms: float = 20.0) -> list[str]:

@@ -1,0 +1,31 @@
+"""What every transport's calls share: what an agent factory learns, and call control.
+
+Transports (Twilio, WebRTC, SIP) build one agent per call through an ``AgentFactory``; the
+composition root (``deploy/cli.py``) supplies it, so ``telephony`` never imports ``agent``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipecat.processors.frame_processor import FrameProcessor
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """What an agent factory learns about a new call."""
+
+    call_sid: str
+    transport: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+AgentFactory = Callable[[CallInfo], FrameProcessor]
+
+
+class CallControl(Protocol):
+    """Acts on a live call outside its media stream (Twilio's REST API: ``TwilioCallControl``)."""
+
+    async def transfer(self, call_sid: str, kind: str, target: str) -> dict: ...
