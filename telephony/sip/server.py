@@ -61,6 +61,7 @@ class SipServer(asyncio.DatagramProtocol):
         self.pipeline_config = pipeline_config or PipelineConfig()
         self.draining = False
         self.live: dict[str, SipCall] = {}
+        self._answering: set[str] = set()  # Call-IDs whose INVITE is being set up
         self.recent: deque[SipCall] = deque(maxlen=100)  # ended calls, newest last (history, stats)
         self.port: int | None = None
         self.bad_datagrams = 0
@@ -284,6 +285,9 @@ class SipServer(asyncio.DatagramProtocol):
                 self.respond(req, addr, 481)
             return
         if method == "INVITE":
+            if call is None and req.call_id in self._answering:
+                self.respond(req, addr, 100)  # a retransmission while its call is being set up
+                return
             if call is not None and NameAddr.parse(req.header("to") or "").tag is None:
                 call.on_invite_retransmitted(req, addr)
             elif call is not None:
@@ -345,6 +349,9 @@ class SipServer(asyncio.DatagramProtocol):
             self.respond(req, addr, 488)
             return
         self.respond(req, addr, 100)
+        # Regression guard: an INVITE and its retransmission arriving together once started two
+        # calls for one Call-ID; the Call-ID is claimed here, before anything is awaited.
+        self._answering.add(req.call_id)
         self._spawn(self._answer(req, addr, offer), f"sip-call-{req.call_id}")
 
     async def _answer(self, req: SipRequest, addr: tuple[str, int], offer: SessionDescription) -> None:
@@ -354,11 +361,15 @@ class SipServer(asyncio.DatagramProtocol):
         try:
             await session.open(self.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
         except SipError as exc:
+            self._answering.discard(req.call_id)
             log.error("INVITE %s refused: %s", req.call_id, exc)
             self.respond(req, addr, 503, refusal="sip-no-rtp-port")
             return
-        call = SipCall(self, req, addr, offer, session)
-        self.live[call.call_id] = call
+        try:
+            call = SipCall(self, req, addr, offer, session)
+            self.live[call.call_id] = call
+        finally:
+            self._answering.discard(req.call_id)
         try:
             await call.run()
         finally:

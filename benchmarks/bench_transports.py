@@ -1,0 +1,338 @@
+"""Voice-to-voice latency over Twilio, WebRTC and SIP, one server, one run; then a mixed load.
+
+Question: from the end of the caller's speech to the first agent audio the caller receives
+(``v2v_ms``), how do the three ways into parley compare on the same server, agent and pipeline,
+and does a mixed load of concurrent calls over all three lose audio?
+
+One real ``parley serve --agent echo --sip-port P`` process on loopback. Scripted callers, all
+speaking flite's voice in real time and measuring on their own clock:
+
+- Twilio: ``telephony.caller.run_call`` (Media Streams over a WebSocket, 8 kHz mu-law);
+- WebRTC: ``telephony.webrtc.client.place_call`` (aiortc, Opus, 16 kHz microphone); that client
+  says one clip per call, so a WebRTC "call of n turns" is n one-turn calls, one after another;
+  it speaks ``--webrtc-lead-s`` after connecting, once the greeting has played;
+- SIP: ``telephony.sip.caller.place_sip_call`` (UDP, RTP PCMU 20 ms).
+
+Phase 1: ``--turns`` turns per transport, calls alternating between transports so machine noise
+hits all alike. Phase 2: ``--mixed`` calls at once, split round-robin over the three transports,
+``--mixed-turns`` turns each. Lost audio, per transport: SIP, RTP sequence gaps seen by the
+caller (plus late packets, > 60 ms behind the talkspurt clock) and the server's own inbound
+queue drops (``dropped_packets`` in the call record); WebRTC and Twilio: not measured by the
+callers (the WebRTC client keeps its peer connection's stats to itself; Twilio rides on TCP, and
+the Twilio caller does not report playout underruns) -- reported as null. Every transport also
+reports the server record's ``stats`` counters, summed.
+
+A turn where the caller talked over the agent (the greeting was late under load, or a reply was
+still playing: Twilio ``barged_in``/``clear``, SIP energy during the caller's speech, WebRTC the
+greeting's final transcript after the caller started) measures nothing sure: ``v2v_ms_p*`` leave
+it out, ``overlapped_turns`` counts it, ``v2v_ms_p50_incl_overlapped`` shows what it would do.
+The Twilio and SIP callers wait up to 10 s for a greeting; the WebRTC client cannot wait for
+one, it speaks after a fixed lead (``--webrtc-lead-s``, ``--mixed-webrtc-lead-s``).
+Prints one JSON line.
+
+    .venv/bin/python benchmarks/bench_transports.py            # 6 turns each, 16 mixed calls
+    .venv/bin/python benchmarks/bench_transports.py --quick    # 3 turns each, 3 mixed calls
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.audio.flite import synthesize_flite  # noqa: E402
+from pipeline.audio.g711 import resample  # noqa: E402
+from pipeline.audio.wav import trim_silence  # noqa: E402
+from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
+from telephony.errors import CallerError  # noqa: E402
+from telephony.sip.caller import place_sip_call  # noqa: E402
+from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
+from telephony.webrtc import ice  # noqa: E402
+from telephony.webrtc.client import place_call  # noqa: E402
+
+TOKEN = "bench-token-" + "0" * 20
+TRANSPORTS = ("twilio", "webrtc", "sip")
+GREETING_WAIT_S = 10.0  # Twilio and SIP callers: how long a greeting may take to start (load delays it)
+PHRASES = [
+    "hello how are you",
+    "i would like to check my account",
+    "can you help me please",
+    "my name is john smith",
+    "i want to change my address",
+    "what are your opening hours",
+    "i have a question about my bill",
+    "yes that is right",
+    "no thank you",
+    "could you repeat that please",
+    "i need to talk to someone",
+    "my order has not arrived yet",
+]
+
+
+def _free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
+
+    def __init__(self, db_dir: str):
+        self.port = _free_port()
+        self.sip_port = _free_port(socket.SOCK_DGRAM)
+        env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN}
+        cmd = [sys.executable, "-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(self.port),
+               "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"), "--log-level", "WARNING"]
+        self.log_path = Path(db_dir) / "server.log"  # a file, not a pipe: a full pipe would stall the server
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+    async def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_tail()}")
+            try:
+                _, w = await asyncio.open_connection("127.0.0.1", self.port)
+                w.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.2)
+        raise TimeoutError("server did not start")
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def record(self, sid: str) -> dict:
+        """The server's record of a call (``{}`` if it cannot be had)."""
+        url = f"{self.base}/calls/{sid}"
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+                for _ in range(10):  # the server may still be closing the call
+                    async with http.get(url, headers={SIGNATURE_HEADER: compute_signature(TOKEN, url, {})}) as r:
+                        if r.status != 200:
+                            return {}
+                        data = await r.json(content_type=None)
+                    if data.get("ended"):
+                        return data
+                    await asyncio.sleep(0.3)
+                return data
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return {}
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def warnings(self) -> tuple[int, list[str]]:
+        """How many lines the server logged at WARNING or above, and the three commonest (digits
+        masked, so one message about many calls counts as one)."""
+        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines()
+                 if any(w in ln for w in ("WARNING", "ERROR", "CRITICAL"))]
+        levels = re.compile(r"WARNING|ERROR|CRITICAL")
+        kinds = collections.Counter(re.sub(r"[0-9a-f]{8,}|\d+", "#", ln[levels.search(ln).start():])[:160]  # type: ignore[union-attr]
+                                    for ln in lines)
+        return len(lines), [f"{n}x {k}" for k, n in kinds.most_common(3)]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Voice:
+    """Each phrase synthesised once: 16 kHz for WebRTC, 8 kHz for SIP (Twilio's caller runs flite itself)."""
+
+    def __init__(self) -> None:
+        self.pcm16k: dict[str, np.ndarray] = {}
+        self.pcm8k: dict[str, np.ndarray] = {}
+
+    async def prepare(self, phrases: list[str]) -> None:
+        for p in phrases:
+            pcm, rate = await synthesize_flite(p)
+            pcm = trim_silence(pcm, rate)
+            self.pcm16k[p] = resample(pcm, rate, 16000)
+            self.pcm8k[p] = resample(pcm, rate, 8000)
+
+
+def _empty() -> dict:
+    return {"v2v": [], "v2v_overlapped": [], "unanswered": 0, "failed_calls": 0, "errors": [],
+            "rtp": collections.Counter(), "server_stats": collections.Counter()}
+
+
+def _add_stats(out: dict, record: dict) -> None:
+    for k, v in (record.get("stats") or {}).items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out["server_stats"][k] += v
+
+
+async def twilio_call(server: Server, phrases: list[str], out: dict) -> None:
+    report = await run_call(CallerConfig(
+        url=f"ws://127.0.0.1:{server.port}/twilio/stream", auth_token=TOKEN,
+        utterances=tuple(Utterance(text=p) for p in phrases), timeout_s=40 + 10 * len(phrases),
+        greeting_quiet_s=GREETING_WAIT_S))
+    for t in report.turns:  # talked over the agent (greeting or reply still playing): v2v is suspect
+        out["v2v_overlapped" if t.barged_in or t.clear_received else "v2v"].append(t.v2v_ms)
+    out["unanswered"] += len(phrases) - len(report.turns)  # turns never spoken (the call ended early)
+    _add_stats(out, await server.record(report.call_sid))
+
+
+async def webrtc_call(server: Server, phrases: list[str], out: dict, voice: Voice, lead_s: float) -> None:
+    for p in phrases:  # the client says one clip per call
+        arrivals: list[tuple[float, dict]] = []
+
+        def until(messages: list[dict]) -> bool:
+            while len(arrivals) < len(messages):
+                arrivals.append((time.monotonic(), messages[len(arrivals)]))
+            return any(m.get("type") == "transcript" and m.get("role") == "agent" and m.get("turn") == 1
+                       and m.get("final") for m in messages)
+
+        pcm = voice.pcm16k[p]
+        result = await place_call(server.base, pcm, 16000, until=until, timeout_s=40.0, lead_s=lead_s)
+        greeting_done = next((t for t, m in arrivals if m.get("type") == "transcript" and m.get("role") == "agent"
+                              and m.get("final") and not m.get("turn")), None)
+        if result.speech_end_s is not None and greeting_done is not None and \
+                greeting_done > result.speech_end_s - pcm.size / 16000:
+            out["v2v_overlapped"].append(result.v2v_ms)  # spoke before the greeting's text was final
+        else:
+            out["v2v"].append(result.v2v_ms)
+        if result.call_id:
+            _add_stats(out, await server.record(result.call_id))
+
+
+async def sip_call(server: Server, phrases: list[str], out: dict, voice: Voice) -> None:
+    report = await place_sip_call("127.0.0.1", server.sip_port, [voice.pcm8k[p] for p in phrases],
+                                  greeting_wait_s=GREETING_WAIT_S, timeout_s=40 + 10 * len(phrases))
+    for t in report.turns:
+        out["v2v_overlapped" if t.overlapped else "v2v"].append(t.v2v_ms)
+    out["unanswered"] += len(phrases) - len(report.turns)  # turns never spoken (the call ended early)
+    for k in ("received", "lost", "late", "out_of_order", "duplicates"):
+        out["rtp"][k] += getattr(report.rtp, k)
+    out["rtp"]["calls_with_2_senders"] += report.rtp.ssrcs > 1
+    out["rtp"]["max_late_ms"] = max(out["rtp"]["max_late_ms"], round(report.rtp.max_late_ms, 1))
+    _add_stats(out, await server.record(report.call_id))
+
+
+async def one_call(kind: str, server: Server, phrases: list[str], out: dict, voice: Voice, lead_s: float) -> None:
+    try:
+        if kind == "twilio":
+            await twilio_call(server, phrases, out)
+        elif kind == "webrtc":
+            await webrtc_call(server, phrases, out, voice, lead_s)
+        else:
+            await sip_call(server, phrases, out, voice)
+    except (CallerError, OSError, TimeoutError) as exc:
+        out["failed_calls"] += 1
+        out["errors"].append(f"{type(exc).__name__}: {exc}"[:200])
+
+
+def pct(values: list[float | None]) -> dict[str, float | None]:
+    v = np.array([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        return {"p50": None, "p95": None, "p99": None, "n": 0}
+    return {"p50": round(float(np.percentile(v, 50)), 1), "p95": round(float(np.percentile(v, 95)), 1),
+            "p99": round(float(np.percentile(v, 99)), 1), "n": int(v.size)}
+
+
+def summarise(prefix: str, results: dict[str, dict], out: dict) -> None:
+    for kind, r in results.items():
+        p = pct(r["v2v"])
+        for k in ("p50", "p95", "p99"):
+            out[f"{prefix}{kind}_v2v_ms_{k}"] = p[k]
+        out[f"{prefix}{kind}_turns_answered"] = p["n"]
+        out[f"{prefix}{kind}_overlapped_turns"] = len(r["v2v_overlapped"])
+        out[f"{prefix}{kind}_v2v_ms_p50_incl_overlapped"] = pct(r["v2v"] + r["v2v_overlapped"])["p50"]
+        out[f"{prefix}{kind}_unanswered_turns"] = r["unanswered"] + sum(
+            1 for x in r["v2v"] + r["v2v_overlapped"] if x is None)
+        out[f"{prefix}{kind}_failed_calls"] = r["failed_calls"]
+        if r["errors"]:
+            out[f"{prefix}{kind}_errors"] = r["errors"][:3]
+        if kind == "sip":
+            out[f"{prefix}sip_rtp_lost"] = r["rtp"]["lost"]
+            out[f"{prefix}sip_rtp_late_60ms"] = r["rtp"]["late"]
+            out[f"{prefix}sip_rtp_received"] = r["rtp"]["received"]
+            out[f"{prefix}sip_rtp_max_late_ms"] = r["rtp"]["max_late_ms"]
+            out[f"{prefix}sip_calls_with_2_rtp_senders"] = r["rtp"]["calls_with_2_senders"]
+            out[f"{prefix}sip_server_dropped_in"] = r["server_stats"].get("dropped_packets")
+        else:
+            out[f"{prefix}{kind}_frames_lost"] = None  # not measured (see the docstring)
+        out[f"{prefix}{kind}_server_stats"] = dict(r["server_stats"])
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, default=6, help="turns at one call, per transport (default %(default)s)")
+    ap.add_argument("--turns-per-call", type=int, default=3)
+    ap.add_argument("--mixed", type=int, default=16, help="concurrent calls over all transports (default %(default)s)")
+    ap.add_argument("--mixed-turns", type=int, default=2, help="turns per mixed call")
+    ap.add_argument("--webrtc-lead-s", type=float, default=4.0, help="WebRTC caller's silence before speaking")
+    ap.add_argument("--mixed-webrtc-lead-s", type=float, default=8.0, help="the same in the mixed load")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="3 turns per transport, 3 mixed calls of 2 turns")
+    args = ap.parse_args()
+    if args.quick:
+        args.turns, args.turns_per_call, args.mixed, args.mixed_turns = 3, 3, 3, 2
+    rng = random.Random(args.seed)
+    ice.pin_host_addresses(ice.LOOPBACK)
+    voice = Voice()
+    await voice.prepare(PHRASES)
+
+    t0 = time.perf_counter_ns()
+    with tempfile.TemporaryDirectory(prefix="parley-bench-") as db_dir:
+        server = Server(db_dir)
+        try:
+            await server.wait_ready()
+            warm = {k: _empty() for k in TRANSPORTS}
+            for kind in TRANSPORTS:  # warm-up: one call each (loads the STT decoder, binds SIP)
+                await one_call(kind, server, ["hello how are you"], warm[kind], voice, args.webrtc_lead_s)
+            single = {k: _empty() for k in TRANSPORTS}
+            for _ in range(max(1, args.turns // args.turns_per_call)):
+                phrases = rng.sample(PHRASES, args.turns_per_call)
+                for kind in TRANSPORTS:  # alternate: noise hits all alike
+                    await one_call(kind, server, phrases, single[kind], voice, args.webrtc_lead_s)
+            mixed = {k: _empty() for k in TRANSPORTS}
+            load_before = os.getloadavg()[0]
+            await asyncio.gather(*(
+                one_call(TRANSPORTS[i % 3], server, rng.sample(PHRASES, args.mixed_turns), mixed[TRANSPORTS[i % 3]],
+                         voice, args.mixed_webrtc_lead_s)
+                for i in range(args.mixed)))
+        finally:
+            server.stop()
+        server_warnings, warning_kinds = server.warnings()
+
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    out: dict[str, object] = {
+        "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
+        "turns_per_transport": args.turns, "mixed_calls": args.mixed, "mixed_turns": args.mixed_turns,
+        "cpus": os.cpu_count(), "loadavg_1m_before_mixed": round(load_before, 2),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "server_log_warnings": server_warnings, "server_log_warning_kinds": warning_kinds,
+        "warmup_failed_calls": {k: w["failed_calls"] for k, w in warm.items()},
+    }
+    summarise("", single, out)
+    summarise(f"mixed{args.mixed}_", mixed, out)
+    out["wall_s"] = round((time.perf_counter_ns() - t0) / 1e9, 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
