@@ -104,13 +104,12 @@ def _agent_factory(spec_path: Path):
         from agent.echo import EchoAgentProcessor
 
         return lambda _info: EchoAgentProcessor()
-    from agent.embedded import EmbeddedAgentProcessor
+    from agent.factory import build_agent
     from agent.spec import load_spec
-    from agent.tools import ToolBox
 
     spec = load_spec(spec_path, env=os.environ)
     logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
-    return lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec), call_sid=info.call_sid)
+    return lambda info: build_agent(spec, call_sid=info.call_sid, params=info.params, env=os.environ)
 
 
 def _sip_server(args: argparse.Namespace, agent_factory, server):
