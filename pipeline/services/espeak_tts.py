@@ -65,25 +65,41 @@ class PhraseTextAggregator(SimpleTextAggregator):
 
     A phrase is cut only when no sentence boundary is pending in the buffer (the sentence logic
     keeps its lookahead) and the phrase has at least ``min_chars`` characters.
+
+    ``first_words``: the first cut of each response comes as soon as that many words are
+    complete, so speech starts one word after the LLM's first token instead of one phrase after
+    it (benchmarks/bench_llm_to_audio.py measures the difference); 0 turns this off.
     """
 
-    def __init__(self, *, min_chars: int = 12, language: str | None = None) -> None:
+    def __init__(self, *, min_chars: int = 12, first_words: int = 1, language: str | None = None) -> None:
         super().__init__(aggregation_type=TextType.SENTENCE, language=language)
         self._min_chars = min_chars
+        self._first_words = first_words
+        self._cuts = 0  # cuts made in the current response
 
     async def aggregate(self, text: str) -> AsyncIterator[PipecatAggregation]:
         for char in text:
             async for sentence in super().aggregate(char):
+                self._cuts += 1
                 yield sentence
             buffered = self._text
-            if (
-                char.isspace()
-                and buffered.rstrip()[-1:] in _PHRASE_MARKS
-                and len(buffered.strip()) >= self._min_chars
-                and not any(c in SENTENCE_ENDING_PUNCTUATION for c in buffered)
+            if not char.isspace() or any(c in SENTENCE_ENDING_PUNCTUATION for c in buffered):
+                continue
+            first = self._cuts == 0 and self._first_words > 0
+            if (first and len(buffered.split()) >= self._first_words) or (
+                buffered.rstrip()[-1:] in _PHRASE_MARKS and len(buffered.strip()) >= self._min_chars
             ):
                 self._text = ""
+                self._cuts += 1
                 yield PipecatAggregation(text=buffered.strip(), type=TextType.SENTENCE)
+
+    async def flush(self) -> PipecatAggregation | None:
+        self._cuts = 0  # the response is over: the next one starts with a quick first cut again
+        return await super().flush()
+
+    async def handle_interruption(self):
+        self._cuts = 0
+        await super().handle_interruption()
 
 
 class EspeakTTSService(TTSService):
@@ -95,6 +111,7 @@ class EspeakTTSService(TTSService):
     sample_rate: output rate; None takes the pipeline's ``audio_out_sample_rate``.
     aggregation: "sentence" (default), "phrase" or "token" (see the module docstring).
     min_phrase_chars: shortest phrase "phrase" aggregation cuts off.
+    first_phrase_words: "phrase" speaks each response's first N words at once (0: off).
     """
 
     def __init__(
@@ -107,6 +124,7 @@ class EspeakTTSService(TTSService):
         sample_rate: int | None = None,
         aggregation: Aggregation = "sentence",
         min_phrase_chars: int = 12,
+        first_phrase_words: int = 1,
         **kwargs,
     ) -> None:
         if chunk_ms <= 0:
@@ -129,7 +147,8 @@ class EspeakTTSService(TTSService):
         if aggregation == "phrase":
             # pipecat 1.14 takes no aggregator argument; its own is swapped for a phrase cutter.
             self._text_aggregator = PhraseTextAggregator(
-                min_chars=min_phrase_chars, language=self._text_aggregator.language
+                min_chars=min_phrase_chars, first_words=first_phrase_words,
+                language=self._text_aggregator.language,
             )
         self._voice = voice
         self._rate_wpm = rate_wpm

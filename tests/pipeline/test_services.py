@@ -165,9 +165,24 @@ async def test_tts_phrase_aggregation_cuts_at_commas():
     frames = [LLMFullResponseStartFrame(), *[LLMTextFrame(t) for t in tokens]]
     frames += [LLMFullResponseEndFrame(), SleepFrame()]
     down, _ = await run_test(
-        EspeakTTSService(sample_rate=8000, aggregation="phrase", min_phrase_chars=8),
+        EspeakTTSService(sample_rate=8000, aggregation="phrase", min_phrase_chars=8, first_phrase_words=0),
         frames_to_send=frames,
     )
     spoken = [f.text for f in of(down, AggregatedTextFrame) if not isinstance(f, TTSTextFrame)]
     assert spoken[:2] == ["Well, I think that we could,", "maybe try again tomorrow."]
     assert of(down, TTSAudioRawFrame)
+
+
+async def test_tts_phrase_aggregation_speaks_the_first_word_at_once():
+    tokens = ["Sure", ", I", " think", " that we could,", " maybe", " try again", " tomorrow."]
+    frames = [LLMFullResponseStartFrame(), *[LLMTextFrame(t) for t in tokens], LLMFullResponseEndFrame()]
+    frames += [LLMFullResponseStartFrame(), *[LLMTextFrame(t) for t in tokens], LLMFullResponseEndFrame()]
+    frames += [SleepFrame()]
+    down, _ = await run_test(
+        EspeakTTSService(sample_rate=8000, aggregation="phrase", min_phrase_chars=8),
+        frames_to_send=frames,
+    )
+    spoken = [f.text for f in of(down, AggregatedTextFrame) if not isinstance(f, TTSTextFrame)]
+    # each response starts with its first word alone, then phrases as before
+    once = ["Sure,", "I think that we could,", "maybe try again tomorrow."]
+    assert spoken == once + once
