@@ -76,6 +76,7 @@ class TwilioCall:
         self._worker = None
         self.transport = TwilioTransport(ws, start, call_id=self.call_sid, on_closed=self._on_socket_closed)
         self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
+        self.transport.link.on_change = self.sync
 
     async def _on_socket_closed(self, reason: str) -> None:
         if self._worker is not None:

@@ -82,6 +82,9 @@ class _Link:
         self.stats = TwilioCallStats()
         self.closed_reason: str | None = None
         self.pending_transfer: TransferCallFrame | None = None
+        # called when what was said or heard changed (an utterance ended, was heard, was cleared),
+        # so the call record is written as the call goes
+        self.on_change: Callable[[], None] = lambda: None
 
     async def send(self, message) -> bool:
         if self.ws.closed:
@@ -189,6 +192,7 @@ class TwilioInputTransport(BaseInputTransport):
                 link.stats.marks_echoed += 1
                 utt = link.tracker.mark_echoed(message.name)
                 if utt is not None and utt.state is UtteranceState.HEARD:
+                    link.on_change()
                     await self._report_heard(utt)
             elif isinstance(message, Dtmf):
                 link.stats.dtmf.append(message.digit)
@@ -257,6 +261,8 @@ class TwilioOutputTransport(BaseOutputTransport):
             name = self._link.tracker.end()
             if name is not None and await self._link.send(OutMark(self._link.start.stream_sid, name)):
                 self._link.stats.marks_sent += 1
+            if name is not None:
+                self._link.on_change()
         await super().push_frame(frame, direction)
 
     async def _clear(self) -> None:
@@ -268,6 +274,7 @@ class TwilioOutputTransport(BaseOutputTransport):
         if await link.send(Clear(link.start.stream_sid)):
             link.stats.clears_sent += 1
         heard = utt.heard_text()
+        link.on_change()
         log.info("[%s] barge-in: utterance %d cleared after %.0f of %.0f ms",
                  link.call_id, utt.number, utt.heard_ms, utt.sent_ms)
         await self.push_frame(

@@ -11,10 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import aiohttp
-
+from pipeline.records_sqlite import SQLiteCallStore
 from telephony.caller import CallerConfig, Utterance, run_call
-from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "process-test-token-0123456789"
@@ -58,17 +56,20 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
             Utterance(text="can you help me please"),
         ))))
         sid = None
-        async with aiohttp.ClientSession() as s:
-            for _ in range(400):  # until the call is recorded and its first turn answered
-                await asyncio.sleep(0.1)
-                if sid is None:
-                    listed = await _listed(db)
-                    sid = listed[0]["call_sid"] if listed else None
-                    continue
-                rec_url = f"http://127.0.0.1:{port}/calls/{sid}"
-                async with s.get(rec_url, headers={SIGNATURE_HEADER: compute_signature(TOKEN, rec_url, {})}) as r:
-                    turns = (await r.json())["turns"]
-                if turns and turns[0]["agent_text"]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 90
+        while loop.time() < deadline:  # until the call is recorded and its first turn answered
+            await asyncio.sleep(0.2)
+            if not db.exists():
+                continue
+            store = SQLiteCallStore(db)  # a second reader beside the server (WAL)
+            try:
+                calls = store.list()
+            finally:
+                store.close()
+            if calls:
+                sid = calls[0].call_sid
+                if calls[0].turns and calls[0].turns[0].agent_text_heard:  # the reply played out
                     break
         assert sid is not None
         proc.send_signal(signal.SIGKILL)  # no clean-up of any kind
@@ -88,11 +89,3 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
     assert record["turns"] and record["turns"][0]["user_text"]  # what was said so far is there
     assert record["turns"][0]["agent_text"].startswith("You said")
     assert record["greeting"]
-
-
-async def _listed(db: Path) -> list[dict]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "deploy.cli", "calls", "list", "--json", "--db", str(db), cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-    out, _ = await proc.communicate()
-    return json.loads(out or b"[]") if proc.returncode == 0 else []
