@@ -83,15 +83,24 @@ class PhraseTextAggregator(SimpleTextAggregator):
                 self._cuts += 1
                 yield sentence
             buffered = self._text
-            if not char.isspace() or any(c in SENTENCE_ENDING_PUNCTUATION for c in buffered):
-                continue
-            first = self._cuts == 0 and self._first_words > 0
-            if (first and len(buffered.split()) >= self._first_words) or (
-                buffered.rstrip()[-1:] in _PHRASE_MARKS and len(buffered.strip()) >= self._min_chars
+            if (
+                char.isspace()
+                and buffered.rstrip()[-1:] in _PHRASE_MARKS
+                and len(buffered.strip()) >= self._min_chars
+                and not any(c in SENTENCE_ENDING_PUNCTUATION for c in buffered)
             ):
                 self._text = ""
                 self._cuts += 1
                 yield PipecatAggregation(text=buffered.strip(), type=TextType.SENTENCE)
+        # The response's first words go out as soon as the text that came so far completes them
+        # (a whole sentence that arrived at once was cut above, with its prosody intact).
+        if self._cuts == 0 and self._first_words > 0:
+            head, sep, tail = self._text.rpartition(" ")
+            if (sep and len(head.split()) >= self._first_words
+                    and not any(c in SENTENCE_ENDING_PUNCTUATION for c in head)):
+                self._text = tail
+                self._cuts += 1
+                yield PipecatAggregation(text=head.strip(), type=TextType.SENTENCE)
 
     async def flush(self) -> PipecatAggregation | None:
         self._cuts = 0  # the response is over: the next one starts with a quick first cut again

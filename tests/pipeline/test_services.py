@@ -186,3 +186,12 @@ async def test_tts_phrase_aggregation_speaks_the_first_word_at_once():
     # each response starts with its first word alone, then phrases as before
     once = ["Sure,", "I think that we could,", "maybe try again tomorrow."]
     assert spoken == once + once
+
+
+async def test_tts_phrase_aggregation_keeps_a_sentence_that_came_whole():
+    """Regression: the first-word cut split whole greetings ("Thank" / "you for calling...")."""
+    frames = [LLMFullResponseStartFrame(), LLMTextFrame("Thank you for calling. How can I help?"),
+              LLMFullResponseEndFrame(), SleepFrame()]
+    down, _ = await run_test(EspeakTTSService(sample_rate=8000, aggregation="phrase"), frames_to_send=frames)
+    spoken = [f.text for f in of(down, AggregatedTextFrame) if not isinstance(f, TTSTextFrame)]
+    assert spoken == ["Thank you for calling.", "How can I help?"]
