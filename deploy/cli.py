@@ -72,6 +72,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="do not check X-Twilio-Signature (local work only; logged loudly)")
     p.add_argument("--vad", choices=["webrtc", "silero"], default="silero",
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
+    p.add_argument("--stt", choices=["ssm", "sphinx"], default="ssm",
+                   help="speech recognizer: parley's streaming SSM model (models/stt) or the "
+                   "pocketsphinx baseline (default %(default)s)")
     p.add_argument("--turn", choices=["silence", "smart-turn"], default="silence",
                    help="end of turn: a silence timer, or pipecat's smart-turn v3 model (default %(default)s)")
     p.add_argument("--silence-ms", type=int, default=200,
@@ -157,7 +160,7 @@ def _serve(args: argparse.Namespace) -> int:
             PipelineConfig.stock_pipecat()
             if args.stock_pipecat
             else PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0,
-                                text_aggregation=args.text_aggregation)
+                                text_aggregation=args.text_aggregation, stt=args.stt)
         ),
     )
     server = CallServer(config, agent_factory=agent_factory, store=store)
@@ -173,6 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
+    from pipeline.stt_eval import register_cli as register_stt_eval
+    from ssm_engine.stt.cli import register_cli as register_stt
     from telephony.caller import register_cli as register_call
 
     parser = argparse.ArgumentParser(
@@ -185,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     register_call(sub)
     register_calls(sub)
+    register_stt(sub)  # parley data stt, parley train stt
+    register_stt_eval(sub)  # parley eval stt
     return parser
 
 

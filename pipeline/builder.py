@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 VadKind = Literal["webrtc", "silero"]
 TurnKind = Literal["silence", "smart-turn"]
-SttKind = Literal["sphinx"]
+SttKind = Literal["sphinx", "ssm"]
 TtsKind = Literal["espeak"]
 Aggregation = Literal["phrase", "sentence"]
 
@@ -73,7 +73,7 @@ class PipelineConfig:
         for name, value, allowed in (
             ("vad", self.vad, ("webrtc", "silero")),
             ("turn", self.turn, ("silence", "smart-turn")),
-            ("stt", self.stt, ("sphinx",)),
+            ("stt", self.stt, ("sphinx", "ssm")),
             ("tts", self.tts, ("espeak",)),
             ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
         ):
@@ -107,6 +107,10 @@ def _make_turn_stop(config: PipelineConfig):
 
 
 def _make_stt(config: PipelineConfig) -> FrameProcessor:
+    if config.stt == "ssm":  # parley's own recognizer (models/stt), all calls through one batcher
+        from pipeline.services.ssm_stt import SSMSTTService
+
+        return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5)
     from pipeline.services.sphinx_stt import SphinxSTTService
 
     # finalized transcripts end the turn at once; the p99 only bounds the wait when one is late

@@ -1,6 +1,7 @@
-"""pipecat services backed by the offline engines in ``pipeline.engines``."""
+"""pipecat services backed by the offline engines in ``pipeline.engines`` and ``ssm_engine``."""
 
 from pipeline.services.espeak_tts import EspeakTTSService, PhraseTextAggregator
 from pipeline.services.sphinx_stt import SphinxSTTService
+from pipeline.services.ssm_stt import SSMSTTService
 
-__all__ = ["EspeakTTSService", "PhraseTextAggregator", "SphinxSTTService"]
+__all__ = ["EspeakTTSService", "PhraseTextAggregator", "SSMSTTService", "SphinxSTTService"]

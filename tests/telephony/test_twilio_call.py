@@ -172,3 +172,22 @@ async def test_goodbye_gets_a_farewell_and_the_agent_hangs_up(server):
     assert 'parley_calls_total{transport="twilio"} 1' in text
     assert 'parley_live_calls{transport="twilio"} 0' in text
     assert 'parley_turn_latency_ms_count{transport="twilio",mark="transport_first_byte"} 1' in text
+
+
+async def test_a_loopback_call_transcribed_by_the_ssm_recognizer():
+    """The shipped SSM model (models/stt) in the live pipeline of a Twilio call."""
+    from pipeline.builder import PipelineConfig
+    from telephony.server import CallServer, ServerConfig
+
+    srv = CallServer(ServerConfig(port=0, auth_token=TOKEN, pipeline=PipelineConfig(stt="ssm")),
+                     agent_factory=lambda _info: EchoAgentProcessor())
+    port = await srv.start()
+    try:
+        said = ["i would like to check my account", "my phone number is five five five"]
+        report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
+                                             utterances=tuple(Utterance(text=t) for t in said), timeout_s=60))
+    finally:
+        await srv.stop()
+    heard = [t.agent_transcript or "" for t in report.turns]
+    assert len(heard) == 2 and all(t.agent_audio_bytes > 0 for t in report.turns)
+    assert _wer(said, heard) <= 0.5, list(zip(said, heard))

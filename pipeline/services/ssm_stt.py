@@ -1,0 +1,312 @@
+"""parley's own streaming SSM recogniser as a pipecat STT service, finalized by the VAD.
+
+    stt = SSMSTTService()                 # models/stt, rate from the pipeline (8 or 16 kHz)
+    Pipeline([transport.input(), VADProcessor(vad_analyzer=...), stt, user_aggregator, ...])
+
+Same contract as ``SphinxSTTService`` (read its docstring): between utterances the last
+``preroll_s`` of audio is kept; ``VADUserStartedSpeakingFrame`` opens an utterance with that
+pre-roll; ``InterimTranscriptionFrame``s follow as the greedy transcript grows;
+``VADUserStoppedSpeakingFrame`` feeds ``flush_s`` (0.1 s) of silence (the CTC model emits its
+last characters 100-200 ms late; the VAD has already waited ``stop_secs`` of silence, which the
+model has seen, so a short flush suffices), pushes the final ``TranscriptionFrame`` with
+``finalized=True`` and records the time from the stop signal in ``final_latencies_s``.
+
+Model steps never run on the event loop: every call of the process shares one ``SSMSTTEngine``
+per model directory, whose ``BatchRunner`` thread steps all open utterances together, one
+batched 20 ms step per tick; the service awaits the runner's futures. 16 kHz input is resampled
+to the model's 8 kHz with a streaming soxr resampler per utterance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncGenerator
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import soxr
+import torch
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    ErrorFrame,
+    Frame,
+    InterimTranscriptionFrame,
+    StartFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.settings import STTSettings
+from pipecat.services.stt_service import STTService
+from pipecat.transcriptions.language import Language
+from pipecat.utils.time import time_now_iso8601
+
+from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from ssm_engine import BatchRunner, SSMEngineError
+from ssm_engine.stt.errors import AudioInputError
+from ssm_engine.stt.model import STTModel, load_stt
+from ssm_engine.stt.stream import RecognizerStream
+
+__all__ = ["DEFAULT_MODEL_DIR", "SSMSTTEngine", "SSMUtterance", "SSMSTTService"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
+SUPPORTED_RATES_HZ = (8000, 16000)
+
+_AUDIO, _START, _STOP, _CLOSE = "audio", "start", "stop", "close"
+
+
+class SSMUtterance:
+    """One utterance at the caller's rate: resamples to the model's rate, feeds a stream."""
+
+    def __init__(self, engine: SSMSTTEngine, sample_rate_hz: int) -> None:
+        model_rate = engine.model.config.sample_rate_hz
+        self._resampler = (soxr.ResampleStream(sample_rate_hz, model_rate, 1, dtype="float32",
+                                               quality="HQ")
+                           if sample_rate_hz != model_rate else None)
+        self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s)
+
+    @property
+    def text(self) -> str:
+        return self._stream.text
+
+    def push(self, pcm: bytes | np.ndarray) -> Future | None:
+        """int16 PCM at the utterance's rate. -> Future of log-probs (or None, nothing to run)."""
+        try:
+            x = _as_float(pcm)
+            if self._resampler is not None:
+                x = self._resampler.resample_chunk(x)
+            return self._stream.push(x) if x.size else None
+        except AudioInputError as exc:
+            raise AudioFormatError(str(exc)) from exc
+
+    def finish(self) -> list[Future]:
+        """Flush the resampler, pad with silence, close. -> futures to ``take`` in order."""
+        futures = []
+        if self._resampler is not None:
+            rest = self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+            fut = self._stream.push(rest) if rest.size else None
+            if fut is not None:
+                futures.append(fut)
+        futures.append(self._stream.finish())
+        return futures
+
+    def take(self, log_probs: torch.Tensor) -> bool:
+        return self._stream.take(log_probs)
+
+    def finish_sync(self) -> str:
+        """Blocking finish (evaluation, scripts): the final transcript."""
+        for fut in self.finish():
+            self.take(fut.result())
+        return self.text
+
+    def abort(self) -> None:
+        self._stream.abort()
+
+
+def _as_float(pcm: bytes | np.ndarray) -> np.ndarray:
+    if isinstance(pcm, (bytes, bytearray, memoryview)):
+        if len(pcm) % 2:
+            raise AudioFormatError(f"16-bit PCM needs an even byte count, got {len(pcm)}")
+        pcm = np.frombuffer(pcm, dtype="<i2")
+    x = np.asarray(pcm)
+    if x.dtype == np.int16:
+        return x.astype(np.float32) / 32768.0
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise AudioFormatError("audio holds NaN or infinite samples")
+    return x
+
+
+class SSMSTTEngine:
+    """A loaded STTModel and the BatchRunner thread that steps every utterance of the process.
+
+    ``SSMSTTEngine.shared(model_dir)`` returns one started engine per directory (thread-safe);
+    construct one directly (and ``close()`` it) in tests."""
+
+    _shared: dict[Path, SSMSTTEngine] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
+                 flush_s: float = 0.1) -> None:
+        t0 = time.perf_counter()
+        if not isinstance(model, STTModel):
+            try:
+                model = load_stt(model)
+            except SSMEngineError as exc:
+                raise EngineUnavailableError(f"SSM STT model failed to load: {exc} (train one "
+                                             f"with `parley train stt`)") from exc
+        self.model = model.eval()
+        self.flush_s = flush_s
+        self.runner = BatchRunner(self.model, name="ssm-stt-runner")
+        self.runner.start()
+        self.load_s = time.perf_counter() - t0
+
+    @classmethod
+    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR) -> SSMSTTEngine:
+        key = Path(model_dir).resolve()
+        with cls._shared_lock:
+            engine = cls._shared.get(key)
+            if engine is None:
+                engine = cls._shared[key] = cls(key)
+            return engine
+
+    def open(self, sample_rate_hz: int) -> SSMUtterance:
+        if sample_rate_hz not in SUPPORTED_RATES_HZ:
+            raise AudioFormatError(f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_RATES_HZ}")
+        return SSMUtterance(self, sample_rate_hz)
+
+    def transcribe(self, pcm: np.ndarray | bytes, sample_rate_hz: int, chunk_ms: int = 20) -> str:
+        """Stream one whole clip through, ``chunk_ms`` at a time (blocking)."""
+        utt = self.open(sample_rate_hz)
+        x = np.frombuffer(pcm, "<i2") if isinstance(pcm, (bytes, bytearray)) else np.asarray(pcm)
+        step = sample_rate_hz * chunk_ms // 1000
+        for i in range(0, len(x), step):
+            fut = utt.push(x[i:i + step])
+            if fut is not None:
+                utt.take(fut.result())
+        return utt.finish_sync()
+
+    def close(self) -> None:
+        self.runner.stop()
+
+
+class SSMSTTService(STTService):
+    """Streaming SSM recogniser for pipecat (see module docstring).
+
+    engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir)``, loaded at start).
+    sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
+    preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
+    """
+
+    def __init__(self, *, engine: SSMSTTEngine | None = None,
+                 model_dir: str | Path = DEFAULT_MODEL_DIR, sample_rate: int | None = None,
+                 preroll_s: float = 0.5, ttfs_p99_latency: float = 0.1, **kwargs) -> None:
+        super().__init__(sample_rate=sample_rate, ttfs_p99_latency=ttfs_p99_latency,
+                         settings=STTSettings(model="parley-ssm-stt", language=Language.EN),
+                         **kwargs)
+        self._engine = engine
+        self._model_dir = model_dir
+        self._preroll_s = preroll_s
+        self._utt: SSMUtterance | None = None
+        self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+        self._preroll: collections.deque[bytes] = collections.deque()
+        self._preroll_bytes = 0
+        self.final_latencies_s: collections.deque[float] = collections.deque(maxlen=1000)
+        """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        if self.sample_rate not in SUPPORTED_RATES_HZ:
+            raise AudioFormatError(f"SSMSTTService: sample rate {self.sample_rate} not in "
+                                   f"{SUPPORTED_RATES_HZ}")
+        if self._engine is None:
+            self._engine = await asyncio.to_thread(SSMSTTEngine.shared, self._model_dir)
+        self._worker = self.create_task(self._decode_loop(), name="ssm_stt_decode")
+
+    async def stop(self, frame: EndFrame) -> None:
+        """Finish what is queued (an open utterance is finalized), then stop."""
+        if self._worker is not None:
+            await self._queue.put((_STOP, time.perf_counter()))
+            await self._queue.put((_CLOSE, None))
+            await self._worker
+            self._worker = None
+        await super().stop(frame)
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        if self._worker is not None:
+            await self.cancel_task(self._worker)
+            self._worker = None
+        if self._utt is not None:
+            self._utt.abort()
+            self._utt = None
+        await super().cancel(frame)
+
+    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
+        """Queue audio for the decode task; results are pushed from there."""
+        await self._queue.put((_AUDIO, audio))
+        yield None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            await self._queue.put((_START, None))
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            await self._queue.put((_STOP, time.perf_counter()))
+
+    async def _decode_loop(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            for kind, group in itertools.groupby(batch, key=lambda item: item[0]):
+                args = [arg for _, arg in group]
+                if kind == _CLOSE:
+                    return
+                try:
+                    if kind == _AUDIO:
+                        await self._on_audio(b"".join(args))  # type: ignore[arg-type]
+                    else:
+                        for arg in args:
+                            await self._on_command(kind, arg)
+                except (PipelineError, SSMEngineError) as exc:
+                    await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
+
+    async def _on_audio(self, audio: bytes) -> None:
+        if self._utt is None:
+            self._keep_preroll(audio)
+            return
+        await self._feed(audio)
+
+    async def _feed(self, audio: bytes) -> None:
+        assert self._utt is not None
+        fut = self._utt.push(audio)
+        if fut is not None and self._utt.take(await asyncio.wrap_future(fut)):
+            await self.push_frame(InterimTranscriptionFrame(
+                self._utt.text, self._user_id, time_now_iso8601(), Language.EN))
+
+    async def _on_command(self, kind: str, arg: object) -> None:
+        assert self._engine is not None
+        if kind == _START and self._utt is None:
+            preroll = b"".join(self._preroll)
+            self._preroll.clear()
+            self._preroll_bytes = 0
+            self._utt = self._engine.open(self.sample_rate)
+            if preroll:
+                await self._feed(preroll)
+        elif kind == _STOP and self._utt is not None:
+            utt, self._utt = self._utt, None
+            for fut in utt.finish():
+                utt.take(await asyncio.wrap_future(fut))
+            await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
+
+    def _keep_preroll(self, audio: bytes) -> None:
+        self._preroll.append(audio)
+        self._preroll_bytes += len(audio)
+        limit = int(self._preroll_s * self.sample_rate) * 2
+        while self._preroll and self._preroll_bytes - len(self._preroll[0]) >= limit:
+            self._preroll_bytes -= len(self._preroll.popleft())
+
+    async def _push_final(self, text: str, stop_received: float) -> None:
+        if text:
+            await self.emit_stt_usage_metrics()
+            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+            frame.finalized = True
+            await self.push_frame(frame)
+        latency = time.perf_counter() - stop_received
+        self.final_latencies_s.append(latency)
+        logger.debug("ssm stt final (%d chars) %.1f ms after end of speech", len(text),
+                     latency * 1000)

@@ -1,0 +1,213 @@
+"""Score speech-to-text engines on a manifest: ``parley eval stt``.
+
+    parley eval stt --engine ssm --manifest data/stt/v1/heldout.tsv --rate 8000 --codec mulaw --json
+
+Each clip (``path<TAB>text``) is resampled to ``--rate``, optionally sent through a G.711 mu-law
+round trip (the phone channel), and streamed to the engine 20 ms at a time as fast as it
+goes. Reported, as one JSON object: ``n``, ``wer`` and ``cer`` (corpus-level, after the same
+``normalize_text`` for every engine: lower case, numbers as words, no punctuation), ``rtf``
+(processing time / audio time, one thread), and the final latency after the end of the audio
+(from the last chunk's result to the final transcript: the flush / end-of-utterance search)
+at p50 and p95 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
+stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+
+from pipeline.audio.g711 import resample, ulaw_decode, ulaw_encode
+from pipeline.audio.wav import read_wav
+from pipeline.errors import PipelineError
+from ssm_engine.data.manifest import read_manifest
+from ssm_engine.stt.decode import cer, wer
+from ssm_engine.stt.text import normalize_text
+
+__all__ = ["EvalResult", "evaluate", "register_cli", "make_engine"]
+
+Codec = Literal["mulaw", "none"]
+CHUNK_MS = 20
+
+
+class _Streamer(Protocol):
+    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]: ...
+
+
+@dataclass
+class EvalResult:
+    engine: str
+    manifest: str
+    rate_hz: int
+    codec: str
+    n: int
+    wer: float
+    cer: float
+    rtf: float
+    final_latency_ms_p50: float
+    final_latency_ms_p95: float
+    audio_s: float
+    by_voice: dict[str, dict[str, float]] = field(default_factory=dict)
+    examples: list[dict[str, str]] = field(default_factory=list)
+
+
+class _SSM:
+    def __init__(self, rate_hz: int, model_dir: str | None) -> None:
+        from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine
+
+        self.engine = SSMSTTEngine(model_dir or DEFAULT_MODEL_DIR)
+        self.rate_hz = rate_hz
+
+    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
+        utt = self.engine.open(self.rate_hz)
+        step = self.rate_hz * CHUNK_MS // 1000
+        for i in range(0, len(pcm), step):
+            fut = utt.push(pcm[i:i + step])
+            if fut is not None:
+                utt.take(fut.result())
+        t0 = time.perf_counter()
+        text = utt.finish_sync()
+        return text, time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class _Sphinx:
+    def __init__(self, rate_hz: int) -> None:
+        from pipeline.engines.sphinx import SphinxEngine
+
+        self.engine = SphinxEngine(sample_rate_hz=rate_hz)
+        self.rate_hz = rate_hz
+
+    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
+        self.engine.start_utt()
+        step = self.rate_hz * CHUNK_MS // 1000
+        for i in range(0, len(pcm), step):
+            self.engine.feed(pcm[i:i + step])
+        t0 = time.perf_counter()
+        text = self.engine.end_utt()
+        return text, time.perf_counter() - t0
+
+    def close(self) -> None:
+        pass
+
+
+def make_engine(name: str, rate_hz: int, model_dir: str | None = None) -> _SSM | _Sphinx:
+    if name == "ssm":
+        return _SSM(rate_hz, model_dir)
+    if name == "pocketsphinx":
+        return _Sphinx(rate_hz)
+    raise PipelineError(f"unknown STT engine {name!r} (ssm, pocketsphinx)")
+
+
+def _channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.ndarray:
+    pcm = resample(pcm, rate, to_rate)
+    if codec == "mulaw":
+        pcm = ulaw_decode(ulaw_encode(pcm))
+    return pcm
+
+
+def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
+             codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
+             progress: bool = False) -> EvalResult:
+    """Run one engine over a manifest; see the module docstring for what is measured."""
+    if rate_hz not in (8000, 16000):
+        raise PipelineError(f"--rate must be 8000 or 16000, got {rate_hz}")
+    rows = read_manifest(manifest)
+    if limit is not None and len(rows) > limit:
+        stride = len(rows) / limit
+        rows = [rows[int(i * stride)] for i in range(limit)]
+    voice_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
+    voice_of = ({p: v for p, v in read_manifest(voice_file)} if voice_file.exists() else {})
+    clips, voices = [], []
+    for path, text in rows:
+        pcm, rate = read_wav(path)
+        clips.append((_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
+        voices.append(voice_of.get(path, ""))
+    engine = make_engine(engine_name, rate_hz, model_dir)
+    refs, hyps, finals = [], [], []
+    busy_s = audio_s = 0.0
+    it = clips
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(clips, desc=f"eval stt {engine_name}", unit="utt")
+    try:
+        engine.transcribe_timed(clips[0][0][: rate_hz // 2])          # warm-up
+        for pcm, ref in it:
+            t0 = time.perf_counter()
+            hyp, final_s = engine.transcribe_timed(pcm)
+            busy_s += time.perf_counter() - t0
+            audio_s += len(pcm) / rate_hz
+            refs.append(ref)
+            hyps.append(normalize_text(hyp))
+            finals.append(final_s * 1000.0)
+    finally:
+        engine.close()
+    by_voice = {}
+    for v in sorted(set(voices) - {""}):
+        idx = [i for i, x in enumerate(voices) if x == v]
+        r, h = [refs[i] for i in idx], [hyps[i] for i in idx]
+        by_voice[v] = {"n": len(idx), "wer": round(wer(r, h), 4), "cer": round(cer(r, h), 4)}
+    return EvalResult(
+        engine=engine_name, manifest=str(manifest), rate_hz=rate_hz, codec=codec, n=len(refs),
+        wer=round(wer(refs, hyps), 4), cer=round(cer(refs, hyps), 4),
+        rtf=round(busy_s / max(audio_s, 1e-9), 4),
+        final_latency_ms_p50=round(float(np.percentile(finals, 50)), 2),
+        final_latency_ms_p95=round(float(np.percentile(finals, 95)), 2),
+        audio_s=round(audio_s, 1), by_voice=by_voice,
+        examples=[{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:5]])
+
+
+def register_cli(subparsers) -> None:
+    """Add ``eval stt`` (under a shared ``eval`` group) to an argparse subparsers object."""
+    from ssm_engine.stt.cli import group_subparsers
+
+    group = group_subparsers(subparsers, "eval", "measure engines")
+    p = group.add_parser("stt", help="WER/CER/RTF/final latency of an STT engine on a manifest")
+    p.add_argument("--engine", choices=["ssm", "pocketsphinx"], default="ssm")
+    p.add_argument("--manifest", required=True, help="path<TAB>text lines")
+    p.add_argument("--rate", type=int, choices=[8000, 16000], default=8000)
+    p.add_argument("--codec", choices=["mulaw", "none"], default="mulaw")
+    p.add_argument("--limit", type=int, default=None, help="evenly spread subset of N clips")
+    p.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
+    p.add_argument("--out", default=None, help="also write the JSON object to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object (no progress bar)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    res = evaluate(args.engine, args.manifest, rate_hz=args.rate, codec=args.codec,
+                   limit=args.limit, model_dir=args.model, progress=not args.json)
+    doc = asdict(res)
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        for k, v in doc.items():
+            if k != "examples":
+                print(f"{k:>22}: {v}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.stt_eval eval stt ...`` before the command is wired into parley."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.stt_eval")
+    register_cli(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Causal log-mel front end with conv subsampling, frame-by-frame or whole-clip.
+
+Audio at ``sample_rate_hz`` (8 kHz) comes in steps of ``step_samples`` (160 = 20 ms). Each step
+yields ``mels_per_step`` (2) windows of ``win_samples`` (200 = 25 ms) every ``hop_samples``
+(80 = 10 ms), each window ending at the newest sample it covers: nothing looks ahead. Log-mel
+features are normalised with fixed per-bin statistics (buffers set from training data once), so
+normalisation is the same on the first frame of a call as on the last. Two causal 1-D convs
+(kernel 3 at 100 Hz, then kernel 4 stride 2) bring the features to one vector per 20 ms step.
+
+Streaming state (per stream): ``fe_audio`` (b, win - hop, the last samples), ``fe_mel``
+(b, 2, n_mels) and ``fe_conv`` (b, 2, channels): the left context of the two convolutions.
+Zero state == zero left padding in ``forward``, so stepping equals the whole-clip path.
+
+Shapes: forward(audio (b, n*step)) -> (b, n, d_out); step(audio (b, step), state) -> (b, d_out).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["LogMelFrontEnd", "mel_filterbank"]
+
+
+def _hz_to_mel(f: torch.Tensor) -> torch.Tensor:
+    return 2595.0 * torch.log10(1.0 + f / 700.0)
+
+
+def _mel_to_hz(m: torch.Tensor) -> torch.Tensor:
+    return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
+
+
+def mel_filterbank(n_fft: int, sample_rate_hz: int, n_mels: int, f_min_hz: float, f_max_hz: float
+                   ) -> torch.Tensor:
+    """HTK triangular mel filters, (n_fft // 2 + 1, n_mels)."""
+    freqs = torch.linspace(0.0, sample_rate_hz / 2.0, n_fft // 2 + 1, dtype=torch.float64)
+    mel_pts = torch.linspace(float(_hz_to_mel(torch.tensor(f_min_hz))),
+                             float(_hz_to_mel(torch.tensor(f_max_hz))), n_mels + 2,
+                             dtype=torch.float64)
+    hz = _mel_to_hz(mel_pts)
+    lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+    up = (freqs[None, :] - lo) / (mid - lo)
+    down = (hi - freqs[None, :]) / (hi - mid)
+    fb = torch.clamp(torch.minimum(up, down), min=0.0)
+    return fb.T.to(torch.float32).contiguous()
+
+
+class LogMelFrontEnd(nn.Module):
+    def __init__(self, *, sample_rate_hz: int, step_samples: int, hop_samples: int,
+                 win_samples: int, n_fft: int, n_mels: int, channels: int, d_out: int) -> None:
+        super().__init__()
+        if step_samples != 2 * hop_samples:
+            raise ValueError("step_samples must be 2 * hop_samples (two mel frames per step)")
+        if not hop_samples < win_samples <= n_fft:
+            raise ValueError("need hop_samples < win_samples <= n_fft")
+        self.step_samples, self.hop, self.win, self.n_fft = step_samples, hop_samples, win_samples, n_fft
+        self.n_mels, self.channels = n_mels, channels
+        self.context = win_samples - hop_samples
+        self.register_buffer("window", torch.hann_window(win_samples, periodic=False),
+                             persistent=False)
+        self.register_buffer("melfb", mel_filterbank(n_fft, sample_rate_hz, n_mels, 60.0,
+                                                     min(3800.0, sample_rate_hz / 2.0 - 100.0)),
+                             persistent=False)
+        self.register_buffer("feat_mean", torch.zeros(n_mels))
+        self.register_buffer("feat_std", torch.ones(n_mels))
+        self.conv1 = nn.Conv1d(n_mels, channels, kernel_size=3)
+        self.conv2 = nn.Conv1d(channels, d_out, kernel_size=4, stride=2)
+
+    # -- features ---------------------------------------------------------------------------------
+    def log_mel(self, padded: torch.Tensor) -> torch.Tensor:
+        """padded audio (b, context + n*hop) -> raw log-mel (b, n, n_mels)."""
+        frames = padded.unfold(1, self.win, self.hop) * self.window     # (b, n, win)
+        spec = torch.fft.rfft(frames, n=self.n_fft)
+        power = spec.real.square() + spec.imag.square()
+        return torch.log(power @ self.melfb + 1e-6)
+
+    def normalise(self, mel: torch.Tensor) -> torch.Tensor:
+        return (mel - self.feat_mean) / self.feat_std
+
+    @torch.no_grad()
+    def set_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.feat_mean.copy_(mean)
+        self.feat_std.copy_(std.clamp_min(1e-3))
+
+    # -- state ------------------------------------------------------------------------------------
+    def init_state(self, batch: int, device: torch.device | None = None) -> dict[str, torch.Tensor]:
+        dev = device if device is not None else self.conv1.weight.device
+        return {"fe_audio": torch.zeros(batch, self.context, device=dev),
+                "fe_mel": torch.zeros(batch, 2, self.n_mels, device=dev),
+                "fe_conv": torch.zeros(batch, 2, self.channels, device=dev)}
+
+    # -- paths ------------------------------------------------------------------------------------
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        """audio (b, n*step_samples) -> (b, n, d_out), from zero state."""
+        b, n_samples = audio.shape
+        padded = torch.cat([audio.new_zeros(b, self.context), audio], dim=1)
+        mel = self.normalise(self.log_mel(padded))                      # (b, 2n, n_mels)
+        x = F.pad(mel.transpose(1, 2), (2, 0))                          # zero left context
+        c1 = F.gelu(self.conv1(x))                                      # (b, C, 2n)
+        c2 = F.gelu(self.conv2(F.pad(c1, (2, 0))))                      # (b, d_out, n)
+        return c2.transpose(1, 2)
+
+    def step(self, audio: torch.Tensor, state: dict[str, torch.Tensor]
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """audio (b, step_samples) -> ((b, d_out), new state tensors)."""
+        padded = torch.cat([state["fe_audio"], audio], dim=1)          # (b, context + step)
+        mel = self.normalise(self.log_mel(padded))                      # (b, 2, n_mels)
+        mel_ctx = torch.cat([state["fe_mel"], mel], dim=1)              # (b, 4, n_mels)
+        c1 = F.gelu(self.conv1(mel_ctx.transpose(1, 2)))                # (b, C, 2)
+        c1 = c1.transpose(1, 2)
+        c1_ctx = torch.cat([state["fe_conv"], c1], dim=1)               # (b, 4, C)
+        y = F.gelu(self.conv2(c1_ctx.transpose(1, 2)))[:, :, 0]         # (b, d_out)
+        new = {"fe_audio": padded[:, -self.context:], "fe_mel": mel_ctx[:, -2:],
+               "fe_conv": c1_ctx[:, -2:]}
+        return y, new

@@ -1,0 +1,104 @@
+"""RecognizerStream: one utterance of one caller, stepped on a shared BatchRunner.
+
+    runner = BatchRunner(model); runner.start()
+    rs = RecognizerStream(runner, model.config)        # opens a stream on the runner
+    fut = rs.push(samples)                             # 8 kHz int16/float; None if < 20 ms queued
+    if fut is not None and rs.take(fut.result()):      # (await asyncio.wrap_future(fut) in asyncio)
+        print("partial:", rs.text)
+    rs.take(rs.finish().result())                      # pads with flush_s of silence, closes
+    print("final:", rs.text)
+
+The stream keeps the samples that do not fill a whole 20 ms step until the next push. Results
+must be taken in the order the futures were made (the runner runs them in that order anyway).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+import torch
+
+from ..runner import BatchRunner
+from .decode import StreamingGreedyDecoder
+from .errors import AudioInputError
+from .model import STTConfig
+
+__all__ = ["RecognizerStream", "as_float"]
+
+
+def as_float(samples: np.ndarray | bytes) -> np.ndarray:
+    """int16 PCM (array or bytes) or float samples -> float32 in [-1, 1]; rejects NaN/inf."""
+    if isinstance(samples, (bytes, bytearray, memoryview)):
+        if len(samples) % 2:
+            raise AudioInputError(f"16-bit PCM needs an even byte count, got {len(samples)}")
+        samples = np.frombuffer(samples, dtype="<i2")
+    x = np.asarray(samples)
+    if x.ndim != 1:
+        raise AudioInputError(f"expected mono samples (1-D), got shape {x.shape}")
+    if x.dtype == np.int16:
+        return x.astype(np.float32) / 32768.0
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise AudioInputError("audio holds NaN or infinite samples")
+    return x
+
+
+class RecognizerStream:
+    """See the module docstring. Not thread-safe: one owner (an asyncio task, a loop)."""
+
+    def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2) -> None:
+        self._runner = runner
+        self._step = config.step_samples
+        self._flush_steps = max(1, round(flush_s * config.frame_rate_hz))
+        self._rest = np.zeros(0, np.float32)
+        self._sid: int | None = runner.open_stream()
+        self.decoder = StreamingGreedyDecoder()
+        self.samples_in = 0
+
+    @property
+    def text(self) -> str:
+        return self.decoder.text
+
+    @property
+    def closed(self) -> bool:
+        return self._sid is None
+
+    def push(self, samples: np.ndarray | bytes) -> Future | None:
+        """Queue audio at the model's rate. -> Future of (n, V) log-probs, or None (< one step)."""
+        if self._sid is None:
+            raise AudioInputError("push() after finish(): this stream is closed")
+        x = as_float(samples)
+        self.samples_in += x.size
+        buf = np.concatenate([self._rest, x]) if self._rest.size else x
+        n = buf.size // self._step
+        self._rest = buf[n * self._step:].copy()
+        if n == 0:
+            return None
+        frames = torch.from_numpy(np.ascontiguousarray(buf[: n * self._step])).view(n, self._step)
+        return self._runner.submit(self._sid, frames)
+
+    def finish(self) -> Future:
+        """Queue the leftover samples and ``flush_s`` of silence, then close the stream.
+        -> Future of the last (n, V) log-probs."""
+        if self._sid is None:
+            raise AudioInputError("finish() called twice")
+        tail = np.zeros((self._flush_steps + 1) * self._step, np.float32)
+        tail[: self._rest.size] = self._rest
+        n = (self._rest.size + self._flush_steps * self._step + self._step - 1) // self._step
+        frames = torch.from_numpy(tail[: n * self._step]).view(n, self._step)
+        fut = self._runner.submit(self._sid, frames)
+        self._runner.close_stream(self._sid)
+        self._sid = None
+        self._rest = np.zeros(0, np.float32)
+        return fut
+
+    def take(self, log_probs: torch.Tensor) -> bool:
+        """Decode results of a push/finish, in order. True when the transcript changed."""
+        return self.decoder.push(log_probs)
+
+    def abort(self) -> None:
+        """Close without decoding the rest (e.g. cancelled call)."""
+        if self._sid is not None:
+            self._runner.close_stream(self._sid)
+            self._sid = None

@@ -1,0 +1,161 @@
+"""SSMSTTService inside real pipecat pipelines (run_test), its engine, and `parley eval stt`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pipecat.frames.frames import (
+    InputAudioRawFrame,
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import SleepFrame, run_test
+
+from pipeline.audio.wav import write_wav
+from pipeline.errors import AudioFormatError, EngineUnavailableError
+from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
+from pipeline.stt_eval import evaluate
+from ssm_engine.stt.decode import cer
+from ssm_engine.stt.model import STTConfig, STTModel, save_stt
+from ssm_engine.stt.text import VOCAB
+
+
+def audio_frames(pcm: np.ndarray, rate_hz: int) -> list[InputAudioRawFrame]:
+    step = rate_hz // 50
+    return [InputAudioRawFrame(audio=pcm[i:i + step].tobytes(), sample_rate=rate_hz,
+                               num_channels=1) for i in range(0, len(pcm), step)]
+
+
+def of(frames, cls):
+    return [f for f in frames if isinstance(f, cls)]
+
+
+def _saying_h() -> STTModel:
+    """A tiny untrained model rigged to say "h" on every frame: plumbing tests only."""
+    torch.manual_seed(0)
+    model = STTModel(STTConfig(n_mels=16, conv_channels=16, ssm=dict(
+        d_model=32, n_layers=1, d_state=16, headdim=16, expand=2)))
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+        model.head.bias[VOCAB.index("h")] = 5.0
+    return model.eval()
+
+
+@pytest.fixture
+def engine():
+    eng = SSMSTTEngine(_saying_h())
+    yield eng
+    eng.close()
+
+
+def _turn(rate: int) -> list:
+    rng = np.random.default_rng(0)
+    silence = np.zeros(rate // 2, np.int16)
+    speech = (rng.standard_normal(rate) * 3000).astype(np.int16)
+    frames = audio_frames(silence, rate) + audio_frames(speech[: rate // 5], rate)
+    frames += [VADUserStartedSpeakingFrame(start_secs=0.2)]
+    frames += audio_frames(speech[rate // 5:], rate) + audio_frames(silence, rate)
+    return frames + [SleepFrame(sleep=1.5), VADUserStoppedSpeakingFrame(stop_secs=0.2),
+                     SleepFrame(0.3)]
+
+
+@pytest.mark.parametrize("rate", [8000, 16000])
+async def test_partials_then_one_final_after_vad_stop(engine, rate):
+    frames = _turn(rate)
+    stt = SSMSTTService(engine=engine)
+    down, _ = await run_test(stt, frames_to_send=frames,
+                             pipeline_params=PipelineParams(audio_in_sample_rate=rate))
+    finals = of(down, TranscriptionFrame)
+    assert len(finals) == 1 and finals[0].finalized and finals[0].text == "h"
+    assert [f.text for f in of(down, InterimTranscriptionFrame)] == ["h"]
+    assert len(of(down, InputAudioRawFrame)) == len(of(frames, InputAudioRawFrame))
+    assert down.index(finals[0]) > down.index(of(down, VADUserStoppedSpeakingFrame)[0])
+    assert len(stt.final_latencies_s) == 1
+    assert stt.final_latencies_s[0] < 1.0    # ~0.1 s idle; loose for loaded 2-core machines
+    assert engine.runner.open_streams == frozenset()        # the utterance's stream was closed
+
+
+async def test_no_transcript_without_speech_signals(engine):
+    frames = audio_frames(np.zeros(8000, np.int16), 8000) + [SleepFrame(sleep=0.2)]
+    down, _ = await run_test(SSMSTTService(engine=engine, sample_rate=8000),
+                             frames_to_send=frames,
+                             pipeline_params=PipelineParams(audio_in_sample_rate=8000))
+    assert not of(down, TranscriptionFrame) and not of(down, InterimTranscriptionFrame)
+    assert engine.runner.batches_run == 0                    # nothing was stepped
+
+
+def test_engine_refuses_bad_rates_and_audio(engine, tmp_path):
+    with pytest.raises(AudioFormatError, match="44100"):
+        engine.open(44100)
+    utt = engine.open(8000)
+    with pytest.raises(AudioFormatError, match="NaN"):
+        utt.push(np.array([0.0, np.nan], np.float32))
+    with pytest.raises(AudioFormatError, match="even byte count"):
+        utt.push(b"\x00\x01\x02")
+    utt.abort()
+    with pytest.raises(EngineUnavailableError, match="parley train stt"):
+        SSMSTTEngine(tmp_path / "no-model")
+
+
+def test_transcribe_16k_and_8k_the_same_way(engine):
+    pcm = (np.random.default_rng(1).standard_normal(16000) * 2000).astype(np.int16)
+    assert engine.transcribe(pcm, 16000) == "h"
+    assert engine.transcribe(pcm[::2], 8000) == "h"
+
+
+def test_eval_reports_the_agreed_keys(tmp_path):
+    save_stt(_saying_h(), tmp_path / "model")
+    rng = np.random.default_rng(2)
+    lines = []
+    for i, text in enumerate(["h", "hello"]):
+        write_wav(tmp_path / f"{i}.wav", (rng.standard_normal(8000) * 2000).astype(np.int16), 16000)
+        lines.append(f"{i}.wav\t{text}\n")
+    (tmp_path / "m.tsv").write_text("".join(lines))
+    res = evaluate("ssm", tmp_path / "m.tsv", rate_hz=8000, codec="mulaw",
+                   model_dir=str(tmp_path / "model"))
+    assert res.n == 2 and res.cer == pytest.approx(4 / 6, abs=1e-3) and res.wer == pytest.approx(0.5)
+    assert 0 < res.rtf and 0 < res.final_latency_ms_p50 <= res.final_latency_ms_p95
+    doc = json.loads(json.dumps(res.__dict__))
+    assert {"n", "wer", "cer", "rtf", "final_latency_ms_p50", "final_latency_ms_p95"} <= set(doc)
+
+
+@pytest.mark.skipif(not (Path(DEFAULT_MODEL_DIR) / "config.json").exists(),
+                    reason="no shipped model in models/stt")
+async def test_shipped_model_transcribes_a_training_voice(flite_speech):
+    rate = 8000
+    text = "my account number is four four one seven"
+    speech = flite_speech(text, rate, voice="rms")
+    silence = np.zeros(rate // 2, np.int16)
+    frames = audio_frames(silence, rate) + [VADUserStartedSpeakingFrame(start_secs=0.2)]
+    frames += audio_frames(speech, rate) + audio_frames(silence, rate)
+    frames += [SleepFrame(sleep=1.0), VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(0.5)]
+    down, _ = await run_test(SSMSTTService(), frames_to_send=frames,
+                             pipeline_params=PipelineParams(audio_in_sample_rate=rate))
+    finals = of(down, TranscriptionFrame)
+    assert len(finals) == 1
+    assert cer([text], [finals[0].text]) < 0.5, finals[0].text
+
+
+def test_eval_cli_registers_beside_other_commands():
+    import argparse
+
+    from pipeline.stt_eval import register_cli
+    from ssm_engine.stt.cli import register_cli as register_train
+
+    parser = argparse.ArgumentParser(prog="parley")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register_train(sub)
+    register_cli(sub)
+    args = parser.parse_args(["eval", "stt", "--engine", "pocketsphinx", "--manifest", "m.tsv",
+                              "--rate", "16000", "--codec", "none", "--json"])
+    assert (args.engine, args.rate, args.codec, args.json) == ("pocketsphinx", 16000, "none", True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval", "stt", "--manifest", "m.tsv", "--rate", "44100"])

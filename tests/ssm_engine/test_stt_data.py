@@ -1,0 +1,139 @@
+"""Data generation: sentences, phone-channel augmentation, manifests, a two-utterance data set."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from ssm_engine.data.audio import mulaw_roundtrip, read_wav, resample
+from ssm_engine.data.augment import PhoneChannel, band_pass, speed_perturb
+from ssm_engine.data.errors import ManifestError, VoiceUnavailableError
+from ssm_engine.data.generate import GenerateConfig, generate
+from ssm_engine.data.manifest import read_manifest, write_manifest
+from ssm_engine.data.texts import SentenceGenerator
+from ssm_engine.data.voices import voice
+from ssm_engine.stt.text import normalize_text
+
+
+def _tone(freq_hz: float, rate_hz: int = 8000, seconds: float = 1.0) -> np.ndarray:
+    return (0.5 * np.sin(2 * np.pi * freq_hz * np.arange(int(rate_hz * seconds)) / rate_hz)
+            ).astype(np.float32)
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))
+
+
+def test_sentences_are_normalised_varied_and_seeded():
+    a = [SentenceGenerator(5).sentence() for _ in range(1)]
+    gen = SentenceGenerator(5)
+    sentences = [gen.sentence() for _ in range(200)]
+    assert sentences[0] == a[0]
+    assert all(s == normalize_text(s) and s for s in sentences)
+    assert len(set(sentences)) > 150
+    assert any(" one " in f" {s} " or " two " in f" {s} " for s in sentences)   # digits as words
+
+
+def test_band_pass_keeps_speech_band_and_cuts_the_rest():
+    assert _rms(band_pass(_tone(1000), 8000)) == pytest.approx(_rms(_tone(1000)), rel=0.02)
+    assert _rms(band_pass(_tone(80), 8000)) < 0.01 * _rms(_tone(80))
+    assert _rms(band_pass(_tone(3900), 8000)) < 0.01 * _rms(_tone(3900))
+
+
+def test_resample_and_speed_keep_the_tone():
+    y = resample(_tone(440, 16000), 16000, 8000)
+    assert y.size == 8000
+    spectrum = np.abs(np.fft.rfft(y))
+    assert abs(np.argmax(spectrum) - 440) <= 1                 # 1 Hz bins over one second
+    fast = speed_perturb(_tone(440), 1.1)
+    assert fast.size == round(8000 / 1.1)
+    assert abs(np.argmax(np.abs(np.fft.rfft(fast, 8000))) - 484) <= 2
+
+
+def test_mulaw_round_trip_is_close_and_idempotent():
+    x = _tone(300) * 0.8
+    y = mulaw_roundtrip(x)
+    assert np.max(np.abs(y - x)) < 0.02
+    np.testing.assert_allclose(mulaw_roundtrip(y), y, atol=1e-6)
+
+
+def test_phone_channel_is_seeded_and_bounded():
+    x = _tone(500)
+    a = PhoneChannel()(x, 8000, np.random.default_rng(3))
+    b = PhoneChannel()(x, 8000, np.random.default_rng(3))
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(a).max() <= 1.0 and a.size > x.size * 0.8 and np.isfinite(a).all()
+
+
+def test_manifest_round_trip_and_errors(tmp_path):
+    rows = [(tmp_path / "a.wav", "hello there"), (tmp_path / "sub" / "b.wav", "yes")]
+    write_manifest(tmp_path / "m.tsv", rows)
+    assert (tmp_path / "m.tsv").read_text().startswith("a.wav\thello there\n")
+    assert read_manifest(tmp_path / "m.tsv") == rows
+    (tmp_path / "bad.tsv").write_text("a.wav hello\n")
+    with pytest.raises(ManifestError, match="bad.tsv:1"):
+        read_manifest(tmp_path / "bad.tsv")
+    with pytest.raises(ManifestError):
+        write_manifest(tmp_path / "x.tsv", [("a.wav", "tab\there")])
+
+
+def test_unknown_voice_is_refused():
+    with pytest.raises(VoiceUnavailableError):
+        voice("nope")
+    with pytest.raises(VoiceUnavailableError):
+        voice("festivalx:kal")
+
+
+@pytest.mark.skipif(shutil.which("flite") is None or shutil.which("espeak-ng") is None,
+                    reason="flite and espeak-ng are needed")
+def test_generates_a_two_utterance_data_set(tmp_path):
+    cfg = GenerateConfig(out_dir=str(tmp_path / "ds"), n_train=2, n_heldout=1, workers=1,
+                         train_voices={"flite:kal16": 1.0, "espeak:en-us+m3": 1.0},
+                         heldout_voices={"flite:slt": 1.0}, progress=False)
+    summary = generate(cfg)
+    train = read_manifest(tmp_path / "ds" / "train.tsv")
+    held = read_manifest(tmp_path / "ds" / "heldout.tsv")
+    assert len(train) == 2 and len(held) == 1
+    for path, text in train:
+        x, rate = read_wav(path)
+        assert rate == 8000 and x.size > 4000 and text == normalize_text(text)
+    x, rate = read_wav(held[0][0])
+    assert rate == 16000 and _rms(x) > 0.01
+    doc = json.loads((tmp_path / "ds" / "summary.json").read_text())
+    assert doc["splits"]["train"]["utterances"] == 2 == summary["splits"]["train"]["utterances"]
+    assert set(doc["splits"]["heldout"]["hours_per_voice"]) == {"flite:slt"}
+
+
+def test_a_voice_in_both_splits_is_refused(tmp_path):
+    if shutil.which("flite") is None:
+        pytest.skip("flite is needed")
+    from ssm_engine.data.errors import DataError
+    cfg = GenerateConfig(out_dir=str(tmp_path), n_train=1, n_heldout=1, workers=1,
+                         train_voices={"flite:slt": 1.0}, heldout_voices={"flite:slt": 1.0},
+                         progress=False)
+    with pytest.raises(DataError, match="both splits"):
+        generate(cfg)
+
+
+def test_merge_joins_manifests_without_copying_audio(tmp_path):
+    from ssm_engine.data.generate import merge
+
+    for name, voice_name in (("a", "x:one"), ("b", "x:two")):
+        d = tmp_path / name
+        (d / "train").mkdir(parents=True)
+        write_manifest(d / "train.tsv", [(d / "train" / "0.wav", f"hello {name}")])
+        write_manifest(d / "train_voices.tsv", [(d / "train" / "0.wav", voice_name)])
+        write_manifest(d / "heldout.tsv", [])
+        (d / "summary.json").write_text(json.dumps({"splits": {
+            "train": {"utterances": 1, "hours": 0.5, "hours_per_voice": {voice_name: 0.5}},
+            "heldout": {"utterances": 0, "hours": 0.0, "hours_per_voice": {}}}}))
+    summary = merge(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"])
+    rows = read_manifest(tmp_path / "ab" / "train.tsv")
+    assert [t for _, t in rows] == ["hello a", "hello b"]
+    assert rows[0][0].resolve() == (tmp_path / "a" / "train" / "0.wav").resolve()
+    assert (tmp_path / "ab" / "train.tsv").read_text().startswith("../a/train/0.wav\t")
+    assert summary["splits"]["train"] == {"utterances": 2, "hours": 1.0,
+                                          "hours_per_voice": {"x:one": 0.5, "x:two": 0.5}}

@@ -1,0 +1,184 @@
+"""STTModel: streaming steps equal the whole-clip forward; batching; bad input; checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ssm_engine import BatchRunner, CheckpointFormatError, StreamBatcher
+from ssm_engine.stt.decode import StreamingGreedyDecoder, greedy_decode
+from ssm_engine.stt.errors import AudioInputError
+from ssm_engine.stt.model import STTConfig, STTModel, load_stt, prepare_audio, save_stt
+from ssm_engine.stt.stream import RecognizerStream
+
+
+def tiny_config(**overrides) -> STTConfig:
+    ssm = dict(d_model=32, n_layers=2, d_state=16, headdim=16, expand=2, chunk_size=8,
+               scan_chunks=2)
+    kw = dict(n_mels=16, conv_channels=24, ssm=ssm)
+    kw.update(overrides)
+    return STTConfig(**kw)
+
+
+def tiny_model(seed: int = 0, **overrides) -> STTModel:
+    torch.manual_seed(seed)
+    return STTModel(tiny_config(**overrides)).eval()
+
+
+def speechy(n_steps: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
+    """Deterministic noisy tones, (batch, n_steps * 160) at 8 kHz."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(n_steps * 160) / 8000.0
+    f = 200.0 + 600.0 * torch.rand(batch, 1, generator=g)
+    return 0.3 * torch.sin(2 * torch.pi * f * t) + 0.05 * torch.randn(batch, t.numel(), generator=g)
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "stt"
+
+
+def _forward_log_probs(model: STTModel, audio: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.log_softmax(model(audio), dim=-1)
+
+
+def test_step_by_step_equals_forward():
+    model = tiny_model()
+    audio = speechy(40, batch=2)
+    full = _forward_log_probs(model, audio)                       # (2, 40, V)
+    state = model.init_state(2)
+    steps = []
+    for t in range(40):
+        y, state = model.step(audio[:, t * 160:(t + 1) * 160], state)
+        steps.append(y)
+    stepped = torch.stack(steps, dim=1)
+    torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
+    for b in range(2):
+        assert greedy_decode(stepped[b]) == greedy_decode(full[b])
+
+
+def test_streaming_decoder_equals_whole_clip_decoding():
+    model = tiny_model(seed=3)
+    with torch.no_grad():                 # make the untrained head emit varied characters
+        model.head.bias.normal_(0, 0.5)
+        model.head.weight.mul_(40)
+    audio = speechy(60, seed=5)
+    full = _forward_log_probs(model, audio)[0]
+    dec = StreamingGreedyDecoder()
+    state = model.init_state(1)
+    for t in range(60):
+        y, state = model.step(audio[:, t * 160:(t + 1) * 160], state)
+        dec.push(y)
+    assert dec.text == greedy_decode(full)
+    assert len(dec.text) > 3
+
+
+def test_batcher_streams_of_different_lengths_match_forward():
+    model = tiny_model()
+    a, b = speechy(30, seed=1), speechy(17, seed=2)
+    batcher = StreamBatcher(model)
+    sa, sb = batcher.open(), batcher.open()
+    out = batcher.run({sa: a.view(30, 160), sb: b.view(17, 160)})
+    torch.testing.assert_close(out[sa], _forward_log_probs(model, a)[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out[sb], _forward_log_probs(model, b)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_runner_stream_with_exported_state_continues_exactly():
+    model = tiny_model()
+    audio = speechy(20)
+    with BatchRunner(model) as runner:
+        sid = runner.open_stream()
+        first = runner.submit(sid, audio[0, :1600].view(10, 160)).result()
+        data = runner.export_state(sid).result()
+        sid2 = runner.open_stream(data)
+        second = runner.submit(sid2, audio[0, 1600:].view(10, 160)).result()
+    full = _forward_log_probs(model, audio)[0]
+    torch.testing.assert_close(torch.cat([first, second]), full, atol=1e-4, rtol=1e-4)
+
+
+def test_recognizer_stream_buffers_partial_steps_and_flushes():
+    model = tiny_model()
+    audio = (speechy(13)[0].numpy()[:1980] * 32767).astype(np.int16)
+    with BatchRunner(model) as runner:
+        rs = RecognizerStream(runner, model.config, flush_s=0.1)
+        assert rs.push(audio[:100]) is None                     # < one 20 ms step: kept
+        fut = rs.push(audio[100:])                              # 1980 in all -> 12 steps
+        assert fut.result().shape == (12, model.config.vocab_size)
+        last = rs.finish().result()                             # 60 left + 100 ms of silence
+        assert last.shape == (6, model.config.vocab_size)
+        assert rs.closed and runner.open_streams == frozenset()
+        with pytest.raises(AudioInputError):
+            rs.push(audio)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (torch.zeros(1, 100), "160 samples"),
+    (torch.full((1, 160), float("nan")), "NaN"),
+    (torch.zeros(160), "batch, samples"),
+])
+def test_step_rejects_bad_audio(bad, match):
+    model = tiny_model()
+    with pytest.raises(AudioInputError, match=match):
+        model.step(bad, model.init_state(1))
+
+
+def test_forward_rejects_empty_and_ragged_audio():
+    model = tiny_model()
+    with pytest.raises(AudioInputError, match="multiple of 160"):
+        model(torch.zeros(1, 0))
+    with pytest.raises(AudioInputError, match="multiple of 160"):
+        model(torch.zeros(1, 170))
+
+
+def test_prepare_audio_rates_and_errors():
+    cfg = tiny_config()
+    x16 = (np.sin(np.arange(16000) * 2 * np.pi * 440 / 16000) * 10000).astype(np.int16)
+    out = prepare_audio(x16, 16000, cfg)
+    assert out.shape == (1, 8000) and out.dtype == torch.float32
+    assert prepare_audio(x16[:8010], 8000, cfg).shape == (1, 8160)     # padded to whole steps
+    with pytest.raises(AudioInputError, match="44100 Hz is not supported"):
+        prepare_audio(x16, 44100, cfg)
+    with pytest.raises(AudioInputError, match="empty"):
+        prepare_audio(np.zeros(0, np.int16), 8000, cfg)
+    with pytest.raises(AudioInputError, match="NaN"):
+        prepare_audio(np.array([0.0, np.nan], np.float32), 8000, cfg)
+    with pytest.raises(AudioInputError, match="mono"):
+        prepare_audio(np.zeros((2, 160), np.int16), 8000, cfg)
+
+
+def test_checkpoint_round_trip_keeps_feature_stats(tmp_path):
+    model = tiny_model()
+    model.frontend.set_stats(torch.full((16,), -3.0), torch.full((16,), 2.0))
+    save_stt(model, tmp_path / "ck")
+    back = load_stt(tmp_path / "ck")
+    assert back.config == model.config
+    audio = speechy(10)
+    torch.testing.assert_close(_forward_log_probs(back, audio), _forward_log_probs(model, audio))
+    doc = json.loads((tmp_path / "ck" / "config.json").read_text())
+    assert doc["kind"] == "STTModel"
+
+
+def test_loading_a_missing_or_foreign_checkpoint_names_the_file(tmp_path):
+    with pytest.raises(CheckpointFormatError, match=str(tmp_path / "nope")):
+        load_stt(tmp_path / "nope")
+    save_stt(tiny_model(), tmp_path / "ck")
+    doc = json.loads((tmp_path / "ck" / "config.json").read_text())
+    doc["config"]["n_mels"] = 0
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(CheckpointFormatError, match="n_mels"):
+        load_stt(tmp_path / "ck")
+
+
+@pytest.mark.skipif(not (SHIPPED / "config.json").exists(), reason="no shipped model in models/stt")
+def test_shipped_checkpoint_loads_streams_and_fits_the_size_limit():
+    assert (SHIPPED / "model.safetensors").stat().st_size <= 25 * 1024 * 1024
+    model = load_stt(SHIPPED)
+    assert isinstance(model.config, STTConfig) and model.config.sample_rate_hz == 8000
+    audio = speechy(25)
+    full = _forward_log_probs(model, audio)[0]
+    state = model.init_state(1)
+    stepped = torch.cat([model.step(audio[:, t * 160:(t + 1) * 160], state)[0] for t in range(25)])
+    torch.testing.assert_close(stepped, full, atol=1e-3, rtol=1e-3)
