@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
     from pipeline.stt_eval import register_cli as register_stt_eval
     from ssm_engine.stt.cli import register_cli as register_stt
-    from telephony.caller import register_cli as register_call
+    from telephony.caller_cli import register_cli as register_call
 
     parser = argparse.ArgumentParser(
         prog="parley",

@@ -36,14 +36,11 @@ Timeouts: the whole call runs under ``timeout_s``; each send, connect, close and
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import json
 import logging
-import os
 import secrets
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +65,7 @@ from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
 __all__ = [
     "CallReport", "CallerConfig", "LatencyMs", "TurnResult", "TwilioCaller", "Utterance",
-    "config_from_args", "load_utterance_audio", "register_cli", "run_call",
+    "load_utterance_audio", "run_call",
 ]
 
 log = logging.getLogger(__name__)
@@ -720,93 +717,3 @@ def _validate_record(data: Any) -> dict[str, Any]:
 async def run_call(config: CallerConfig) -> CallReport:
     """Make one scripted call and return its report."""
     return await TwilioCaller(config).run()
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-class _AppendUtterance(argparse.Action):
-    """--say/--wav/--dtmf append to one ordered list."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        items = list(getattr(namespace, self.dest) or [])
-        items.append((self.const, values))
-        setattr(namespace, self.dest, items)
-
-
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``call`` subcommand; it sets ``func`` to a ``(args) -> exit code`` callable."""
-    p = subparsers.add_parser(
-        "call",
-        help="call a parley server as Twilio would, with a scripted caller",
-        description="Speak scripted utterances over a Twilio Media Stream; "
-        "print one JSON line per turn.",
-    )
-    p.add_argument("--twilio", required=True, metavar="WS_URL",
-                   help="the server's Media Streams URL")
-    p.add_argument("--say", dest="utterances", action=_AppendUtterance, const="text",
-                   metavar="TEXT",
-                   help="speak TEXT with flite (repeatable, in order with --wav/--dtmf)")
-    p.add_argument("--wav", dest="utterances", action=_AppendUtterance, const="wav", metavar="FILE",
-                   help="speak a WAV file (any rate; stereo is mixed down)")
-    p.add_argument("--dtmf", dest="utterances", action=_AppendUtterance, const="dtmf",
-                   metavar="KEY",
-                   help="press a key at this point of the script")
-    p.add_argument("--barge-in-ms", type=int, default=None, metavar="N",
-                   help="from the 2nd utterance on, talk N ms after the reply starts arriving")
-    p.add_argument("--record", type=Path, default=None, metavar="OUT.wav",
-                   help="write what the caller heard (8 kHz 16-bit WAV)")
-    p.add_argument("--auth-token", default=None,
-                   help="Twilio auth token (default: $TWILIO_AUTH_TOKEN)")
-    p.add_argument("--param", action="append", default=[], metavar="K=V", help="a customParameter")
-    p.add_argument("--voice", default="slt", help="flite voice (default: slt)")
-    p.add_argument("--timeout-s", type=float, default=60.0, help="whole-call limit (default: 60)")
-    p.add_argument("--calls-url", default=None, metavar="HTTP_BASE",
-                   help="where GET /calls/{sid} is served (default: the ws URL's host)")
-    p.add_argument("--log-level", default="WARNING",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="logging on stderr (default: WARNING); turn lines go to stdout")
-    p.set_defaults(func=_cli_main)
-    return p
-
-
-def config_from_args(args: argparse.Namespace) -> CallerConfig:
-    """Build a ``CallerConfig`` from parsed ``call`` arguments (reads $TWILIO_AUTH_TOKEN)."""
-    token = args.auth_token or os.environ.get("TWILIO_AUTH_TOKEN", "")
-    params = {}
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--param expects K=V, got {item!r}")
-        params[key] = value
-    utterances = tuple(Utterance(**{kind: value}) for kind, value in (args.utterances or []))
-    return CallerConfig(
-        url=args.twilio,
-        utterances=utterances,
-        auth_token=token,
-        params=params,
-        voice=args.voice,
-        barge_in_ms=args.barge_in_ms,
-        record_path=args.record,
-        timeout_s=args.timeout_s,
-        calls_base_url=args.calls_url,
-    )
-
-
-def _cli_main(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        print(f"parley call: {exc}", file=sys.stderr)
-        return 2
-    try:
-        report = asyncio.run(run_call(config))
-    except CallerError as exc:
-        print(f"parley call: {exc}", file=sys.stderr)
-        return 1
-    for turn in report.turns:
-        print(turn.to_json_line(), flush=True)
-    return 1 if report.timed_out else 0

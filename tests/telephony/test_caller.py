@@ -30,10 +30,9 @@ from telephony.caller import (
     TurnResult,
     TwilioCaller,
     Utterance,
-    config_from_args,
-    register_cli,
     run_call,
 )
+from telephony.caller_cli import config_from_args, register_cli
 from telephony.errors import CallerError, ProtocolError
 from telephony.twilio.messages import (
     Clear,
