@@ -1,7 +1,7 @@
 """``build_pipeline``: one call's pipecat pipeline, from transport in to transport out.
 
     transport.input()
-      -> VADProcessor (webrtcvad by default, Silero optional)      speech start/stop
+      -> VADProcessor (Silero by default, webrtcvad optional)      speech start/stop
       -> STT (streaming; finalizes the moment the VAD stops)       interim + final transcripts
       -> user aggregator (turn end: silence timer or smart-turn)   LLMContextFrame, barge-in
       -> HeardContextProcessor                                      keeps only what was heard
@@ -11,7 +11,7 @@
       -> assistant aggregator                                       the agent's side of the context
 
 Two presets sit side by side so the benchmark can compare them in one run:
-``PipelineConfig()`` is parley's (webrtcvad, 200 ms silence timer, phrase flushing) and
+``PipelineConfig()`` is parley's (Silero, 200 ms silence timer, phrase flushing) and
 ``PipelineConfig.stock_pipecat()`` is pipecat's stock telephony set-up (Silero, smart-turn v3,
 sentence aggregation).
 """
