@@ -72,9 +72,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="do not check X-Twilio-Signature (local work only; logged loudly)")
     p.add_argument("--vad", choices=["webrtc", "silero"], default="silero",
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
-    p.add_argument("--stt", choices=["ssm", "sphinx"], default="ssm",
-                   help="speech recognizer: parley's streaming SSM model (models/stt) or the "
-                   "pocketsphinx baseline (default %(default)s)")
+    p.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
+                   help="speech recognizer: the pocketsphinx baseline, or parley's streaming SSM "
+                   "model (models/stt; not yet better in live calls) (default %(default)s)")
     p.add_argument("--turn", choices=["silence", "smart-turn"], default="silence",
                    help="end of turn: a silence timer, or pipecat's smart-turn v3 model (default %(default)s)")
     p.add_argument("--silence-ms", type=int, default=200,
