@@ -25,42 +25,30 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import time
-from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 
 from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
-    ErrorFrame,
-    Frame,
     InterimTranscriptionFrame,
     StartFrame,
     TranscriptionFrame,
-    VADUserStartedSpeakingFrame,
-    VADUserStoppedSpeakingFrame,
 )
-from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import STTSettings
-from pipecat.services.stt_service import STTService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from pipeline.engines.sphinx import SphinxEngine
-from pipeline.errors import PipelineError
+from pipeline.services.queued_stt import _CLOSE, _START, _STOP, QueuedSTTService
 
 logger = logging.getLogger(__name__)
 
 # Commands for the decode worker, in arrival order.
-_AUDIO = "audio"
-_START = "start"
-_STOP = "stop"
-_CLOSE = "close"
 
 
-class SphinxSTTService(STTService):
+class SphinxSTTService(QueuedSTTService):
     """Streaming pocketsphinx recognizer (en-us) for pipecat.
 
     sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
@@ -131,37 +119,6 @@ class SphinxSTTService(STTService):
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
-
-    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
-        """Queue audio for the decode worker; results are pushed from there."""
-        await self._queue.put((_AUDIO, audio))
-        yield None
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if isinstance(frame, VADUserStartedSpeakingFrame):
-            await self._queue.put((_START, None))
-        elif isinstance(frame, VADUserStoppedSpeakingFrame):
-            await self._queue.put((_STOP, time.perf_counter()))
-
-    async def _decode_loop(self) -> None:
-        """Apply queued commands in order; consecutive audio is decoded in one call."""
-        while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            for kind, group in itertools.groupby(batch, key=lambda item: item[0]):
-                args = [arg for _, arg in group]
-                if kind == _CLOSE:
-                    return
-                try:
-                    if kind == _AUDIO:
-                        await self._on_audio(b"".join(args))  # type: ignore[arg-type]
-                    else:
-                        for arg in args:
-                            await self._on_command(kind, arg)
-                except PipelineError as exc:
-                    await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
 
     async def _on_audio(self, audio: bytes) -> None:
         engine = self._engine

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -35,21 +33,16 @@ import torch
 from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
-    ErrorFrame,
-    Frame,
     InterimTranscriptionFrame,
     StartFrame,
     TranscriptionFrame,
-    VADUserStartedSpeakingFrame,
-    VADUserStoppedSpeakingFrame,
 )
-from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import STTSettings
-from pipecat.services.stt_service import STTService
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.services.queued_stt import _CLOSE, _START, _STOP, QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
 from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.model import STTModel, load_stt
@@ -62,7 +55,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
 SUPPORTED_RATES_HZ = (8000, 16000)
 
-_AUDIO, _START, _STOP, _CLOSE = "audio", "start", "stop", "close"
 
 
 class SSMUtterance:
@@ -180,7 +172,9 @@ class SSMSTTEngine:
         self.runner.stop()
 
 
-class SSMSTTService(STTService):
+class SSMSTTService(QueuedSTTService):
+    _decode_errors = (PipelineError, SSMEngineError)
+
     """Streaming SSM recogniser for pipecat (see module docstring).
 
     engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir)``, loaded at start).
@@ -234,36 +228,6 @@ class SSMSTTService(STTService):
             self._utt.abort()
             self._utt = None
         await super().cancel(frame)
-
-    async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
-        """Queue audio for the decode task; results are pushed from there."""
-        await self._queue.put((_AUDIO, audio))
-        yield None
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if isinstance(frame, VADUserStartedSpeakingFrame):
-            await self._queue.put((_START, None))
-        elif isinstance(frame, VADUserStoppedSpeakingFrame):
-            await self._queue.put((_STOP, time.perf_counter()))
-
-    async def _decode_loop(self) -> None:
-        while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            for kind, group in itertools.groupby(batch, key=lambda item: item[0]):
-                args = [arg for _, arg in group]
-                if kind == _CLOSE:
-                    return
-                try:
-                    if kind == _AUDIO:
-                        await self._on_audio(b"".join(args))  # type: ignore[arg-type]
-                    else:
-                        for arg in args:
-                            await self._on_command(kind, arg)
-                except (PipelineError, SSMEngineError) as exc:
-                    await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
 
     async def _on_audio(self, audio: bytes) -> None:
         if self._utt is None:
