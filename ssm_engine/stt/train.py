@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from ..data.audio import mulaw_roundtrip, read_wav, resample
 from ..data.manifest import read_manifest
+from ..training import cosine_lr_scale, length_batches, run_log
 from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, save_stt
 from .text import encode, normalize_text
@@ -92,21 +93,6 @@ def load_clips(manifest: str | Path, rate_hz: int, *, phone: bool = False, limit
     return clips
 
 
-def _batches(lengths: list[int], budget: int, rng: random.Random) -> list[list[int]]:
-    """Group clip indices of similar length so each batch's padded size stays under budget."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i] + rng.random())
-    batches, cur = [], []
-    for i in order:
-        if cur and lengths[i] * (len(cur) + 1) > budget:
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    rng.shuffle(batches)
-    return batches
-
-
 def _pad(clips: list[np.ndarray], step: int) -> tuple[torch.Tensor, torch.Tensor]:
     n = max(c.size for c in clips)
     n += (-n) % step
@@ -135,13 +121,6 @@ def evaluate(model: STTModel, clips: list[tuple[np.ndarray, str]], batch: int = 
             "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:3]]}
 
 
-def _lr_scale(cfg: TrainConfig, step: int, elapsed_s: float) -> float:
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    progress = min(1.0, max(step / cfg.max_steps, elapsed_s / (cfg.max_minutes * 60.0)))
-    return cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def _feature_stats(model: STTModel, clips: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     fe = model.frontend
     feats = []
@@ -157,15 +136,8 @@ def train(cfg: TrainConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     run = Path(cfg.run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(run / "train.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logging.getLogger("ssm_engine").addHandler(handler)
-    logging.getLogger("ssm_engine").setLevel(logging.INFO)
-    try:
+    with run_log(run):
         return _train(cfg, run)
-    finally:
-        logging.getLogger("ssm_engine").removeHandler(handler)
-        handler.close()
 
 
 def _train(cfg: TrainConfig, run: Path) -> dict:
@@ -239,7 +211,7 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
     loss_avg = None
     stop = False
     while not stop:
-        batches = _batches(lengths, budget, random.Random(cfg.seed * 1000 + epoch))
+        batches = length_batches(lengths, budget, random.Random(cfg.seed * 1000 + epoch))
         rng = np.random.default_rng(cfg.seed * 7 + epoch)
         while pos < len(batches):
             t0 = time.monotonic()
@@ -249,7 +221,9 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
             audio, frames = _pad(clips, step_samples)
             tgt = [targets[i] for i in idx]
             for g in opt.param_groups:
-                g["lr"] = cfg.lr * _lr_scale(cfg, step, elapsed_s)
+                g["lr"] = cfg.lr * cosine_lr_scale(
+                    step, elapsed_s, warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps,
+                    max_minutes=cfg.max_minutes, min_frac=cfg.min_lr_frac)
             lp = torch.log_softmax(model(audio), dim=-1).transpose(0, 1)      # (T, b, V)
             loss = F.ctc_loss(lp, torch.cat(tgt), frames, torch.tensor([len(t) for t in tgt]),
                               blank=0, reduction="mean", zero_infinity=True)

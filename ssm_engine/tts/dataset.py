@@ -1,0 +1,200 @@
+"""The teacher data set: agent sentences said by festival, with per-token durations.
+
+    summary = generate(DatasetConfig(out_dir="data/tts/v1", n_train=2400, n_heldout=100))
+
+Layout of ``out_dir``::
+
+    wav/<id>.wav        16 kHz mono int16; len == sum(durations) * 160
+    meta/<id>.json      one utterance's manifest line, written after its wav. A rerun skips an
+                    utterance whose meta has the same text and tokens (so after a change to
+                    the front end, a rerun redoes exactly the utterances it changed)
+    train.jsonl         one JSON object per utterance (rewritten as work proceeds, so training
+    heldout.jsonl       can start on a partial set), sorted by id
+    heldout.txt         held-out sentences, original text, one a line (never in train)
+    summary.json        counts, hours, failures, wall time
+
+Each line: ``{"id", "wav" (relative path), "text" (original), "tokens": [[symbol, stress,
+position, word_index], ...], "words": [word, ...] (indexed by word_index), "durations":
+[frames per token]}``; ``tokens`` equal ``phonemize(text)``.
+
+Sentences come from :class:`~ssm_engine.tts.sentences.AgentSentences`; a sentence is kept if it
+has 3-25 words, all in the lexicon (so the data never depends on the letter-to-sound fallback),
+and its word sequence is new. Held-out sentences are drawn first, from their own seed.
+Generation runs in ``workers`` processes, each with one festival process, with a progress bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.audio import write_wav
+from .align import FRAME_RATE_HZ, align, festival_words, split_sentences
+from .errors import TTSError
+from .lexicon import default_lexicon
+from .phonemes import PAUSES, PhoneToken, phonemize
+from .sentences import AgentSentences
+from .teacher import SAMPLE_RATE_HZ, FestivalTeacher
+
+__all__ = ["DatasetConfig", "generate", "pick_sentences", "utterance_record"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    out_dir: str = "data/tts/v1"
+    n_train: int = 2400
+    n_heldout: int = 100
+    workers: int = 1
+    seed: int = 1
+    min_words: int = 3
+    max_words: int = 25
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_train < 0 or self.n_heldout < 0 or self.workers < 1:
+            raise ValueError("n_train and n_heldout must be >= 0 and workers >= 1")
+
+
+def _keep(text: str, cfg: DatasetConfig) -> tuple[str, ...] | None:
+    """The sentence's word sequence if it is usable, else None."""
+    try:
+        tokens = phonemize(text)
+    except TTSError:
+        return None
+    words = _words(tokens)
+    lex = default_lexicon()
+    if not cfg.min_words <= len(words) <= cfg.max_words:
+        return None
+    if not all(lex.contains(w) or (w.endswith("'s") and lex.contains(w[:-2])) for w in words):
+        return None
+    return tuple(words)
+
+
+def _words(tokens: list[PhoneToken]) -> list[str]:
+    words: dict[int, str] = {}
+    for t in tokens:
+        if t.symbol not in PAUSES:
+            words[t.word_index] = t.word or ""
+    return [words[i] for i in sorted(words)]
+
+
+def pick_sentences(cfg: DatasetConfig) -> tuple[list[str], list[str]]:
+    """(train, heldout) texts: distinct word sequences, held-out never in train."""
+    seen: set[tuple[str, ...]] = set()
+    picked: list[list[str]] = []
+    for seed, n in ((cfg.seed + 7919, cfg.n_heldout), (cfg.seed, cfg.n_train)):
+        gen = AgentSentences(seed)
+        out: list[str] = []
+        tries = 0
+        while len(out) < n:
+            tries += 1
+            if tries > 50 * n + 1000:
+                raise TTSError(f"only {len(out)} distinct sentences after {tries} tries")
+            text = gen.sentence()
+            key = _keep(text, cfg)
+            if key is not None and key not in seen:
+                seen.add(key)
+                out.append(text)
+        picked.append(out)
+    heldout, train = picked
+    return train, heldout
+
+
+def utterance_record(uid: str, text: str, tokens: list[PhoneToken],
+                     durations: list[int]) -> dict:
+    return {"id": uid, "wav": f"wav/{uid}.wav", "text": text,
+            "tokens": [[t.symbol, t.stress, t.position, t.word_index] for t in tokens],
+            "words": _words(tokens), "durations": durations}
+
+
+_teacher: FestivalTeacher | None = None
+
+
+def _run_job(job: tuple[str, str, str]) -> tuple[str, str | None]:
+    """(out_dir, id, text) -> (id, error or None). One festival per worker process."""
+    global _teacher
+    out_dir, uid, text = job
+    out = Path(out_dir)
+    meta = out / "meta" / f"{uid}.json"
+    try:
+        tokens = phonemize(text)
+        record = utterance_record(uid, text, tokens, [])
+        if meta.exists() and (out / "wav" / f"{uid}.wav").exists():
+            done = json.loads(meta.read_text())
+            if (done["text"], done["tokens"]) == (text, record["tokens"]):
+                return uid, None            # up to date; else the front end changed: redo it
+        if _teacher is None:
+            _teacher = FestivalTeacher(work_dir=out / ".festival")   # removed by generate()
+        spoken = [_teacher.synthesize(festival_words(s)) for s in split_sentences(tokens)]
+        audio, durations = align(tokens, spoken)
+    except TTSError as exc:
+        return uid, f"{type(exc).__name__}: {exc}"
+    wav = out / "wav" / f"{uid}.wav"
+    write_wav(wav.with_suffix(".tmp"), audio, SAMPLE_RATE_HZ)
+    os.replace(wav.with_suffix(".tmp"), wav)
+    tmp = meta.with_suffix(".tmp")
+    tmp.write_text(json.dumps(utterance_record(uid, text, tokens, durations)) + "\n")
+    os.replace(tmp, meta)
+    return uid, None
+
+
+def _write_manifests(out: Path, ids: dict[str, list[str]]) -> dict:
+    stats = {}
+    for split, split_ids in ids.items():
+        lines, frames = [], 0
+        for uid in split_ids:
+            meta = out / "meta" / f"{uid}.json"
+            if meta.exists():
+                line = meta.read_text()
+                frames += sum(json.loads(line)["durations"])
+                lines.append(line)
+        tmp = out / f"{split}.jsonl.tmp"
+        tmp.write_text("".join(lines))
+        os.replace(tmp, out / f"{split}.jsonl")
+        stats[split] = {"utterances": len(lines), "hours": round(frames / FRAME_RATE_HZ / 3600, 3)}
+    return stats
+
+
+def generate(cfg: DatasetConfig) -> dict:
+    """Builds (or resumes) the data set; returns and writes its summary."""
+    out = Path(cfg.out_dir)
+    (out / "wav").mkdir(parents=True, exist_ok=True)
+    (out / "meta").mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    train, heldout = pick_sentences(cfg)
+    (out / "heldout.txt").write_text("".join(t + "\n" for t in heldout))
+    ids = {"heldout": [f"ho{i:04d}" for i in range(len(heldout))],
+           "train": [f"tr{i:05d}" for i in range(len(train))]}
+    jobs = ([(str(out), uid, t) for uid, t in zip(ids["heldout"], heldout)]
+            + [(str(out), uid, t) for uid, t in zip(ids["train"], train)])
+    log.info("%d held-out and %d training sentences -> %s", len(heldout), len(train), out)
+    failures: list[str] = []
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(cfg.workers) as pool:
+        it = pool.imap(_run_job, jobs, chunksize=1)
+        if cfg.progress:
+            from tqdm import tqdm
+            it = tqdm(it, total=len(jobs), desc="data tts", unit="utt", mininterval=5.0)
+        for n, (uid, err) in enumerate(it, 1):
+            if err is not None:
+                failures.append(f"{uid}: {err}")
+                log.warning("%s failed: %s", uid, err)
+            if n % 200 == 0:
+                _write_manifests(out, ids)
+    shutil.rmtree(out / ".festival", ignore_errors=True)     # the workers' scratch folders
+    stats = _write_manifests(out, ids)
+    summary = {"config": dataclasses.asdict(cfg), "wall_s": round(time.monotonic() - t0, 1),
+               "splits": stats, "failed": len(failures), "failures": failures[:50],
+               "sample_rate_hz": SAMPLE_RATE_HZ, "hop": SAMPLE_RATE_HZ // FRAME_RATE_HZ,
+               "teacher": "festival cmu_us_slt_arctic_hts"}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

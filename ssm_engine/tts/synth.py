@@ -1,0 +1,264 @@
+"""Streaming synthesis with a trained voice: text in as it arrives, 20 ms chunks out.
+
+    voice = TTSVoice.load("models/tts")
+    stream = voice.open_stream()
+    stream.push_text("Your order ships ")       # e.g. tokens from an LLM, as they come
+    for chunk in stream.pull():                 # whatever can be spoken already
+        play(chunk.pcm)                         # float32 at voice.sample_rate_hz
+    stream.push_text("on Tuesday.")
+    stream.end_text()
+    chunks = stream.pull()                      # the rest; stream.done is now True
+    whole = voice.synthesize("Your order ships on Tuesday.")   # the same samples, in one piece
+
+How a phone becomes sound: the incremental phonemizer releases phone tokens once their word can
+no longer change; a phone is encoded once ``lookahead`` more phones are known (or the text has
+ended); its duration is predicted; its frames join a queue of decoder inputs, and every ``frames_per_step`` (4) queued frames
+take one step of the causal acoustic stack (40 ms of audio per step: per-step overhead, not
+arithmetic, is what costs at batch 1); the vocoder turns each 10 ms frame into final samples at
+once. The stream carries the encoder's and the decoder's
+SSM states, the vocoder's state and the text so far; nothing grows with the length of the call
+except the (bounded, trimmed) window of phone tokens.
+
+Every phone is encoded on a window of exactly ``2 * lookahead + 1`` token slots (padding where the
+text starts or has ended), so the arithmetic, and therefore the samples, do not depend on how the
+text was split into pushes. ``TTSStream.cancel()`` drops everything not yet pulled.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..state import StackState
+from .errors import TextError, TTSError
+from .model import TTSModel, frame_position, load_tts
+from .vocoder import HOP_SAMPLES, SAMPLE_RATE_HZ, StreamingVocoder
+
+__all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS"]
+
+PAUSE_SYMBOLS = frozenset({"pau", "end", "qend"})
+MAX_PHONE_FRAMES = 60          # a predicted duration never exceeds 600 ms
+DEFAULT_CHUNK_FRAMES = 2       # 20 ms chunks
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """``pcm``: float32 samples at 16 kHz. ``start_s``: its offset in the utterance. ``words``:
+    ``(word, start_s)`` of the words whose first phone starts inside this chunk."""
+
+    pcm: np.ndarray
+    start_s: float
+    words: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / SAMPLE_RATE_HZ
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    pcm: np.ndarray
+    words: tuple[tuple[str, float], ...]
+    sample_rate_hz: int = SAMPLE_RATE_HZ
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / self.sample_rate_hz
+
+
+class TTSVoice:
+    """A loaded voice. Thread-safe: each stream's compute runs under the voice's lock."""
+
+    def __init__(self, model: TTSModel) -> None:
+        self.model = model.eval()
+        self.lock = threading.Lock()
+        self.sample_rate_hz = SAMPLE_RATE_HZ
+
+    @classmethod
+    def load(cls, directory: str | Path) -> TTSVoice:
+        return cls(load_tts(directory))
+
+    def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES) -> TTSStream:
+        return TTSStream(self, seed=seed, chunk_frames=chunk_frames)
+
+    def synthesize(self, text: str, *, seed: int = 0) -> Synthesis:
+        """The whole utterance at once (the streaming path run to the end)."""
+        stream = self.open_stream(seed=seed)
+        stream.push_text(text)
+        stream.end_text()
+        if stream.n_tokens == 0:
+            raise TextError(f"nothing to say in {text[:60]!r}: no words after normalisation")
+        chunks = stream.pull()
+        pcm = np.concatenate([c.pcm for c in chunks]) if chunks else np.zeros(0, np.float32)
+        words = tuple(w for c in chunks for w in c.words)
+        return Synthesis(pcm, words)
+
+
+class TTSStream:
+    """One utterance (or one agent turn) being spoken. Not thread-safe on its own: call it from
+    one thread at a time (the voice's lock serialises the model)."""
+
+    def __init__(self, voice: TTSVoice, *, seed: int, chunk_frames: int) -> None:
+        from .phonemes import IncrementalPhonemizer
+
+        if chunk_frames < 1:
+            raise TTSError(f"chunk_frames must be >= 1, got {chunk_frames}")
+        self._voice = voice
+        self._model = voice.model
+        self._phonemizer = IncrementalPhonemizer()
+        self._tokens: list = []             # PhoneTokens not yet dropped from the window
+        self._encoded: list[np.ndarray] = []
+        self._offset = 0                    # index of self._tokens[0] in the utterance
+        self._next = 0                      # next phone to speak (utterance index)
+        self._ended = False
+        self._cancelled = False
+        self._enc_state: StackState = self._model.enc_stack.init_state(1)
+        self._dec_state: StackState = self._model.init_frame_state(1)
+        self._vocoder = StreamingVocoder(seed)
+        self._chunk_samples = chunk_frames * HOP_SAMPLES
+        self._pending = np.zeros(0, np.float32)
+        self._pending_words: list[tuple[str, float]] = []
+        self._queue: list[torch.Tensor] = []  # per-frame decoder inputs not yet decoded
+        self._samples_out = 0               # samples already returned in chunks
+        self._frames_made = 0
+        self._lookahead = self._model.config.lookahead
+
+    # -- input ----------------------------------------------------------------------------------
+    def push_text(self, fragment: str) -> None:
+        if self._cancelled:   # text still streaming in after a barge-in: dropped, not an error
+            return
+        if self._ended:
+            raise TTSError("push_text after end_text: open a new stream for a new utterance")
+        self._add(self._phonemizer.push(fragment))
+
+    def end_text(self) -> None:
+        if self._ended:
+            return
+        if not self._cancelled:
+            self._add(self._phonemizer.flush())
+        self._ended = True
+
+    def cancel(self) -> None:
+        """Barge-in: nothing more comes out of this stream."""
+        self._cancelled = True
+        self._ended = True
+        self._pending = np.zeros(0, np.float32)
+        self._tokens.clear()
+        self._queue.clear()
+
+    @property
+    def n_tokens(self) -> int:
+        """Phone tokens received so far (0 after a text with nothing to say: empty stream)."""
+        return self._offset + len(self._tokens)
+
+    def _add(self, tokens: list) -> None:
+        for tok in tokens:
+            self._tokens.append(tok)
+            self._encoded.append(_encode_one(tok))
+
+    # -- output ---------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """True once the text has ended and every sample has been pulled (or after cancel)."""
+        return self._cancelled or (self._text_done() and not self._queue
+                                   and self._pending.size == 0)
+
+    @property
+    def spoken_s(self) -> float:
+        """Seconds of audio handed out so far."""
+        return self._samples_out / SAMPLE_RATE_HZ
+
+    def pull(self) -> list[AudioChunk]:
+        """Synthesise every phone that can be spoken now; return the finished chunks."""
+        return list(self.iter_pull())
+
+    def iter_pull(self) -> Iterator[AudioChunk]:
+        """Like ``pull`` but yields each chunk as soon as it exists (lowest first-audio time)."""
+        r = self._model.config.frames_per_step
+        while not self._cancelled:
+            if self._pending.size >= self._chunk_samples:
+                yield self._take(self._chunk_samples)
+            elif len(self._queue) >= r:
+                self._decode_group(r)
+            elif self._speak_next_phone():
+                pass
+            elif self._text_done() and self._queue:
+                self._decode_group(len(self._queue))   # the last, partial group
+            else:
+                break
+        if not self._cancelled and self._text_done() and self._pending.size:
+            yield self._take(self._pending.size)
+
+    def _text_done(self) -> bool:
+        return self._ended and self._next >= self._offset + len(self._tokens)
+
+    def _decode_group(self, n: int) -> None:
+        """Decode the next ``n`` <= r queued frames (zero inputs pad a last partial group)."""
+        r = self._model.config.frames_per_step
+        frames = self._queue[:n]
+        del self._queue[:n]
+        x = torch.stack(frames + [torch.zeros_like(frames[0])] * (r - n))[None]
+        with self._voice.lock, torch.no_grad():
+            out = self._model.step_frames(x, self._dec_state)
+            feats = self._model.denormalize(out)[0, :n].numpy()
+        pcm = np.concatenate([self._vocoder.push(row) for row in feats]).astype(np.float32)
+        self._pending = np.concatenate([self._pending, pcm])
+
+    def _take(self, n: int) -> AudioChunk:
+        pcm, self._pending = self._pending[:n], self._pending[n:]
+        start_s = self._samples_out / SAMPLE_RATE_HZ
+        end_s = (self._samples_out + n) / SAMPLE_RATE_HZ
+        words = tuple(w for w in self._pending_words if w[1] < end_s)
+        self._pending_words = [w for w in self._pending_words if w[1] >= end_s]
+        self._samples_out += n
+        return AudioChunk(np.clip(pcm, -1.0, 1.0).astype(np.float32), start_s, words)
+
+    def _ready(self, i: int) -> bool:
+        known = self._offset + len(self._tokens)
+        return i < known and (self._ended or i + self._lookahead < known)
+
+    def _speak_next_phone(self) -> bool:
+        i = self._next
+        if not self._ready(i):
+            return False
+        la = self._lookahead
+        window = np.zeros((2 * la + 1, 3), np.int64)
+        mask = np.zeros(2 * la + 1, bool)
+        known = self._offset + len(self._tokens)
+        for j in range(i - la, i + la + 1):
+            if self._offset <= j < known:
+                window[j - i + la] = self._encoded[j - self._offset]
+                mask[j - i + la] = True
+        tok = self._tokens[i - self._offset]
+        with self._voice.lock, torch.no_grad():
+            local = self._model.encode_local(torch.from_numpy(window)[None],
+                                             torch.from_numpy(mask)[None])[:, la]
+            enc, _ = self._model.enc_stack.step(local, self._enc_state)
+            log_dur = float(self._model.durations(enc[:, None])[0, 0])
+            frames = int(round(np.expm1(max(log_dur, 0.0))))
+            frames = min(MAX_PHONE_FRAMES, max(0 if tok.symbol in PAUSE_SYMBOLS else 1, frames))
+            if frames:
+                pos = frame_position(torch.arange(frames), torch.full((frames,), frames))
+                self._queue.extend(self._model.frame_inputs(enc.expand(frames, -1), pos).unbind(0))
+        if tok.word is not None and tok.position in (0, 1):
+            self._pending_words.append((tok.word, self._frames_made * HOP_SAMPLES / SAMPLE_RATE_HZ))
+        self._frames_made += frames
+        self._next += 1
+        # keep only the window the next phones still need
+        drop = self._next - la - self._offset
+        if drop > 0:
+            del self._tokens[:drop]
+            del self._encoded[:drop]
+            self._offset += drop
+        return True
+
+
+def _encode_one(tok) -> np.ndarray:
+    from .phonemes import encode
+
+    return encode([tok])[0]

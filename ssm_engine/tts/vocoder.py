@@ -1,0 +1,245 @@
+"""Source-filter vocoder: speech <-> per-frame acoustic features, and streaming synthesis.
+
+    feats = analyze(pcm_16k)                  # (frames, N_FEATURES) float32, one frame per 10 ms
+    pcm = synthesize(feats)                   # offline: the whole utterance
+    voc = StreamingVocoder(seed=0)
+    chunk = voc.push(feats[t])                # streaming: HOP_SAMPLES samples per frame, final at once
+
+The acoustic model predicts these features; this module turns them into sound. Each 10 ms frame
+``t`` describes the samples ``[t * HOP, (t + 1) * HOP)`` by
+
+- ``lf0``: log fundamental frequency in Hz (interpolated through unvoiced frames, so it is
+  always defined and smooth; that makes it easy to regress),
+- ``vuv``: 1 for voiced frames, 0 for unvoiced (the model predicts a probability),
+- ``cep[0:N_CEP]``: the real cepstrum of the spectral envelope (natural-log magnitude), liftered
+  to ``N_CEP`` coefficients, so it holds the vocal tract's resonances and not the harmonics.
+
+Synthesis (the "filter"): each frame's ``HOP`` samples of excitation (a pulse train at f0 below
+``MIX_LOW_HZ`` blending into noise above ``MIX_HIGH_HZ`` when voiced, white noise when unvoiced),
+are filtered by the envelope's minimum-phase response with one FFT of ``N_FFT`` points, and the
+filtered block with its tail is overlap-added into the output. A frame only adds to samples at or
+after its own start, so the ``HOP`` samples of frame ``t`` are final as soon as frame ``t`` is in:
+the vocoder adds no latency. It is deterministic for a given seed, so streaming and offline
+synthesis give the same samples (``synthesize`` is the streaming loop run to the end).
+
+Analysis (for making training targets): f0 by the YIN difference function on 32 ms windows,
+voicing from YIN's aperiodicity and the frame's energy, the envelope by cepstral smoothing with a
+few "true envelope" iterations (the smoothed curve is pushed up onto the harmonic peaks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import TTSError
+
+SAMPLE_RATE_HZ = 16_000
+HOP_SAMPLES = 160
+FRAME_MS = 10
+N_FFT = 512
+N_CEP = 40
+N_FEATURES = 2 + N_CEP
+F0_MIN_HZ = 60.0
+F0_MAX_HZ = 450.0
+MIX_LOW_HZ = 3_000.0
+MIX_HIGH_HZ = 5_500.0
+_VOICED_NOISE = 0.35  # noise share above MIX_HIGH_HZ in voiced frames
+_YIN_THRESHOLD = 0.25
+_TRUE_ENVELOPE_ITERS = 4
+_SILENCE_DB = -60.0
+
+LF0, VUV, CEP0 = 0, 1, 2
+"""Column indices of the feature vector."""
+
+
+def _frame_signal(pcm: np.ndarray, n_frames: int, win: int) -> np.ndarray:
+    """Windows of ``win`` samples centred on the middle of each hop, edges zero-padded."""
+    centre = np.arange(n_frames) * HOP_SAMPLES + HOP_SAMPLES // 2
+    pad = win
+    padded = np.pad(pcm, (pad, pad))
+    starts = centre - win // 2 + pad
+    idx = starts[:, None] + np.arange(win)[None, :]
+    return padded[idx]
+
+
+def _yin(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f0 (Hz) and aperiodicity (CMNDF minimum, 0 = periodic) per frame."""
+    n, win = frames.shape
+    tau_min = int(SAMPLE_RATE_HZ / F0_MAX_HZ)
+    tau_max = int(SAMPLE_RATE_HZ / F0_MIN_HZ)
+    w = win - tau_max
+    x = frames - frames.mean(axis=1, keepdims=True)
+    # d(tau) = sum (x[j] - x[j+tau])^2 over j < w, via energies and an FFT cross-correlation.
+    size = 1 << int(np.ceil(np.log2(win + w)))
+    fx = np.fft.rfft(x, size)
+    fw = np.fft.rfft(x[:, :w], size)
+    corr = np.fft.irfft(fx * np.conj(fw), size)[:, : tau_max + 1]
+    sq = np.cumsum(np.pad(x * x, ((0, 0), (1, 0))), axis=1)
+    e0 = sq[:, w] - sq[:, 0]
+    taus = np.arange(tau_max + 1)
+    e_tau = sq[:, taus + w] - sq[:, taus]
+    d = e0[:, None] + e_tau - 2 * corr
+    d[:, 0] = 0.0
+    cum = np.cumsum(d[:, 1:], axis=1) / np.arange(1, tau_max + 1)[None, :]
+    cmndf = np.ones_like(d)
+    cmndf[:, 1:] = d[:, 1:] / np.maximum(cum, 1e-12)
+    search = cmndf[:, tau_min:]
+    below = search < _YIN_THRESHOLD
+    first = np.where(below.any(axis=1), below.argmax(axis=1), search.argmin(axis=1))
+    # walk down to the local minimum after the first dip under the threshold
+    rows = np.arange(n)
+    t = first.copy()
+    for _ in range(tau_max):
+        nxt = np.minimum(t + 1, search.shape[1] - 1)
+        step = search[rows, nxt] < search[rows, t]
+        if not step.any():
+            break
+        t = np.where(step, nxt, t)
+    ap = search[rows, t]
+    # parabolic interpolation around the minimum
+    lo = np.maximum(t - 1, 0)
+    hi = np.minimum(t + 1, search.shape[1] - 1)
+    a, b, c = search[rows, lo], search[rows, t], search[rows, hi]
+    denom = a - 2 * b + c
+    shift = np.where(np.abs(denom) > 1e-12, 0.5 * (a - c) / np.where(denom == 0, 1, denom), 0.0)
+    tau = t + tau_min + np.clip(shift, -1, 1)
+    return SAMPLE_RATE_HZ / tau, ap
+
+
+def _envelope_cepstrum(frames: np.ndarray) -> np.ndarray:
+    """Liftered real cepstrum (N_CEP coefficients) of each frame's spectral envelope."""
+    win = np.hanning(frames.shape[1])
+    spec = np.abs(np.fft.rfft(frames * win, N_FFT))
+    # scale so that white noise of unit variance has 0 dB: comparable to the synthesis filter gain
+    spec /= np.sqrt(np.sum(win**2))
+    log_spec = np.log(np.maximum(spec, 1e-5))
+    target = log_spec
+    for _ in range(_TRUE_ENVELOPE_ITERS):
+        cep = np.fft.irfft(target, N_FFT)
+        cep[:, N_CEP : N_FFT - N_CEP + 1] = 0.0
+        smooth = np.fft.rfft(cep, N_FFT).real
+        target = np.maximum(log_spec, smooth)
+    cep = np.fft.irfft(target, N_FFT)[:, :N_CEP]
+    return cep
+
+
+def analyze(pcm: np.ndarray) -> np.ndarray:
+    """Features of 16 kHz mono speech: (ceil(len / HOP), N_FEATURES) float32."""
+    x = np.asarray(pcm, dtype=np.float64).reshape(-1)
+    if x.size == 0:
+        raise TTSError("cannot analyze empty audio")
+    if not np.all(np.isfinite(x)):
+        raise TTSError("audio contains NaN or infinite samples")
+    if np.issubdtype(np.asarray(pcm).dtype, np.integer):
+        x = x / 32768.0
+    n_frames = int(np.ceil(x.size / HOP_SAMPLES))
+    frames = _frame_signal(x, n_frames, N_FFT)
+    f0, ap = _yin(frames)
+    energy_db = 10 * np.log10(np.mean(frames[:, 128:384] ** 2, axis=1) + 1e-12)
+    voiced = (ap < _YIN_THRESHOLD * 1.6) & (energy_db > _SILENCE_DB + 15) & (f0 > F0_MIN_HZ) & (f0 < F0_MAX_HZ)
+    voiced = _clean_voicing(voiced)
+    lf0 = _interpolate_lf0(np.log(f0), voiced)
+    feats = np.empty((n_frames, N_FEATURES), dtype=np.float32)
+    feats[:, LF0] = lf0
+    feats[:, VUV] = voiced.astype(np.float32)
+    feats[:, CEP0:] = _envelope_cepstrum(frames)
+    return feats
+
+
+def _clean_voicing(voiced: np.ndarray) -> np.ndarray:
+    """Drop isolated one-frame voiced/unvoiced flips (YIN glitches)."""
+    v = voiced.copy()
+    if v.size >= 3:
+        mid = v[1:-1]
+        flip = (v[:-2] == v[2:]) & (mid != v[:-2])
+        mid[flip] = v[:-2][flip]
+    return v
+
+
+def _interpolate_lf0(lf0: np.ndarray, voiced: np.ndarray) -> np.ndarray:
+    if not voiced.any():
+        return np.full_like(lf0, np.log(150.0))
+    idx = np.arange(lf0.size)
+    # median-smooth the voiced contour to remove octave jumps before interpolating
+    vals = lf0[voiced]
+    if vals.size >= 3:
+        padded = np.pad(vals, 1, mode="edge")
+        vals = np.median(np.stack([padded[:-2], padded[1:-1], padded[2:]]), axis=0)
+    return np.interp(idx, idx[voiced], vals)
+
+
+def _mix_weights() -> np.ndarray:
+    freqs = np.fft.rfftfreq(N_FFT, 1 / SAMPLE_RATE_HZ)
+    ramp = np.clip((freqs - MIX_LOW_HZ) / (MIX_HIGH_HZ - MIX_LOW_HZ), 0.0, 1.0)
+    return ramp * _VOICED_NOISE
+
+
+_NOISE_MIX = _mix_weights()
+
+
+def _min_phase_response(cep: np.ndarray) -> np.ndarray:
+    """Complex minimum-phase frequency response (N_FFT//2+1 bins) of a liftered cepstrum."""
+    folded = np.zeros(N_FFT)
+    folded[0] = cep[0]
+    folded[1:N_CEP] = 2.0 * cep[1:N_CEP]
+    return np.exp(np.fft.rfft(folded))
+
+
+class StreamingVocoder:
+    """Frame-by-frame synthesis; ``push`` returns the HOP_SAMPLES final samples of that frame.
+
+    State: the pulse phase (so f0 glides across frames), the overlap-add tail of earlier frames,
+    and a seeded noise generator. One instance per utterance (or per call, carried on).
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._phase = 0.0
+        self._tail = np.zeros(N_FFT, dtype=np.float64)
+
+    def reset(self, seed: int = 0) -> None:
+        self.__init__(seed)  # type: ignore[misc]
+
+    def push(self, frame: np.ndarray) -> np.ndarray:
+        f = np.asarray(frame, dtype=np.float64)
+        if f.shape != (N_FEATURES,):
+            raise TTSError(f"vocoder frame must have shape ({N_FEATURES},), got {f.shape}")
+        if not np.all(np.isfinite(f)):
+            raise TTSError("vocoder frame contains NaN or infinite values")
+        f0 = float(np.clip(np.exp(f[LF0]), F0_MIN_HZ, F0_MAX_HZ))
+        voiced = f[VUV] >= 0.5
+        noise = self._rng.standard_normal(HOP_SAMPLES)
+        spec_noise = np.fft.rfft(noise, N_FFT)
+        if voiced:
+            pulses = self._pulses(f0)
+            spec_pulse = np.fft.rfft(pulses, N_FFT)
+            excitation = spec_pulse * np.sqrt(1.0 - _NOISE_MIX) + spec_noise * np.sqrt(_NOISE_MIX)
+        else:
+            self._phase = 0.0
+            excitation = spec_noise
+        block = np.fft.irfft(excitation * _min_phase_response(f[CEP0:]), N_FFT)
+        self._tail += block
+        out = self._tail[:HOP_SAMPLES].copy()
+        self._tail[:-HOP_SAMPLES] = self._tail[HOP_SAMPLES:]
+        self._tail[-HOP_SAMPLES:] = 0.0
+        return out
+
+    def _pulses(self, f0: float) -> np.ndarray:
+        """Unit-power pulse train for one hop, continuing the phase of the previous hop."""
+        step = f0 / SAMPLE_RATE_HZ
+        phase = self._phase + step * np.arange(1, HOP_SAMPLES + 1)
+        out = np.zeros(HOP_SAMPLES)
+        crossings = np.floor(phase) > np.floor(np.concatenate(([self._phase], phase[:-1])))
+        out[crossings] = np.sqrt(SAMPLE_RATE_HZ / f0)
+        self._phase = float(phase[-1] - np.floor(phase[-1]))
+        return out
+
+
+def synthesize(feats: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Offline synthesis: the streaming loop over all frames. float32 in [-1, 1]."""
+    f = np.asarray(feats)
+    if f.ndim != 2 or f.shape[1] != N_FEATURES:
+        raise TTSError(f"features must have shape (frames, {N_FEATURES}), got {f.shape}")
+    voc = StreamingVocoder(seed)
+    out = np.concatenate([voc.push(row) for row in f]) if len(f) else np.zeros(0)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)

@@ -1,0 +1,84 @@
+"""The teacher data set: sentence choice, files and manifests, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ssm_engine.data.audio import read_wav
+from ssm_engine.tts import phonemize
+from ssm_engine.tts.align import HOP
+from ssm_engine.tts.dataset import DatasetConfig, generate, pick_sentences
+from ssm_engine.tts.sentences import AgentSentences
+from ssm_engine.tts.teacher import festival_available
+
+missing = festival_available()
+needs_festival = pytest.mark.skipif(missing is not None, reason=str(missing))
+
+
+def test_sentences_are_seeded() -> None:
+    a, b = AgentSentences(3), AgentSentences(3)
+    assert [a.sentence() for _ in range(20)] == [b.sentence() for _ in range(20)]
+
+
+def test_pick_sentences_distinct_and_heldout_apart() -> None:
+    cfg = DatasetConfig(n_train=150, n_heldout=30, seed=5)
+    train, heldout = pick_sentences(cfg)
+    assert (len(train), len(heldout)) == (150, 30)
+    assert pick_sentences(cfg) == (train, heldout)
+
+    def words(text: str) -> tuple[str | None, ...]:
+        return tuple(t.word for t in phonemize(text) if t.word_index >= 0)
+
+    keys = [words(t) for t in train + heldout]
+    assert len(set(keys)) == len(keys)
+    assert all(3 <= len({t.word_index for t in phonemize(x) if t.word_index >= 0}) <= 25
+               for x in train + heldout)
+
+
+@needs_festival
+def test_generate_writes_a_consistent_data_set_and_resumes(tmp_path: Path) -> None:
+    cfg = DatasetConfig(out_dir=str(tmp_path), n_train=3, n_heldout=2, workers=1, seed=2,
+                        progress=False)
+    summary = generate(cfg)
+    assert summary["failed"] == 0
+    assert not (tmp_path / ".festival").exists()
+    assert summary["splits"]["train"]["utterances"] == 3
+    heldout_txt = (tmp_path / "heldout.txt").read_text().splitlines()
+    assert len(heldout_txt) == 2
+    for split, n in (("train", 3), ("heldout", 2)):
+        lines = [json.loads(x) for x in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
+        assert len(lines) == n
+        for d in lines:
+            assert set(d) == {"id", "wav", "text", "tokens", "words", "durations"}
+            audio, rate = read_wav(tmp_path / d["wav"])
+            assert rate == 16_000 and len(audio) == sum(d["durations"]) * HOP
+            tokens = phonemize(d["text"])
+            assert d["tokens"] == [[t.symbol, t.stress, t.position, t.word_index]
+                                   for t in tokens]
+            assert len(d["durations"]) == len(tokens)
+            assert d["words"][tokens[0].word_index] == tokens[0].word
+        if split == "heldout":
+            assert [d["text"] for d in lines] == heldout_txt
+
+    # resume: finished utterances are skipped; a stale one (front end changed) is redone
+    wav0 = tmp_path / "wav" / "tr00000.wav"
+    meta1 = tmp_path / "meta" / "tr00001.json"
+    stamp0 = wav0.stat().st_mtime_ns
+    stale = json.loads(meta1.read_text())
+    stale["tokens"][0][1] = 2
+    meta1.write_text(json.dumps(stale) + "\n")
+    (tmp_path / "wav" / "tr00002.wav").unlink()
+    generate(cfg)
+    assert wav0.stat().st_mtime_ns == stamp0
+    assert json.loads(meta1.read_text())["tokens"] != stale["tokens"]
+    assert (tmp_path / "wav" / "tr00002.wav").exists()
+
+
+def test_config_validates() -> None:
+    with pytest.raises(ValueError):
+        DatasetConfig(workers=0)
+    with pytest.raises(ValueError):
+        DatasetConfig(n_train=-1)

@@ -1,0 +1,87 @@
+"""The source-filter vocoder: analysis finds the pitch it was given, synthesis streams exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ssm_engine.tts.errors import TTSError
+from ssm_engine.tts.vocoder import (
+    CEP0,
+    HOP_SAMPLES,
+    LF0,
+    N_FEATURES,
+    SAMPLE_RATE_HZ,
+    VUV,
+    StreamingVocoder,
+    analyze,
+    synthesize,
+)
+
+
+def _vowel(f0_hz: float, seconds: float) -> np.ndarray:
+    """A buzzy vowel: harmonics of f0 shaped by two formants, then 0.2 s of silence."""
+    t = np.arange(int(seconds * SAMPLE_RATE_HZ)) / SAMPLE_RATE_HZ
+    x = np.zeros_like(t)
+    for h in range(1, int(7000 / f0_hz)):
+        f = h * f0_hz
+        gain = 1 / (1 + ((f - 700) / 150) ** 2) + 0.5 / (1 + ((f - 1200) / 200) ** 2)
+        x += gain * np.sin(2 * np.pi * f * t)
+    x = 0.3 * x / np.abs(x).max()
+    return np.concatenate([x, np.zeros(int(0.2 * SAMPLE_RATE_HZ))])
+
+
+def test_analysis_recovers_pitch_voicing_and_frame_count() -> None:
+    x = _vowel(180.0, 0.5)
+    feats = analyze(x)
+    assert feats.shape == (int(np.ceil(x.size / HOP_SAMPLES)), N_FEATURES)
+    voiced = feats[5:45]
+    assert voiced[:, VUV].mean() > 0.95
+    assert np.allclose(np.exp(voiced[:, LF0]), 180.0, rtol=0.02)
+    assert feats[-10:, VUV].max() == 0.0          # the silence is unvoiced
+
+
+def test_copy_synthesis_keeps_pitch_and_level() -> None:
+    x = _vowel(150.0, 0.6)
+    y = synthesize(analyze(x))
+    assert y.dtype == np.float32 and y.size == int(np.ceil(x.size / HOP_SAMPLES)) * HOP_SAMPLES
+    feats_y = analyze(y)
+    assert np.allclose(np.exp(feats_y[10:50, LF0]), 150.0, rtol=0.03)
+    level = lambda s: 10 * np.log10(np.mean(s[1600:8000] ** 2))  # noqa: E731
+    assert abs(level(y) - level(x)) < 3.0
+
+
+def test_streaming_equals_offline_sample_for_sample() -> None:
+    feats = analyze(_vowel(200.0, 0.3))
+    offline = synthesize(feats, seed=7)
+    voc = StreamingVocoder(seed=7)
+    streamed = np.concatenate([voc.push(row) for row in feats])
+    assert np.array_equal(np.clip(streamed, -1, 1).astype(np.float32), offline)
+
+
+def test_each_frame_gives_final_samples_at_once() -> None:
+    """A frame only adds to samples at or after its own start: later frames cannot change the
+    samples already returned (the vocoder adds no latency)."""
+    feats = analyze(_vowel(120.0, 0.3))
+    first = StreamingVocoder(seed=1)
+    a = np.concatenate([first.push(row) for row in feats[:10]])
+    changed = feats.copy()
+    changed[10:, CEP0] += 2.0                      # very different future frames
+    second = StreamingVocoder(seed=1)
+    b = np.concatenate([second.push(row) for row in changed[:12]])[: a.size]
+    assert np.array_equal(a, b)
+
+
+def test_bad_input_raises_tts_error() -> None:
+    with pytest.raises(TTSError, match="empty"):
+        analyze(np.zeros(0))
+    with pytest.raises(TTSError, match="NaN"):
+        analyze(np.array([0.0, np.nan, 0.1]))
+    with pytest.raises(TTSError, match="shape"):
+        StreamingVocoder().push(np.zeros(3))
+    bad = np.zeros(N_FEATURES)
+    bad[LF0] = np.inf
+    with pytest.raises(TTSError, match="NaN or infinite"):
+        StreamingVocoder().push(bad)
+    with pytest.raises(TTSError, match="shape"):
+        synthesize(np.zeros((4, 3)))
