@@ -10,6 +10,11 @@ goes. Reported, as one JSON object: ``n``, ``wer`` and ``cer`` (corpus-level, af
 (from the last chunk's result to the final transcript: the flush / end-of-utterance search)
 at p50 and p95 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
 stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
+
+Engines: ``ssm`` (parley's streaming recogniser; ``--decoder greedy|beam`` picks how finals are
+decoded), ``pocketsphinx`` (streaming baseline) and ``whisper`` (tiny.en through faster-whisper,
+not streaming: it decodes the whole clip after its end, so its final latency is its whole
+decode; numbers come out as words, see ``pipeline.engines.whisper``).
 """
 
 from __future__ import annotations
@@ -40,10 +45,13 @@ CHUNK_MS = 20
 class _Streamer(Protocol):
     def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass
 class EvalResult:
     engine: str
+    decoder: str
     manifest: str
     rate_hz: int
     codec: str
@@ -59,10 +67,12 @@ class EvalResult:
 
 
 class _SSM:
-    def __init__(self, rate_hz: int, model_dir: str | None) -> None:
+    def __init__(self, rate_hz: int, model_dir: str | None, decoder: str = "beam",
+                 lm_path: str | None = None) -> None:
         from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine
 
-        self.engine = SSMSTTEngine(model_dir or DEFAULT_MODEL_DIR)
+        self.engine = SSMSTTEngine(model_dir or DEFAULT_MODEL_DIR, lm_path=lm_path,
+                                   decoder=decoder)  # type: ignore[arg-type]
         self.rate_hz = rate_hz
 
     def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
@@ -100,12 +110,37 @@ class _Sphinx:
         pass
 
 
-def make_engine(name: str, rate_hz: int, model_dir: str | None = None) -> _SSM | _Sphinx:
+class _Whisper:
+    """Not streaming: the whole clip is decoded after its end, so all of it is final latency."""
+
+    def __init__(self, rate_hz: int) -> None:
+        from pipeline.engines.whisper import WhisperRecognizer
+
+        self.engine = WhisperRecognizer()
+        self.engine.load()
+        self.rate_hz = rate_hz
+
+    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
+        t0 = time.perf_counter()
+        text = self.engine.transcribe(pcm, self.rate_hz)
+        return text, time.perf_counter() - t0
+
+    def close(self) -> None:
+        pass
+
+
+ENGINES = ("ssm", "pocketsphinx", "whisper")
+
+
+def make_engine(name: str, rate_hz: int, model_dir: str | None = None, decoder: str = "beam",
+                lm_path: str | None = None) -> _Streamer:
     if name == "ssm":
-        return _SSM(rate_hz, model_dir)
+        return _SSM(rate_hz, model_dir, decoder, lm_path)
     if name == "pocketsphinx":
         return _Sphinx(rate_hz)
-    raise PipelineError(f"unknown STT engine {name!r} (ssm, pocketsphinx)")
+    if name == "whisper":
+        return _Whisper(rate_hz)
+    raise PipelineError(f"unknown STT engine {name!r} ({', '.join(ENGINES)})")
 
 
 def _channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.ndarray:
@@ -117,6 +152,7 @@ def _channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.ndarr
 
 def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
+             decoder: str = "beam", lm_path: str | None = None,
              progress: bool = False) -> EvalResult:
     """Run one engine over a manifest; see the module docstring for what is measured."""
     if rate_hz not in (8000, 16000):
@@ -132,7 +168,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         pcm, rate = read_wav(path)
         clips.append((_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
         voices.append(voice_of.get(path, ""))
-    engine = make_engine(engine_name, rate_hz, model_dir)
+    engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path)
     refs, hyps, finals = [], [], []
     busy_s = audio_s = 0.0
     it = clips
@@ -157,7 +193,8 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         r, h = [refs[i] for i in idx], [hyps[i] for i in idx]
         by_voice[v] = {"n": len(idx), "wer": round(wer(r, h), 4), "cer": round(cer(r, h), 4)}
     return EvalResult(
-        engine=engine_name, manifest=str(manifest), rate_hz=rate_hz, codec=codec, n=len(refs),
+        engine=engine_name, decoder=decoder if engine_name == "ssm" else "",
+        manifest=str(manifest), rate_hz=rate_hz, codec=codec, n=len(refs),
         wer=round(wer(refs, hyps), 4), cer=round(cer(refs, hyps), 4),
         rtf=round(busy_s / max(audio_s, 1e-9), 4),
         final_latency_ms_p50=round(float(np.percentile(finals, 50)), 2),
@@ -172,12 +209,16 @@ def register_cli(subparsers) -> None:
 
     group = group_subparsers(subparsers, "eval", "measure engines")
     p = group.add_parser("stt", help="WER/CER/RTF/final latency of an STT engine on a manifest")
-    p.add_argument("--engine", choices=["ssm", "pocketsphinx"], default="ssm")
+    p.add_argument("--engine", choices=ENGINES, default="ssm")
     p.add_argument("--manifest", required=True, help="path<TAB>text lines")
     p.add_argument("--rate", type=int, choices=[8000, 16000], default=8000)
     p.add_argument("--codec", choices=["mulaw", "none"], default="mulaw")
     p.add_argument("--limit", type=int, default=None, help="evenly spread subset of N clips")
     p.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
+    p.add_argument("--decoder", choices=["beam", "greedy"], default="beam",
+                   help="SSM finals: beam search with lexicon + LM, or greedy "
+                   "(default %(default)s)")
+    p.add_argument("--lm", default=None, help="SSM beam LM (default MODEL/lm.arpa.gz)")
     p.add_argument("--out", default=None, help="also write the JSON object to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object (no progress bar)")
     p.set_defaults(func=_run)
@@ -188,7 +229,8 @@ def _run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     res = evaluate(args.engine, args.manifest, rate_hz=args.rate, codec=args.codec,
-                   limit=args.limit, model_dir=args.model, progress=not args.json)
+                   limit=args.limit, model_dir=args.model, decoder=args.decoder, lm_path=args.lm,
+                   progress=not args.json)
     doc = asdict(res)
     if args.out:
         Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

@@ -15,17 +15,25 @@ Model steps never run on the event loop: every call of the process shares one ``
 per model directory, whose ``BatchRunner`` thread steps all open utterances together, one
 batched 20 ms step per tick; the service awaits the runner's futures. 16 kHz input is resampled
 to the model's 8 kHz with a streaming soxr resampler per utterance.
+
+Decoding: interim transcripts are greedy CTC. The final one comes from a CTC prefix beam search
+with the word lexicon and trigram LM shipped beside the model (``models/stt/lm.arpa.gz``, see
+``ssm_engine.stt.beam``), advanced frame by frame while the caller speaks, on the engine's
+decode thread (never on the event loop), so at the end only the flush frames and the sentence
+end remain. ``decoder="greedy"`` turns it off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import soxr
@@ -44,17 +52,34 @@ from pipecat.utils.time import time_now_iso8601
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.services.queued_stt import _CLOSE, _START, _STOP, QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
+from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
+from ssm_engine.stt.lm import NGramLM
 from ssm_engine.stt.model import STTModel, load_stt
 from ssm_engine.stt.stream import RecognizerStream
 
-__all__ = ["DEFAULT_MODEL_DIR", "SSMSTTEngine", "SSMUtterance", "SSMSTTService"]
+__all__ = ["DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "LM_FILE", "Decoder", "SSMSTTEngine",
+           "SSMUtterance", "SSMSTTService"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
+LM_FILE = "lm.arpa.gz"
 SUPPORTED_RATES_HZ = (8000, 16000)
+Decoder = Literal["greedy", "beam"]
+DEFAULT_DECODER: Decoder = "beam"
+"""How services decode finals unless told otherwise (set before the server starts to change
+it process-wide, as ``benchmarks/bench_stt_live.py`` does for its greedy server)."""
 
+
+@functools.lru_cache(maxsize=4)
+def _beam_search(lm_path: Path, config: BeamConfig) -> CTCBeamSearch:
+    """One loaded LM + lexicon per file and settings for the process (read-only, shared)."""
+    try:
+        return CTCBeamSearch(NGramLM.load(lm_path), config)
+    except SSMEngineError as exc:
+        raise EngineUnavailableError(f"STT language model failed to load: {exc} (build it "
+                                     f"with `parley train stt-lm`)") from exc
 
 
 class SSMUtterance:
@@ -65,10 +90,13 @@ class SSMUtterance:
         self._resampler = (soxr.ResampleStream(sample_rate_hz, model_rate, 1, dtype="float32",
                                                quality="HQ")
                            if sample_rate_hz != model_rate else None)
-        self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s)
+        self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s,
+                                        beam=engine.beam)
+        self._pool = engine.decode_pool
 
     @property
     def text(self) -> str:
+        """Greedy partial while open; the final transcript once ``finish``'s results are taken."""
         return self._stream.text
 
     def push(self, pcm: bytes | np.ndarray) -> Future | None:
@@ -93,7 +121,16 @@ class SSMUtterance:
         return futures
 
     def take(self, log_probs: torch.Tensor) -> bool:
+        """Decode a result here (blocking: evaluation, scripts). True if the text changed."""
         return self._stream.take(log_probs)
+
+    async def take_async(self, fut: Future) -> bool:
+        """Await a push/finish future and decode its result off the event loop when the beam
+        search runs (on the engine's decode thread, in order); greedy alone is cheap: inline."""
+        log_probs = await asyncio.wrap_future(fut)
+        if self._pool is None:
+            return self._stream.take(log_probs)
+        return await asyncio.wrap_future(self._pool.submit(self._stream.take, log_probs))
 
     def finish_sync(self) -> str:
         """Blocking finish (evaluation, scripts): the final transcript."""
@@ -125,12 +162,23 @@ class SSMSTTEngine:
     ``SSMSTTEngine.shared(model_dir)`` returns one started engine per directory (thread-safe);
     construct one directly (and ``close()`` it) in tests."""
 
-    _shared: dict[Path, SSMSTTEngine] = {}
+    _shared: dict[tuple[Path, str], SSMSTTEngine] = {}
     _shared_lock = threading.Lock()
 
     def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
-                 flush_s: float = 0.1) -> None:
+                 flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
+                 beam_config: BeamConfig | None = None) -> None:
+        """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
+        (or in models/stt when ``model`` is an STTModel object)."""
+        if decoder not in ("greedy", "beam"):
+            raise PipelineError(f"decoder must be 'greedy' or 'beam', got {decoder!r}")
         t0 = time.perf_counter()
+        self.decoder: Decoder = decoder
+        self.beam: CTCBeamSearch | None = None
+        if decoder == "beam":
+            folder = DEFAULT_MODEL_DIR if isinstance(model, STTModel) else Path(model)
+            self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
+                                     beam_config or BeamConfig())
         if not isinstance(model, STTModel):
             try:
                 model = load_stt(model)
@@ -141,15 +189,18 @@ class SSMSTTEngine:
         self.flush_s = flush_s
         self.runner = BatchRunner(self.model, name="ssm-stt-runner")
         self.runner.start()
+        self.decode_pool = (ThreadPoolExecutor(1, thread_name_prefix="ssm-stt-beam")
+                            if self.beam is not None else None)
         self.load_s = time.perf_counter() - t0
 
     @classmethod
-    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR) -> SSMSTTEngine:
-        key = Path(model_dir).resolve()
+    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR,
+               decoder: Decoder = "beam") -> SSMSTTEngine:
+        key = (Path(model_dir).resolve(), decoder)
         with cls._shared_lock:
             engine = cls._shared.get(key)
             if engine is None:
-                engine = cls._shared[key] = cls(key)
+                engine = cls._shared[key] = cls(key[0], decoder=decoder)
             return engine
 
     def open(self, sample_rate_hz: int) -> SSMUtterance:
@@ -170,6 +221,8 @@ class SSMSTTEngine:
 
     def close(self) -> None:
         self.runner.stop()
+        if self.decode_pool is not None:
+            self.decode_pool.shutdown(wait=True)
 
 
 class SSMSTTService(QueuedSTTService):
@@ -177,19 +230,23 @@ class SSMSTTService(QueuedSTTService):
 
     """Streaming SSM recogniser for pipecat (see module docstring).
 
-    engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir)``, loaded at start).
+    engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir, decoder)``, loaded at
+        start); decoder: how finals are decoded, "beam" (lexicon + LM) or "greedy" (default
+        ``DEFAULT_DECODER``).
     sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
     """
 
     def __init__(self, *, engine: SSMSTTEngine | None = None,
-                 model_dir: str | Path = DEFAULT_MODEL_DIR, sample_rate: int | None = None,
+                 model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder | None = None,
+                 sample_rate: int | None = None,
                  preroll_s: float = 0.5, ttfs_p99_latency: float = 0.1, **kwargs) -> None:
         super().__init__(sample_rate=sample_rate, ttfs_p99_latency=ttfs_p99_latency,
                          settings=STTSettings(model="parley-ssm-stt", language=Language.EN),
                          **kwargs)
         self._engine = engine
         self._model_dir = model_dir
+        self._decoder: Decoder = decoder or DEFAULT_DECODER
         self._preroll_s = preroll_s
         self._utt: SSMUtterance | None = None
         self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
@@ -208,7 +265,8 @@ class SSMSTTService(QueuedSTTService):
             raise AudioFormatError(f"SSMSTTService: sample rate {self.sample_rate} not in "
                                    f"{SUPPORTED_RATES_HZ}")
         if self._engine is None:
-            self._engine = await asyncio.to_thread(SSMSTTEngine.shared, self._model_dir)
+            self._engine = await asyncio.to_thread(SSMSTTEngine.shared, self._model_dir,
+                                                   self._decoder)
         self._worker = self.create_task(self._decode_loop(), name="ssm_stt_decode")
 
     async def stop(self, frame: EndFrame) -> None:
@@ -238,7 +296,7 @@ class SSMSTTService(QueuedSTTService):
     async def _feed(self, audio: bytes) -> None:
         assert self._utt is not None
         fut = self._utt.push(audio)
-        if fut is not None and self._utt.take(await asyncio.wrap_future(fut)):
+        if fut is not None and await self._utt.take_async(fut):
             await self.push_frame(InterimTranscriptionFrame(
                 self._utt.text, self._user_id, time_now_iso8601(), Language.EN))
 
@@ -254,7 +312,7 @@ class SSMSTTService(QueuedSTTService):
         elif kind == _STOP and self._utt is not None:
             utt, self._utt = self._utt, None
             for fut in utt.finish():
-                utt.take(await asyncio.wrap_future(fut))
+                await utt.take_async(fut)
             await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
 
     def _keep_preroll(self, audio: bytes) -> None:

@@ -1,4 +1,5 @@
-"""Command line: ``parley data stt`` (make a data set) and ``parley train stt`` (train, export).
+"""Command line: ``parley data stt`` (make a data set), ``parley train stt`` (train, export) and
+``parley train stt-lm`` (build the word language model of the beam decoder).
 
     from ssm_engine.stt.cli import register_cli
     register_cli(subparsers)      # adds "data stt" and "train stt" under an argparse subparsers
@@ -66,6 +67,26 @@ def register_cli(subparsers: Any) -> None:
                    help="with --export: a file holding the commands that made the model, for the card")
     p.set_defaults(func=_train_stt)
 
+    p = train.add_parser("stt-lm", help="build the word trigram LM of the STT beam decoder")
+    p.add_argument("--out", default="models/stt/lm.arpa.gz", help="ARPA file (default %(default)s)")
+    p.add_argument("--sentences", type=int, default=30000,
+                   help="caller-style sentences from the text generator (default %(default)s)")
+    p.add_argument("--seed", type=int, default=424242,
+                   help="generator seed; keep it apart from the data sets' seeds (default "
+                   "%(default)s; data sets use 1, 2 and, held out, seed + 7919)")
+    p.add_argument("--yaml", nargs="*", default=None, metavar="FILE",
+                   help="agent definitions whose strings join the text "
+                   "(default agent/examples/*.yaml)")
+    p.add_argument("--general", default="pocketsphinx", metavar="ARPA|pocketsphinx|none",
+                   help="general English unigrams: an ARPA file, or pocketsphinx's en-us model "
+                   "(default)")
+    p.add_argument("--general-top", type=int, default=20000,
+                   help="most frequent general words kept (default %(default)s)")
+    p.add_argument("--general-weight", type=float, default=0.1)
+    p.add_argument("--unk-weight", type=float, default=0.01)
+    p.add_argument("--min-trigram-count", type=int, default=2)
+    p.set_defaults(func=_train_stt_lm)
+
 
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -107,6 +128,89 @@ def _train_stt(args: argparse.Namespace) -> int:
                       max_minutes=args.max_minutes, eval_every_steps=args.eval_every)
     res = train(cfg)
     print(json.dumps({k: v for k, v in res.items() if k != "examples"}))
+    return 0
+
+
+def _yaml_sentences(paths: list[str]) -> list[str]:
+    """Every string in agent YAML files, split into sentences, normalised (``{slot}`` dropped)."""
+    import re
+
+    import yaml
+
+    from .text import normalize_text
+
+    out: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+        elif isinstance(node, str):
+            for part in re.split(r"[.?!\n]+", re.sub(r"\{[^}]*\}", " ", node)):
+                norm = normalize_text(part)
+                if norm:
+                    out.append(norm)
+
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            walk(yaml.safe_load(f))
+    return out
+
+
+def _general_unigrams(source: str, top: int) -> dict[str, float]:
+    """General English word frequencies: an ARPA's 1-grams, or the unigram probabilities of
+    pocketsphinx's en-us model for the words of its dictionary (pocketsphinx is a project
+    dependency, imported only here; its ``NGramModel.write`` crashes, so each word is asked)."""
+    import math
+    import os
+    import re
+
+    from .lm import read_unigrams
+
+    if source == "none":
+        return {}
+    if source != "pocketsphinx":
+        return read_unigrams(source, top)
+    import pocketsphinx
+
+    folder = os.path.join(pocketsphinx.get_model_path(), "en-us")
+    logmath = pocketsphinx.LogMath(1.0001)     # must outlive the model
+    model = pocketsphinx.NGramModel(pocketsphinx.Config(), logmath,
+                                    os.path.join(folder, "en-us.lm.bin"))
+    spellable = re.compile(r"[a-z]+(?:'[a-z]+)?")
+    probs: dict[str, float] = {}
+    with open(os.path.join(folder, "cmudict-en-us.dict"), encoding="utf-8") as f:
+        for line in f:
+            word = line.split(" ", 1)[0]
+            if spellable.fullmatch(word) and word not in probs:
+                ln_p = logmath.log_to_ln(model.prob([word]))
+                if ln_p > -30:                  # words the model lacks come back as ~-inf
+                    probs[word] = math.exp(ln_p)
+    return dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top])
+
+
+def _train_stt_lm(args: argparse.Namespace) -> int:
+    import glob
+
+    from ..data.texts import SentenceGenerator
+    from .lm import build_lm
+
+    _logging()
+    gen = SentenceGenerator(args.seed)
+    sentences = [gen.sentence() for _ in range(args.sentences)]
+    yaml_files = sorted(glob.glob("agent/examples/*.yaml")) if args.yaml is None else args.yaml
+    sentences += _yaml_sentences(yaml_files)
+    general = _general_unigrams(args.general, args.general_top)
+    lm = build_lm(sentences, general_words=general, general_weight=args.general_weight,
+                  unk_weight=args.unk_weight, min_count={3: args.min_trigram_count})
+    path = lm.write_arpa(args.out)
+    counts = {n: sum(1 for k in lm.probs if len(k) == n) for n in range(1, lm.order + 1)}
+    print(json.dumps({"out": str(path), "bytes": path.stat().st_size, "sentences": len(sentences),
+                      "yaml": yaml_files, "general_words": len(general), "vocab": len(lm),
+                      "ngrams": counts}))
     return 0
 
 

@@ -22,7 +22,8 @@ _CARD = """# parley streaming SSM speech-to-text
 A streaming character-CTC recogniser for 8 kHz phone audio: causal log-mel front end (25 ms
 windows every 10 ms, fixed normalisation), two causal convolutions down to 50 frames per second,
 {n_layers} Mamba-2 layers (ssm_engine, d_model {d_model}), a linear CTC head over
-{vocab} characters (blank, space, a-z, apostrophe); greedy decoding. {n_params:,} parameters,
+{vocab} characters (blank, space, a-z, apostrophe); greedy partials, finals from a CTC beam
+search with a word lexicon and a trigram LM (`lm.arpa.gz`, `parley train stt-lm`). {n_params:,} parameters,
 {size_mb:.1f} MB (float32 safetensors). One 20 ms step per stream through ssm_engine's
 StreamBatcher/BatchRunner; 16 kHz input is resampled to 8 kHz by the caller.
 
@@ -60,7 +61,8 @@ Training-time check (greedy, {tn} clips, 8 kHz mu-law): CER {tcer:.3f}, WER {twe
 ## Limits
 - Trained on synthetic voices only; the FACTS note that espeak-ng speech is a poor stand-in for a
   person holds here too: expect much worse accuracy on real callers than on the held-out voices.
-- No language model; greedy CTC spells words as it hears them.
+- The LM's text comes from the same sentence generator as the data (another seed), the agent
+  examples and pocketsphinx's 20,000 commonest words; words outside it are spelled at a penalty.
 - Needs ~100-200 ms of trailing silence (the service feeds it) to emit its last characters.
 - Training voices include pico and RHVoice (Debian non-free/contrib, installed through a private
   apt source list); check their licences before a commercial release. mbrola is used only in
@@ -81,7 +83,7 @@ def _evals(out: Path) -> str:
             r = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        rows.append(f"| {r.get('engine')} | {r.get('rate_hz')} | {r.get('codec')} | {r.get('n')} | "
+        rows.append(f"| {r.get('engine')} | {r.get('decoder') or '-'} | {r.get('rate_hz')} | {r.get('codec')} | {r.get('n')} | "
                     f"{r.get('wer', float('nan')):.3f} | {r.get('cer', float('nan')):.3f} | "
                     f"{r.get('rtf', float('nan')):.3f} | {r.get('final_latency_ms_p50', float('nan')):.1f} | "
                     f"{r.get('final_latency_ms_p95', float('nan')):.1f} |")
@@ -91,8 +93,8 @@ def _evals(out: Path) -> str:
     if not rows:
         return "(no `parley eval stt` results recorded yet)"
     head = ("`parley eval stt` on the held-out manifest, same text normalisation for every engine:\n\n"
-            "| engine | rate Hz | codec | n | WER | CER | RTF | final p50 ms | final p95 ms |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+            "| engine | decoder | rate Hz | codec | n | WER | CER | RTF | final p50 ms | final p95 ms |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
     text = head + "\n" + "\n".join(rows)
     if voice_rows:
         text += ("\n\nPer held-out voice:\n\n| engine | rate Hz | codec | voice | n | WER | CER |\n"

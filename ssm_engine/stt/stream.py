@@ -10,6 +10,11 @@
 
 The stream keeps the samples that do not fill a whole 20 ms step until the next push. Results
 must be taken in the order the futures were made (the runner runs them in that order anyway).
+
+Decoding: partials (``text`` while the stream is open) are greedy CTC. Given a ``beam``
+(``CTCBeamSearch``: lexicon + word LM), every frame taken also advances a prefix beam search,
+and once the stream is finished and its last result taken, ``text`` is the beam's final
+transcript (``final_text``); without one the greedy transcript is the final one too.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 import torch
 
 from ..runner import BatchRunner
+from .beam import CTCBeamSearch
 from .decode import StreamingGreedyDecoder
 from .errors import AudioInputError
 from .model import STTConfig
@@ -47,18 +53,24 @@ def as_float(samples: np.ndarray | bytes) -> np.ndarray:
 class RecognizerStream:
     """See the module docstring. Not thread-safe: one owner (an asyncio task, a loop)."""
 
-    def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2) -> None:
+    def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2,
+                 beam: CTCBeamSearch | None = None) -> None:
         self._runner = runner
         self._step = config.step_samples
         self._flush_steps = max(1, round(flush_s * config.frame_rate_hz))
         self._rest = np.zeros(0, np.float32)
         self._sid: int | None = runner.open_stream()
         self.decoder = StreamingGreedyDecoder()
+        self.beam = beam.stream() if beam is not None else None
         self.samples_in = 0
+        self._submitted = self._taken = 0
+        self.final_text: str | None = None
+        """The final transcript, set when the last result after ``finish()`` is taken."""
 
     @property
     def text(self) -> str:
-        return self.decoder.text
+        """The final transcript once there is one, else the greedy partial."""
+        return self.final_text if self.final_text is not None else self.decoder.text
 
     @property
     def closed(self) -> bool:
@@ -76,6 +88,7 @@ class RecognizerStream:
         if n == 0:
             return None
         frames = torch.from_numpy(np.ascontiguousarray(buf[: n * self._step])).view(n, self._step)
+        self._submitted += 1
         return self._runner.submit(self._sid, frames)
 
     def finish(self) -> Future:
@@ -88,14 +101,24 @@ class RecognizerStream:
         n = (self._rest.size + self._flush_steps * self._step + self._step - 1) // self._step
         frames = torch.from_numpy(tail[: n * self._step]).view(n, self._step)
         fut = self._runner.submit(self._sid, frames)
+        self._submitted += 1
         self._runner.close_stream(self._sid)
         self._sid = None
         self._rest = np.zeros(0, np.float32)
         return fut
 
     def take(self, log_probs: torch.Tensor) -> bool:
-        """Decode results of a push/finish, in order. True when the transcript changed."""
-        return self.decoder.push(log_probs)
+        """Decode results of a push/finish, in order. True when the transcript changed (the
+        greedy partial grew, or the final transcript was made)."""
+        changed = self.decoder.push(log_probs)
+        if self.beam is not None:
+            self.beam.push(log_probs)
+        self._taken += 1
+        if self._sid is None and self._taken == self._submitted and self.final_text is None:
+            self.final_text = (self.beam.finalize() if self.beam is not None
+                               else self.decoder.text)
+            changed = True
+        return changed
 
     def abort(self) -> None:
         """Close without decoding the rest (e.g. cancelled call)."""
