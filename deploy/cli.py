@@ -23,6 +23,8 @@ examples:
   parley serve --public-url https://abc.example.com   # behind a tunnel/proxy: the URL Twilio signs
   parley serve --agent agent/examples/order_status.yaml   # another agent, from its spec
   parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
+  parley serve --tts ssm                # speak with parley's own SSM voice (models/tts)
+  parley eval tts --engine ssm --sentences FILE --json   # first-audio latency, RTF, intelligibility
   parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default)
   parley calls list                     # call records; parley calls show CALL_SID
   open http://127.0.0.1:8765/           # call the agent from the browser (WebRTC)
@@ -75,6 +77,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
                    help="speech recognizer: the pocketsphinx baseline, or parley's streaming SSM "
                    "model (models/stt; not yet better in live calls) (default %(default)s)")
+    p.add_argument("--tts", choices=["espeak", "ssm"], default="espeak",
+                   help="the agent's voice: espeak-ng, or parley's streaming SSM voice "
+                   "(--tts-model) (default %(default)s)")
+    p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
+                   help="the SSM voice's folder, config.json + model.safetensors "
+                   "(default models/tts)")
     p.add_argument("--turn", choices=["silence", "smart-turn"], default="silence",
                    help="end of turn: a silence timer, or pipecat's smart-turn v3 model (default %(default)s)")
     p.add_argument("--silence-ms", type=int, default=200,
@@ -142,6 +150,16 @@ def _serve(args: argparse.Namespace) -> int:
     from telephony.server import CallServer, ServerConfig, serve_forever
 
     _configure_logging(args.log_level)
+    tts_model_dir = str(args.tts_model) if args.tts_model else None
+    if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
+        import torch
+
+        from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, SSMVoiceEngine
+
+        torch.set_num_threads(1)  # FACTS: small model steps run 5-40x slower on 2 threads here
+
+        engine = SSMVoiceEngine.shared(tts_model_dir or DEFAULT_MODEL_DIR)
+        logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
     agent_factory = _agent_factory(args.agent)
     db_path = Path(args.db or default_db_path())
     db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,10 +175,11 @@ def _serve(args: argparse.Namespace) -> int:
         twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
         twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"),
         pipeline=(
-            PipelineConfig.stock_pipecat()
+            PipelineConfig.stock_pipecat(tts=args.tts, tts_model_dir=tts_model_dir)
             if args.stock_pipecat
             else PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0,
-                                text_aggregation=args.text_aggregation, stt=args.stt)
+                                text_aggregation=args.text_aggregation, stt=args.stt,
+                                tts=args.tts, tts_model_dir=tts_model_dir)
         ),
     )
     server = CallServer(config, agent_factory=agent_factory, store=store)
@@ -177,7 +196,9 @@ def _serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
     from pipeline.stt_eval import register_cli as register_stt_eval
+    from pipeline.tts_eval import register_cli as register_tts_eval
     from ssm_engine.stt.cli import register_cli as register_stt
+    from ssm_engine.tts.cli import register_cli as register_tts
     from telephony.caller_cli import register_cli as register_call
 
     parser = argparse.ArgumentParser(
@@ -191,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_call(sub)
     register_calls(sub)
     register_stt(sub)  # parley data stt, parley train stt
+    register_tts(sub)  # parley data tts, parley train tts
     register_stt_eval(sub)  # parley eval stt
+    register_tts_eval(sub)  # parley eval tts
     return parser
 
 

@@ -6,7 +6,7 @@
       -> user aggregator (turn end: silence timer or smart-turn)   LLMContextFrame, barge-in
       -> HeardContextProcessor                                      keeps only what was heard
       -> agent (embedded or any LLM service)                        reply text, streamed
-      -> TTS (phrase-by-phrase by default)                          audio chunks as made
+      -> TTS (espeak-ng, or the SSM voice; phrase-by-phrase)          audio chunks as made
       -> transport.output()                                         paced audio, marks, clear
       -> assistant aggregator                                       the agent's side of the context
 
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 VadKind = Literal["webrtc", "silero"]
 TurnKind = Literal["silence", "smart-turn"]
 SttKind = Literal["sphinx", "ssm"]
-TtsKind = Literal["espeak"]
+TtsKind = Literal["espeak", "ssm"]
 Aggregation = Literal["phrase", "sentence"]
 
 
@@ -63,7 +63,8 @@ class PipelineConfig:
     tts: TtsKind = "espeak"
     text_aggregation: Aggregation = "phrase"
     allow_interruptions: bool = True
-    tts_voice: str = "en-us"
+    tts_voice: str = "en-us"  # espeak-ng voice
+    tts_model_dir: str | None = None  # the SSM voice's folder (None: the repo's models/tts)
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -74,11 +75,15 @@ class PipelineConfig:
             ("vad", self.vad, ("webrtc", "silero")),
             ("turn", self.turn, ("silence", "smart-turn")),
             ("stt", self.stt, ("sphinx", "ssm")),
-            ("tts", self.tts, ("espeak",)),
+            ("tts", self.tts, ("espeak", "ssm")),
             ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
         ):
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")
+        if self.tts == "ssm":  # a missing voice is a start-up error, not a failure mid-call
+            from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, check_voice_dir
+
+            check_voice_dir(self.tts_model_dir or DEFAULT_MODEL_DIR)
 
     @classmethod
     def stock_pipecat(cls, **overrides) -> "PipelineConfig":
@@ -118,6 +123,14 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
 
 
 def _make_tts(config: PipelineConfig) -> FrameProcessor:
+    if config.tts == "ssm":  # parley's own voice (models/tts), all calls through one voice thread
+        from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, SSMTTSService
+
+        return SSMTTSService(
+            model_dir=config.tts_model_dir or DEFAULT_MODEL_DIR,
+            sample_rate=config.sample_rate_hz,
+            aggregation=config.text_aggregation,
+        )
     from pipeline.services.espeak_tts import EspeakTTSService
 
     return EspeakTTSService(

@@ -1,0 +1,428 @@
+"""parley's own streaming SSM voice (``ssm_engine.tts``) as a pipecat TTS service.
+
+    tts = SSMTTSService()                          # models/tts, rate from the pipeline (8 kHz)
+    tts = SSMTTSService(model_dir="models/tts", aggregation="phrase")
+
+    engine = SSMVoiceEngine.shared("models/tts")   # the same engine outside pipecat (eval, bench)
+    utt = engine.open(8000)
+    async for chunk in utt.speak("Your order ships on Tuesday."):   # SpeechChunk, 20 ms each
+        play(chunk.pcm)                            # int16 at 8 kHz; chunk.words: (word, start_s)
+    utt.cancel()                                   # barge-in: nothing more is computed or yielded
+
+One engine per model directory serves every call of the process: a loaded ``TTSVoice`` and the
+one thread that owns it. Every model step runs on that thread, never on the event loop; the
+asyncio side awaits futures. Each utterance is its own ``TTSStream`` (per-call state stays
+apart) and asks the thread for one 20 ms chunk at a time, so utterances of different calls
+interleave chunk by chunk. The thread runs the jobs earliest deadline first: a chunk's deadline
+is when its audio would start playing if the utterance had begun playing as soon as it was
+asked for (its start time plus the audio already made), so a new utterance's first chunk goes
+ahead of the chunks of utterances that are already seconds ahead of their playback.
+
+Output rate: the voice speaks at 16 kHz; at 8 kHz (phone calls) a causal low-pass FIR halves the
+rate sample-exactly (soxr's streaming resampler holds ~100 ms of audio back, which would delay
+the first chunk), so every 20 ms chunk leaves at once. Other rates go through soxr.
+
+The service follows ``EspeakTTSService`` (read its docstring): the same text aggregation
+(``aggregation="phrase"`` speaks each reply's first word as soon as it is complete, then
+phrases), word timestamps through ``add_word_timestamps`` offset by the audio already spoken in
+the audio context, and on ``InterruptionFrame`` the base class cancels the task running
+``run_tts``: the generator's ``finally`` cancels the utterance, whose queued jobs are dropped and
+whose stream is never stepped again. Word timestamps carry the words as written (``WrittenWords``:
+"$20" is reported once, at the start of "twenty dollars"), so pipecat matches them to the LLM's
+text and the conversation keeps what the LLM wrote, cut where the caller stopped hearing it.
+
+Text with nothing to say (only punctuation, emoji) gives 20 ms of silence and a debug line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import threading
+import time
+import warnings
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import soxr
+import torch
+from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame
+from pipecat.services.settings import TTSSettings
+from pipecat.transcriptions.language import Language
+
+with warnings.catch_warnings():
+    # pipecat 1.14's tts_service module subclasses its own deprecated AudioContextTTSService
+    # while it is imported; the warning is about pipecat's code, not ours.
+    warnings.filterwarnings(
+        "ignore", message=".*AudioContextTTSService.*", category=DeprecationWarning
+    )
+    from pipecat.services.tts_service import TextAggregationMode, TTSService
+
+from pipeline.errors import AudioFormatError, EngineUnavailableError
+from pipeline.services.espeak_tts import PhraseTextAggregator
+from ssm_engine import SSMEngineError
+from ssm_engine.tts.synth import TTSVoice
+from ssm_engine.tts.text import expand_chunk, needs_right_context
+
+__all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "SSMUtterance", "SpeechChunk", "SSMTTSService",
+           "check_voice_dir", "HalfRateFilter", "WrittenWords"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tts"
+VOICE_FILES = ("config.json", "model.safetensors")
+Aggregation = Literal["sentence", "phrase", "token"]
+
+
+def check_voice_dir(model_dir: str | Path) -> Path:
+    """The voice folder, or ``EngineUnavailableError`` naming what is missing (cheap: no load)."""
+    path = Path(model_dir)
+    missing = [f for f in VOICE_FILES if not (path / f).is_file()]
+    if missing:
+        raise EngineUnavailableError(
+            f"no SSM voice at {path}: {', '.join(missing)} missing (train one with "
+            f"`parley train tts`, pass --tts-model DIR, or use --tts espeak)")
+    return path
+
+
+class HalfRateFilter:
+    """16 kHz -> 8 kHz, streaming and sample-exact: n samples in, n // 2 out (any split).
+
+    A causal 47-tap windowed-sinc low-pass (cut-off 3.7 kHz, Blackman window, ~1.4 ms delay)
+    followed by keeping every second sample; the filter's history carries across chunks."""
+
+    TAPS = 47
+
+    def __init__(self) -> None:
+        n = np.arange(self.TAPS) - (self.TAPS - 1) / 2
+        h = 2 * 3700 / 16000 * np.sinc(2 * 3700 / 16000 * n) * np.blackman(self.TAPS)
+        self._h = (h / h.sum()).astype(np.float32)
+        self._history = np.zeros(self.TAPS - 1, np.float32)
+        self._phase = 0                     # index, within the next chunk, of the next kept sample
+
+    def process(self, x: np.ndarray) -> np.ndarray:
+        if len(x) == 0:
+            return np.zeros(0, np.float32)
+        buf = np.concatenate([self._history, x.astype(np.float32, copy=False)])
+        y = np.convolve(buf, self._h, mode="valid")      # y[i] is the output at x[i]
+        out = y[self._phase::2]
+        self._phase = (self._phase - len(x)) % 2
+        self._history = buf[len(buf) - (self.TAPS - 1):]
+        return out
+
+
+class WrittenWords:
+    """Maps the voice's spoken words back to the text as written, for word timestamps.
+
+        ww = WrittenWords("Order 4417 ships Tue.")    # spoken: order four four one seven ships
+        ww.label(0, "order") -> "Order"; ww.label(1, "four") -> "4417"; ww.label(2, "four") -> None
+
+    The normaliser reads each whitespace-separated chunk on its own (with the chunk before it
+    and, where it needs one, the chunk after: ``expand_chunk``), so each spoken word belongs to
+    exactly one written chunk. A chunk is reported at the start of its first spoken word, as
+    the LLM wrote it: pipecat matches word timestamps against the LLM's text, and the
+    conversation keeps the written words ("4417", not "four four one seven"). Should the voice
+    ever say a word the mapping did not expect, the spoken words are reported from there on."""
+
+    def __init__(self, text: str) -> None:
+        chunks = text.split()
+        self._expected: list[str] = []
+        self._labels: list[str | None] = []
+        for i, chunk in enumerate(chunks):
+            nxt = chunks[i + 1] if i + 1 < len(chunks) and needs_right_context(chunk) else None
+            words = [w.text for w in expand_chunk(chunks[i - 1] if i else None, chunk, nxt)
+                     if w.kind in ("word", "letter")]
+            self._expected += words
+            self._labels += [chunk] + [None] * (len(words) - 1) if words else []
+        self._diverged = False
+
+    def label(self, index: int, spoken: str) -> str | None:
+        """What to report for the ``index``-th spoken word (None: part of an earlier chunk)."""
+        if not self._diverged and (index >= len(self._expected) or self._expected[index] != spoken):
+            logger.debug("spoken word %d is not the expected one; reporting spoken words", index)
+            self._diverged = True
+        return spoken if self._diverged else self._labels[index]
+
+
+@dataclass(frozen=True)
+class SpeechChunk:
+    """``pcm``: int16 mono at the utterance's rate; ``start_s``: its offset in the utterance;
+    ``words``: ``(word, start_s)`` of the words starting in it."""
+
+    pcm: np.ndarray
+    start_s: float
+    words: tuple[tuple[str, float], ...] = ()
+
+
+class SSMVoiceEngine:
+    """A loaded voice and the one thread that runs every model step, earliest deadline first.
+
+    ``SSMVoiceEngine.shared(model_dir)`` returns one engine per directory for the whole process
+    (thread-safe); build one directly from a ``TTSVoice`` (and ``close()`` it) in tests."""
+
+    _shared: dict[Path, SSMVoiceEngine] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, voice: TTSVoice | str | Path = DEFAULT_MODEL_DIR, *,
+                 chunk_frames: int = 2) -> None:
+        t0 = time.perf_counter()
+        if not isinstance(voice, TTSVoice):
+            check_voice_dir(voice)
+            try:
+                voice = TTSVoice.load(voice)
+            except SSMEngineError as exc:
+                raise EngineUnavailableError(f"SSM voice failed to load: {exc}") from exc
+        self.voice = voice
+        self.sample_rate_hz = voice.sample_rate_hz
+        self.chunk_frames = chunk_frames
+        self.load_s = time.perf_counter() - t0
+        self._jobs: list[tuple[float, int, Callable[[], Any], Future]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="ssm-tts-voice", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR) -> SSMVoiceEngine:
+        key = Path(model_dir).resolve()
+        with cls._shared_lock:
+            engine = cls._shared.get(key)
+            if engine is None:
+                engine = cls._shared[key] = cls(key)
+            return engine
+
+    def open(self, sample_rate_hz: int, *, seed: int = 0) -> SSMUtterance:
+        """A new utterance whose audio comes out at ``sample_rate_hz``."""
+        if sample_rate_hz <= 0:
+            raise AudioFormatError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
+        return SSMUtterance(self, sample_rate_hz, seed=seed)
+
+    def submit(self, fn: Callable[[], Any], deadline_s: float) -> Future:
+        """Run ``fn()`` on the voice's thread; jobs with earlier deadlines run first."""
+        fut: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise EngineUnavailableError("the SSM voice engine is closed")
+            heapq.heappush(self._jobs, (deadline_s, next(self._order), fn, fut))
+            self._cond.notify()
+        return fut
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Cancel queued jobs and stop the thread (the running job finishes)."""
+        with self._cond:
+            self._closed = True
+            for *_, fut in self._jobs:
+                fut.cancel()
+            self._jobs.clear()
+            self._cond.notify()
+        self._thread.join(timeout_s)
+
+    def _work(self) -> None:
+        torch.set_flush_denormal(True)      # per-thread flag: decaying states stay fast
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                *_, fn, fut = heapq.heappop(self._jobs)
+            if not fut.set_running_or_notify_cancel():
+                continue                    # its utterance was cancelled: never run
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+                fut.set_exception(exc)
+
+
+class SSMUtterance:
+    """One utterance of one call: text in, ``SpeechChunk``s out as the voice's thread makes them.
+
+    Only the voice's thread touches the underlying ``TTSStream``; ``cancel`` (any thread) makes
+    every job of this utterance not yet started a no-op."""
+
+    def __init__(self, engine: SSMVoiceEngine, sample_rate_hz: int, *, seed: int = 0) -> None:
+        self._engine = engine
+        self.sample_rate_hz = sample_rate_hz
+        self._seed = seed
+        self._cancelled = False
+        self._iter: Any = None
+        src = engine.sample_rate_hz
+        self._halver = HalfRateFilter() if (src, sample_rate_hz) == (16000, 8000) else None
+        self._soxr = (soxr.ResampleStream(src, sample_rate_hz, 1, dtype="float32", quality="HQ")
+                      if sample_rate_hz != src and self._halver is None else None)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    async def speak(self, text: str) -> AsyncIterator[SpeechChunk]:
+        """Speak ``text`` (one whole phrase; one call per utterance); yields each chunk as soon
+        as it exists."""
+        t0 = time.perf_counter()
+        made_s = 0.0
+        fut = self._engine.submit(lambda: self._begin(text), t0)
+        finished = False
+        try:
+            while (chunk := await asyncio.wrap_future(fut)) is not None:
+                made_s += len(chunk.pcm) / self._engine.sample_rate_hz
+                fut = self._engine.submit(self._next, t0 + made_s)
+                yield SpeechChunk(self._convert(chunk.pcm, last=False), chunk.start_s, chunk.words)
+            if self._soxr is not None and not self._cancelled:
+                tail = self._convert(np.zeros(0, np.float32), last=True)
+                if tail.size:
+                    yield SpeechChunk(tail, made_s)
+            finished = True
+        finally:
+            if not finished:                # interrupted, or the consumer stopped early
+                self.cancel()
+                fut.cancel()
+
+    # -- on the voice's thread ------------------------------------------------------------------
+    def _begin(self, text: str):
+        if self._cancelled:
+            return None
+        stream = self._engine.voice.open_stream(seed=self._seed,
+                                                chunk_frames=self._engine.chunk_frames)
+        stream.push_text(text)
+        stream.end_text()
+        self._iter = stream.iter_pull()
+        return self._next()
+
+    def _next(self):
+        if self._cancelled or self._iter is None:
+            return None
+        return next(self._iter, None)
+
+    # -- output rate ----------------------------------------------------------------------------
+    def _convert(self, pcm: np.ndarray, *, last: bool) -> np.ndarray:
+        if self._halver is not None:
+            pcm = self._halver.process(pcm)
+        elif self._soxr is not None:
+            pcm = self._soxr.resample_chunk(pcm, last=last)
+        return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+class SSMTTSService(TTSService):
+    """parley's SSM voice for pipecat (see the module docstring).
+
+    model_dir: the voice folder (config.json + model.safetensors); ignored when ``engine`` is
+        given. Checked here, loaded (once per process) at ``start``.
+    engine: an ``SSMVoiceEngine`` to use (tests); default ``SSMVoiceEngine.shared(model_dir)``.
+    sample_rate: output rate; None takes the pipeline's ``audio_out_sample_rate``.
+    aggregation: "sentence", "phrase" (default) or "token", as in ``EspeakTTSService``.
+    min_phrase_chars / first_phrase_words: the phrase aggregator's settings.
+    seed: the vocoder's noise seed (the same text gives the same samples).
+    """
+
+    def __init__(
+        self,
+        *,
+        model_dir: str | Path = DEFAULT_MODEL_DIR,
+        engine: SSMVoiceEngine | None = None,
+        sample_rate: int | None = None,
+        aggregation: Aggregation = "phrase",
+        min_phrase_chars: int = 12,
+        first_phrase_words: int = 1,
+        seed: int = 0,
+        **kwargs,
+    ) -> None:
+        if aggregation not in ("sentence", "phrase", "token"):
+            raise ValueError(f"aggregation must be sentence, phrase or token, got {aggregation!r}")
+        if engine is None:
+            check_voice_dir(model_dir)
+        super().__init__(
+            text_aggregation_mode=(
+                TextAggregationMode.TOKEN if aggregation == "token" else TextAggregationMode.SENTENCE
+            ),
+            push_text_frames=False,
+            push_stop_frames=True,
+            push_start_frame=True,
+            sample_rate=sample_rate,
+            settings=TTSSettings(model="parley-ssm-tts", voice=str(model_dir), language=Language.EN),
+            **kwargs,
+        )
+        if aggregation == "phrase":
+            self._text_aggregator = PhraseTextAggregator(
+                min_chars=min_phrase_chars, first_words=first_phrase_words,
+                language=self._text_aggregator.language,
+            )
+        self._model_dir = model_dir
+        self._engine = engine
+        self._seed = seed
+        self._utterances: dict[str, SSMUtterance] = {}
+        self._context_audio_s: dict[str, float] = {}
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        if self._engine is None:  # the first call of the process loads the voice, off the loop
+            self._engine = await asyncio.to_thread(SSMVoiceEngine.shared, self._model_dir)
+
+    async def cleanup(self) -> None:
+        for utt in self._utterances.values():
+            utt.cancel()
+        await super().cleanup()
+
+    async def on_audio_context_interrupted(self, context_id: str) -> None:
+        utt = self._utterances.get(context_id)
+        if utt is not None:
+            utt.cancel()
+        self._context_audio_s.pop(context_id, None)
+
+    async def on_audio_context_completed(self, context_id: str) -> None:
+        self._context_audio_s.pop(context_id, None)
+
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        """Speak ``text``, yielding each 20 ms ``TTSAudioRawFrame`` as soon as it exists."""
+        if self._engine is None:
+            yield ErrorFrame(error=f"{self}: run_tts before start")
+            return
+        utt = self._engine.open(self.sample_rate, seed=self._seed)
+        self._utterances[context_id] = utt
+        offset_s = self._context_audio_s.get(context_id, 0.0)
+        samples = spoken = 0
+        written = WrittenWords(text)
+        await self.start_tts_usage_metrics(text)
+        try:
+            async with contextlib.aclosing(utt.speak(text)) as chunks:
+                async for chunk in chunks:
+                    await self.stop_ttfb_metrics()
+                    words = []
+                    for word, t in chunk.words:
+                        label = written.label(spoken, word)
+                        spoken += 1
+                        if label is not None:
+                            words.append((label, offset_s + t))
+                    if words:
+                        await self.add_word_timestamps(words, context_id)
+                    samples += len(chunk.pcm)
+                    yield TTSAudioRawFrame(chunk.pcm.tobytes(), self.sample_rate, 1,
+                                           context_id=context_id)
+            if samples == 0 and not utt.cancelled:
+                # Nothing to say (punctuation, emoji): 20 ms of silence, so that pipecat closes
+                # the audio context now instead of after its 3 s timeout (which would hold back
+                # the next reply) and does not count a silent context against the service.
+                logger.debug("%s: nothing to say in a %d-character text", self, len(text))
+                samples = self.sample_rate // 50
+                yield TTSAudioRawFrame(bytes(2 * samples), self.sample_rate, 1,
+                                       context_id=context_id)
+            self._context_audio_s[context_id] = offset_s + samples / self.sample_rate
+        except SSMEngineError as exc:
+            yield ErrorFrame(error=f"{self}: the SSM voice failed: {exc}", exception=exc)
+        finally:
+            utt.cancel()  # interrupted or closed early: its queued steps are dropped
+            if self._utterances.get(context_id) is utt:
+                del self._utterances[context_id]
