@@ -32,6 +32,7 @@ One JSON object (``--json``); ``EvalResult`` lists the keys.
 from __future__ import annotations
 
 import argparse
+import textwrap
 import asyncio
 import json
 import sys
@@ -309,8 +310,21 @@ def register_cli(subparsers) -> None:
     from ssm_engine.stt.cli import group_subparsers
 
     group = group_subparsers(subparsers, "eval", "measure engines")
-    p = group.add_parser("tts", help="first-audio latency, RTF and intelligibility of a TTS engine")
-    p.add_argument("--engine", choices=ENGINES, default="ssm")
+    p = group.add_parser(
+        "tts", help="first-audio latency, RTF and intelligibility of a TTS engine",
+        description=textwrap.fill("Speak every sentence of --sentences with one engine and measure: time from "
+        "text in to the first audio chunk out (one stream, then --concurrency streams started "
+        "together; p50/p95/p99 ms), real-time factor, and intelligibility: the word error rate "
+        "of an independent recognizer (--judge; never parley's own STT) on the audio after the "
+        "phone channel (--rate, --codec). --teacher scores the festival teacher's audio of the "
+        "same sentences beside it, the yardstick for a distilled voice.", 96),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  parley eval tts --engine ssm --sentences data/tts/v1/heldout.txt --teacher --json\n"
+        "  parley eval tts --engine espeak --sentences data/tts/v1/heldout.txt --limit 20\n"
+        "  parley eval tts --engine ssm --sentences my.txt --judge pocketsphinx --rate 16000 --codec none")
+    p.add_argument("--engine", choices=ENGINES, default="ssm",
+                   help="ssm: parley's voice (--model); espeak: the espeak-ng baseline (default %(default)s)")
     p.add_argument("--sentences", required=True, help="one sentence a line")
     p.add_argument("--judge", choices=JUDGES, default="whisper",
                    help="the recognizer that scores intelligibility (default %(default)s)")
