@@ -14,13 +14,19 @@ speaking flite's voice in real time and measuring on their own clock:
 - SIP: ``telephony.sip.caller.place_sip_call`` (UDP, RTP PCMU 20 ms).
 
 Phase 1: ``--turns`` turns per transport, calls alternating between transports so machine noise
-hits all alike. Phase 2: ``--mixed`` calls at once, split round-robin over the three transports,
-``--mixed-turns`` turns each. Lost audio, per transport: SIP, RTP sequence gaps seen by the
-caller (plus late packets, > 60 ms behind the talkspurt clock) and the server's own inbound
-queue drops (``dropped_packets`` in the call record); WebRTC and Twilio: not measured by the
-callers (the WebRTC client keeps its peer connection's stats to itself; Twilio rides on TCP, and
-the Twilio caller does not report playout underruns) -- reported as null. Every transport also
-reports the server record's ``stats`` counters, summed.
+hits all alike (``--mixed-only`` skips it). Phase 2: ``--mixed`` calls at once, split round-robin
+over the three transports, ``--mixed-turns`` turns each. ``--stt ssm`` runs the server with the
+SSM recogniser (all calls batched through one BatchRunner) instead of pocketsphinx.
+
+Dropped audio, per transport, as the server counts it (:mod:`telephony.audio_meter`; summed from
+each call's record): ``frames_in_lost`` (caller frames that never reached the pipeline: Twilio
+``chunk`` gaps, gaps in the RTP timestamps of the Opus frames aiortc decoded, SIP jitter-buffer
+concealment and queue drops), ``frames_in_late`` (60 ms or more behind the sender's clock),
+``frames_out_underrun`` (20 ms slots inside an agent utterance with no audio to send) and
+``frames_out_late`` (sent a frame or more after their slot). ``frames_dropped`` = in_lost +
+out_underrun; ``frames_late`` = in_late + out_late; ``/metrics`` totals are read back at the end
+as a cross-check. SIP also reports what its caller saw: RTP sequence gaps and packets more than
+60 ms behind the talkspurt clock.
 
 A turn where the caller talked over the agent (the greeting was late under load, or a reply was
 still playing: Twilio ``barged_in``/``clear``, SIP energy during the caller's speech, WebRTC the
@@ -32,6 +38,7 @@ Prints one JSON line.
 
     .venv/bin/python benchmarks/bench_transports.py            # 6 turns each, 16 mixed calls
     .venv/bin/python benchmarks/bench_transports.py --quick    # 3 turns each, 3 mixed calls
+    .venv/bin/python benchmarks/bench_transports.py --mixed-only --stt ssm   # 16 mixed calls, SSM STT
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ from telephony.webrtc import ice  # noqa: E402
 from telephony.webrtc.client import place_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
+FRAME_KEYS = ("frames_in", "frames_in_lost", "frames_in_late", "frames_out", "frames_out_underrun", "frames_out_late")
 TRANSPORTS = ("twilio", "webrtc", "sip")
 GREETING_WAIT_S = 10.0  # Twilio and SIP callers: how long a greeting may take to start (load delays it)
 PHRASES = [
@@ -94,12 +102,13 @@ def _free_port(kind: int = socket.SOCK_STREAM) -> int:
 class Server:
     """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
 
-    def __init__(self, db_dir: str):
+    def __init__(self, db_dir: str, stt: str = "sphinx"):
         self.port = _free_port()
         self.sip_port = _free_port(socket.SOCK_DGRAM)
         env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN}
         cmd = [sys.executable, "-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(self.port),
-               "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"), "--log-level", "WARNING"]
+               "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"), "--log-level", "WARNING",
+               "--stt", stt]
         self.log_path = Path(db_dir) / "server.log"  # a file, not a pipe: a full pipe would stall the server
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -137,6 +146,21 @@ class Server:
                 return data
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return {}
+
+    async def metrics_frames(self) -> dict[str, dict[str, int]]:
+        """The audio-frame counters of ``/metrics``, by transport: {"sip": {"in": .., "in_lost": ..}}."""
+        series = re.compile(r'parley_audio_frames(?:_missed)?_total\{transport="(\w+)",direction="(\w+)"'
+                            r'(?:,reason="(\w+)")?\} (\d+)')
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+                async with http.get(f"{self.base}/metrics") as r:
+                    text = await r.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return {}
+        out: dict[str, dict[str, int]] = collections.defaultdict(dict)
+        for transport, direction, reason, n in series.findall(text):
+            out[transport][direction + (f"_{reason}" if reason else "")] = int(n)
+        return dict(out)
 
     def log_tail(self, chars: int = 2000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:]
@@ -273,9 +297,12 @@ def summarise(prefix: str, results: dict[str, dict], out: dict) -> None:
             out[f"{prefix}sip_rtp_max_late_ms"] = r["rtp"]["max_late_ms"]
             out[f"{prefix}sip_calls_with_2_rtp_senders"] = r["rtp"]["calls_with_2_senders"]
             out[f"{prefix}sip_server_dropped_in"] = r["server_stats"].get("dropped_packets")
-        else:
-            out[f"{prefix}{kind}_frames_lost"] = None  # not measured (see the docstring)
-        out[f"{prefix}{kind}_server_stats"] = dict(r["server_stats"])
+        st = r["server_stats"]
+        frames = {k.removeprefix("frames_"): st.get(k, 0) for k in FRAME_KEYS}
+        out[f"{prefix}{kind}_frames"] = frames
+        out[f"{prefix}{kind}_frames_dropped"] = frames["in_lost"] + frames["out_underrun"]
+        out[f"{prefix}{kind}_frames_late"] = frames["in_late"] + frames["out_late"]
+        out[f"{prefix}{kind}_server_stats"] = {k: v for k, v in st.items() if k not in FRAME_KEYS}
 
 
 async def main() -> None:
@@ -288,9 +315,14 @@ async def main() -> None:
     ap.add_argument("--mixed-webrtc-lead-s", type=float, default=8.0, help="the same in the mixed load")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="3 turns per transport, 3 mixed calls of 2 turns")
+    ap.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
+                    help="the server's recogniser (ssm: one batched model for all calls)")
+    ap.add_argument("--mixed-only", action="store_true", help="skip the one-call-at-a-time phase")
     args = ap.parse_args()
     if args.quick:
         args.turns, args.turns_per_call, args.mixed, args.mixed_turns = 3, 3, 3, 2
+    if args.mixed_only:
+        args.turns = 0
     rng = random.Random(args.seed)
     ice.pin_host_addresses(ice.LOOPBACK)
     voice = Voice()
@@ -298,14 +330,14 @@ async def main() -> None:
 
     t0 = time.perf_counter_ns()
     with tempfile.TemporaryDirectory(prefix="parley-bench-") as db_dir:
-        server = Server(db_dir)
+        server = Server(db_dir, stt=args.stt)
         try:
             await server.wait_ready()
             warm = {k: _empty() for k in TRANSPORTS}
             for kind in TRANSPORTS:  # warm-up: one call each (loads the STT decoder, binds SIP)
                 await one_call(kind, server, ["hello how are you"], warm[kind], voice, args.webrtc_lead_s)
             single = {k: _empty() for k in TRANSPORTS}
-            for _ in range(max(1, args.turns // args.turns_per_call)):
+            for _ in range(args.turns // args.turns_per_call if args.turns else 0):
                 phrases = rng.sample(PHRASES, args.turns_per_call)
                 for kind in TRANSPORTS:  # alternate: noise hits all alike
                     await one_call(kind, server, phrases, single[kind], voice, args.webrtc_lead_s)
@@ -315,6 +347,8 @@ async def main() -> None:
                 one_call(TRANSPORTS[i % 3], server, rng.sample(PHRASES, args.mixed_turns), mixed[TRANSPORTS[i % 3]],
                          voice, args.mixed_webrtc_lead_s)
                 for i in range(args.mixed)))
+            load_after = os.getloadavg()[0]
+            metrics_frames = await server.metrics_frames()
         finally:
             server.stop()
         server_warnings, warning_kinds = server.warnings()
@@ -322,14 +356,16 @@ async def main() -> None:
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out: dict[str, object] = {
         "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
-        "turns_per_transport": args.turns, "mixed_calls": args.mixed, "mixed_turns": args.mixed_turns,
-        "cpus": os.cpu_count(), "loadavg_1m_before_mixed": round(load_before, 2),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "stt": args.stt, "turns_per_transport": args.turns, "mixed_calls": args.mixed,
+        "mixed_turns": args.mixed_turns, "cpus": os.cpu_count(), "loadavg_1m_before_mixed": round(load_before, 2),
+        "loadavg_1m_after_mixed": round(load_after, 2),
         "server_log_warnings": server_warnings, "server_log_warning_kinds": warning_kinds,
         "warmup_failed_calls": {k: w["failed_calls"] for k, w in warm.items()},
     }
-    summarise("", single, out)
+    if args.turns:
+        summarise("", single, out)
     summarise(f"mixed{args.mixed}_", mixed, out)
+    out["metrics_frames_all_calls"] = metrics_frames  # warm-up and phase 1 included
     out["wall_s"] = round((time.perf_counter_ns() - t0) / 1e9, 1)
     print(json.dumps(out))
 

@@ -37,8 +37,11 @@ class CallRecord:
     params: dict[str, str] = field(default_factory=dict)
     turns: list[TurnRecord] = field(default_factory=list)
     greeting: str = ""
+    greeting_heard: str = ""  # what the caller heard of it (less when they cut in)
     errors: list[str] = field(default_factory=list)
-    stats: dict[str, int] = field(default_factory=dict)  # transport counters (bad messages, marks, ...)
+    # transport counters (bad messages, marks, ...) and audio frames lost, late or underrun
+    # (frames_in, frames_in_lost, frames_in_late, frames_out, frames_out_underrun, frames_out_late)
+    stats: dict[str, int] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -58,6 +61,7 @@ class CallRecord:
             "ended": self.ended,
             "end_reason": self.end_reason,
             "greeting": self.greeting,
+            "greeting_heard": self.greeting_heard,
             "turns": [vars(t).copy() for t in self.turns],
             "errors": list(self.errors),
             "stats": dict(self.stats),

@@ -4,9 +4,15 @@
     parley_calls_total{transport}                       counter
     parley_calls_refused_total{reason}                  counter
     parley_turn_latency_ms{transport,mark}              histogram, per turn, ms after end of speech
+    parley_audio_frames_total{transport,direction}      counter, 20 ms frames (in: caller's, out: agent's)
+    parley_audio_frames_missed_total{transport,direction,reason}
+                                                        counter, frames not delivered on time:
+                                                        in: lost | late, out: underrun | late
 
 ``mark`` is one of the latency observer's marks (vad_stop, stt_final, first_text,
 tts_first_audio, transport_first_byte); transport_first_byte is the server's voice-to-voice.
+Frame counters (:mod:`telephony.audio_meter`) include live calls: a call's ``FrameCounts`` is
+read at every scrape while it runs and folded into the totals when it ends.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ import threading
 from collections import defaultdict
 
 from pipeline.latency import MARKS
+from telephony.audio_meter import FrameCounts
 
 BUCKETS_MS = (50, 100, 150, 200, 250, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 5000)
+# (direction, reason or None for all frames) -> the FrameCounts field
+FRAME_SERIES = {("in", None): "in_frames", ("in", "lost"): "in_lost", ("in", "late"): "in_late",
+                ("out", None): "out_frames", ("out", "underrun"): "out_underrun", ("out", "late"): "out_late"}
 
 
 class _Histogram:
@@ -39,15 +49,36 @@ class Metrics:
         self.calls: dict[str, int] = defaultdict(int)
         self.refused: dict[str, int] = defaultdict(int)
         self._latency: dict[tuple[str, str], _Histogram] = defaultdict(_Histogram)
+        self._frames_done: dict[str, FrameCounts] = defaultdict(FrameCounts)  # by transport
+        self._frames_live: dict[int, tuple[str, FrameCounts]] = {}
 
-    def call_started(self, transport: str) -> None:
+    def call_started(self, transport: str, frames: FrameCounts | None = None) -> None:
         with self._lock:
             self.live[transport] += 1
             self.calls[transport] += 1
+            if frames is not None:
+                self._frames_live[id(frames)] = (transport, frames)
 
-    def call_ended(self, transport: str) -> None:
+    def call_ended(self, transport: str, frames: FrameCounts | None = None) -> None:
         with self._lock:
             self.live[transport] -= 1
+            if frames is not None and self._frames_live.pop(id(frames), None) is not None:
+                done = self._frames_done[transport]
+                for name in FRAME_SERIES.values():
+                    setattr(done, name, getattr(done, name) + getattr(frames, name))
+
+    def frames(self, transport: str) -> FrameCounts:
+        """Frame counters of ``transport``'s calls so far, live ones included."""
+        with self._lock:
+            return self._frames(transport)
+
+    def _frames(self, transport: str) -> FrameCounts:
+        total = FrameCounts(**vars(self._frames_done.get(transport, FrameCounts())))
+        for t, live in self._frames_live.values():
+            if t == transport:
+                for name in FRAME_SERIES.values():
+                    setattr(total, name, getattr(total, name) + getattr(live, name))
+        return total
 
     def call_refused(self, reason: str) -> None:
         with self._lock:
@@ -87,4 +118,20 @@ class Metrics:
                 lines.append(f'parley_turn_latency_ms_bucket{{{labels},le="+Inf"}} {h.n}')
                 lines.append(f"parley_turn_latency_ms_sum{{{labels}}} {h.total:.3f}")
                 lines.append(f"parley_turn_latency_ms_count{{{labels}}} {h.n}")
+            transports = sorted({t for t, _ in self._frames_live.values()} | set(self._frames_done))
+            totals = {t: self._frames(t) for t in transports}
+            lines += ["# HELP parley_audio_frames_total Audio frames (20 ms) by transport and direction.",
+                      "# TYPE parley_audio_frames_total counter"]
+            for t in transports:
+                for (direction, reason), name in FRAME_SERIES.items():
+                    if reason is None:
+                        lines.append(f'parley_audio_frames_total{{transport="{t}",direction="{direction}"}} '
+                                     f"{getattr(totals[t], name)}")
+            lines += ["# HELP parley_audio_frames_missed_total Audio frames not delivered on time.",
+                      "# TYPE parley_audio_frames_missed_total counter"]
+            for t in transports:
+                for (direction, reason), name in FRAME_SERIES.items():
+                    if reason is not None:
+                        lines.append(f'parley_audio_frames_missed_total{{transport="{t}",direction="{direction}",'
+                                     f'reason="{reason}"}} {getattr(totals[t], name)}')
         return "\n".join(lines) + "\n"

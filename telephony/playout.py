@@ -1,4 +1,4 @@
-"""What the caller really heard of each agent utterance, from Twilio ``mark`` echoes.
+"""What the caller really heard of each agent utterance: from Twilio ``mark`` echoes, or as sent.
 
 Twilio plays the ``media`` we send in order and echoes a ``mark`` when the audio before it has
 played, or at once when that audio was cleared. So the server sends a progress mark every
@@ -6,8 +6,13 @@ played, or at once when that audio was cleared. So the server sends a progress m
 (``u3:end``). The furthest mark echoed *before* we sent ``clear`` is what the caller heard; marks
 echoed after a ``clear`` are flushes and say nothing.
 
+Transports with no playout echo (RTP for SIP, WebRTC) count audio as heard as it leaves their
+output pacer: ``audio_played(ms)`` (or ``Utterance.played`` for audio queued per utterance) and
+``finish()`` at the end of an utterance instead of marks.
+
 Words are placed on the utterance's audio timeline by their TTS timestamps when the TTS gives
-them; otherwise by their share of the text, spread over the audio sent.
+them (``add_words(text, pts_ns)``: pipecat's ``TTSTextFrame.pts``, relative to the utterance's
+first word); otherwise by their share of the text, spread over the audio sent.
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ class Utterance:
     words: list[tuple[str, float | None]] = field(default_factory=list)  # (word, start ms or None)
     state: UtteranceState = UtteranceState.PLAYING
     end_mark_sent: bool = False
+    first_pts_ns: int | None = None  # the pts of its first timed word: the start of its audio
+
+    def played(self, duration_ms: float) -> None:
+        """``duration_ms`` more of it left an echo-less transport: sent and heard alike."""
+        if self.state is UtteranceState.CLEARED:
+            return  # a straggler after the barge-in: the caller never got it
+        self.sent_ms += duration_ms
+        self.heard_ms = self.sent_ms
 
     @property
     def text(self) -> str:
@@ -86,6 +99,31 @@ class PlayoutTracker:
             return
         u = self.current or self.begin()
         u.words.append((word, start_ms))
+
+    def add_words(self, text: str, pts_ns: int | None) -> None:
+        """A TTS text frame: its words, timed from ``pts_ns`` when the TTS gave word timestamps."""
+        u = self.current or self.begin()
+        start_ms = None
+        if pts_ns:
+            if u.first_pts_ns is None:
+                u.first_pts_ns = pts_ns
+            start_ms = (pts_ns - u.first_pts_ns) / 1e6
+        for word in text.split():
+            u.words.append((word, start_ms))
+
+    def audio_played(self, duration_ms: float) -> None:
+        """Echo-less transports: ``duration_ms`` of audio went out, so it was heard."""
+        (self.current or self.begin()).played(duration_ms)
+
+    def finish(self) -> Utterance | None:
+        """Echo-less transports: the utterance's audio is all out, so every word was heard."""
+        u = self.current
+        if u is None:
+            return None
+        u.end_mark_sent = True
+        u.state = UtteranceState.HEARD
+        u.heard_ms = u.sent_ms
+        return u
 
     def audio_sent(self, duration_ms: float) -> list[str]:
         """Account for ``duration_ms`` of audio sent; returns progress mark names to send after it."""

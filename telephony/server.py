@@ -5,7 +5,8 @@ Routes:
     GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
     GET  /healthz           200 while taking calls, 503 once draining
-    GET  /metrics           Prometheus text format: live calls, per-turn latencies by transport
+    GET  /metrics           Prometheus text format: live calls, per-turn latencies and audio
+                            frames lost, late or underrun, by transport
 
 On SIGTERM (``drain``) the server stops taking calls (the webhook answers ``<Reject>``, new
 streams and /healthz get 503), lets live calls finish for ``drain_grace_s``, then ends the rest
@@ -98,6 +99,7 @@ class CallServer:
         self.webrtc = register_webrtc_routes(
             self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
             live=self.live, config=replace(config.webrtc, reraise_call_errors=config.reraise_call_errors),
+            metrics=self.metrics,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -24,8 +23,8 @@ from pipecat.workers.runner import WorkerRunner
 
 from pipeline.builder import build_pipeline
 from pipeline.frames import TransferCallFrame
-from pipeline.latency import LatencyObserver, TurnLatency
 from pipeline.records import CallRecord
+from telephony.callbook import CallBook
 from telephony.sip.errors import SdpParseError, SipParseError
 from telephony.sip.headers import NameAddr
 from telephony.sip.media import RtpSession, random_tag
@@ -33,7 +32,6 @@ from telephony.sip.message import SipRequest, SipResponse
 from telephony.sip.sdp import SessionDescription, answer_offer
 from telephony.sip.transport import SipTransport
 from telephony.calls import CallInfo
-from telephony.playout import UtteranceState
 
 if TYPE_CHECKING:
     from telephony.sip.server import SipServer
@@ -86,9 +84,10 @@ class SipCall:
         self._tasks: set[asyncio.Task] = set()
         self.record = CallRecord(call_sid=self.call_id, transport="sip",
                                  params={"from": self.remote.uri, "to": self.local.uri})
-        server.store.open(self.record)
         self.transport = SipTransport(session, on_transfer=self._on_transfer)
-        self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
+        self.book = CallBook(self.record, server.store, server.metrics, tracker=self.transport.tracker,
+                             frames=session.stats.frames, stats=session.stats.as_dict)
+        self.latency = self.book.observe(self.transport.output())
 
     def _step(self, name: str) -> None:
         self.history.append(name)
@@ -113,7 +112,7 @@ class SipCall:
             self._send_answer(self.invite, self._offer)
             self.state = CallState.ANSWERED
             self._step("answered")
-            self.server.metrics.call_started("sip")
+            self.book.started()
             await self._run_pipeline()
         except asyncio.CancelledError:
             self.end_reason = self.end_reason or "server shutting down"
@@ -142,7 +141,6 @@ class SipCall:
 
     async def _finish(self) -> None:
         if self.state is CallState.ANSWERED:
-            self.server.metrics.call_ended("sip")
             await asyncio.shield(self._send_bye())  # a no-op when a BYE already went either way
         self.state = CallState.ENDED
         self._step("ended")
@@ -150,10 +148,7 @@ class SipCall:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.session.close()
-        self.sync()
-        self.record.ended_at = time.time()
-        self.record.end_reason = self.end_reason or "ended"
-        self.server.store.update(self.record)
+        self.book.ended(self.end_reason or "ended")
         log.info("[%s] SIP call ended: %s (%d turns, %d RTP in, %d out, %d bad)", self.call_id,
                  self.record.end_reason, len(self.record.turns), self.session.stats.packets_in,
                  self.session.stats.packets_out, self.session.stats.bad_packets)
@@ -348,28 +343,6 @@ class SipCall:
 
     # -- the record ---------------------------------------------------------------------------
 
-    def _on_turn(self, turn: TurnLatency) -> None:
-        self.server.metrics.observe_turn("sip", turn.latency_ms())
-        self.sync()
-
     def sync(self) -> None:
-        """Bring the record up to date from the latency observer and the playout tracker."""
-        turns = self.latency.turns
-        for t in turns:
-            rec = self.record.turn(t.turn)
-            rec.user_text = t.user_text
-            rec.latency_ms = t.latency_ms()
-            rec.interrupted = t.interrupted
-        starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
-        greeting, by_turn = [], {}
-        for utt in self.transport.tracker.utterances:
-            owner = sum(1 for s in starts if s <= utt.began_at_s)
-            (greeting if owner == 0 else by_turn.setdefault(owner, [])).append(utt)
-        self.record.greeting = " ".join(u.text for u in greeting if u.text)
-        for number, utts in by_turn.items():
-            rec = self.record.turn(number)
-            rec.agent_text = " ".join(u.text for u in utts if u.text)
-            rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
-            rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
-        self.record.stats = self.session.stats.as_dict()
-        self.server.store.update(self.record)
+        """Bring the record up to date (turns, words said and heard, RTP and frame counters)."""
+        self.book.sync()

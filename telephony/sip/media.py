@@ -4,7 +4,11 @@ Receiving (``datagram_received``, synchronous): a datagram from an unexpected ad
 does not parse, or one of a payload type not negotiated is counted and dropped; audio goes
 through the :class:`JitterBuffer` (a lost packet becomes 20 ms of silence) and is queued, decoded
 to 8 kHz PCM, for the input transport; a telephone event is queued once, when its first packet
-arrives (the retransmitted end packets share its timestamp).
+arrives (the retransmitted end packets share its timestamp). ``stats.frames``
+(:class:`~telephony.audio_meter.FrameCounts`): packets the jitter buffer concealed and those
+dropped on a full queue are ``in_lost``; packets arriving 60 ms or more behind their RTP
+timestamp (against the talkspurt's quickest) are ``in_late``; the output transport adds the
+``out_*`` counts.
 
 Sending: :meth:`send_audio` writes one packet per call, numbering sequence and timestamp itself;
 after an idle gap the timestamp jumps by the wall-clock time that passed and the marker bit is set
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.audio.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from telephony.audio_meter import FrameCounts, InboundMeter
 from telephony.sip.errors import RtpParseError, SipError
 from telephony.sip.rtp import DTMF_EVENTS, JitterBuffer, RtpPacket, TelephoneEvent
 from telephony.sip.sdp import NegotiatedMedia
@@ -43,11 +48,12 @@ class MediaStats:
     dropped_packets: int = 0  # queue full
     dtmf_in: list[str] = field(default_factory=list)
     dtmf_out: list[str] = field(default_factory=list)
+    frames: FrameCounts = field(default_factory=FrameCounts)
 
     def as_dict(self) -> dict[str, int]:
         return {"rtp_in": self.packets_in, "rtp_out": self.packets_out, "bad_packets": self.bad_packets,
                 "foreign_packets": self.foreign_packets, "dropped_packets": self.dropped_packets,
-                "dtmf_in": len(self.dtmf_in), "dtmf_out": len(self.dtmf_out)}
+                "dtmf_in": len(self.dtmf_in), "dtmf_out": len(self.dtmf_out), **self.frames.as_dict()}
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class RtpSession(asyncio.DatagramProtocol):
         self.queue: asyncio.Queue[AudioIn | DtmfIn] = asyncio.Queue(MAX_QUEUED)
         self.port: int | None = None
         self._jitter = JitterBuffer(depth=jitter_depth)
+        self._jitter_lost = 0  # of the current jitter buffer, already added to stats.frames
+        self._meter = InboundMeter(self.stats.frames)
         self._transport: asyncio.DatagramTransport | None = None
         self._ssrc = random.getrandbits(32)
         self._seq = random.getrandbits(16)
@@ -135,11 +143,19 @@ class RtpSession(asyncio.DatagramProtocol):
             self.stats.foreign_packets += 1
             return
         self.stats.packets_in += 1
-        if self._in_ssrc != pkt.ssrc:  # a new stream (or the first): start the buffer afresh
+        new_sender = self._in_ssrc != pkt.ssrc
+        if new_sender:  # a new stream (or the first): start the buffer afresh
             self._in_ssrc = pkt.ssrc
             self._jitter = JitterBuffer(depth=self._jitter.depth)
+            self._jitter_lost = 0
+            self._meter.restart()
+        self._meter.arrived(index=None, media_s=pkt.timestamp / SAMPLE_RATE_HZ, now_s=time.monotonic(),
+                            new_spurt=pkt.marker or new_sender)
         self._last_samples = len(pkt.payload) or SAMPLES_PER_PACKET
-        for item in self._jitter.push(pkt):
+        released = self._jitter.push(pkt)
+        self.stats.frames.in_lost += self._jitter.lost - self._jitter_lost
+        self._jitter_lost = self._jitter.lost
+        for item in released:
             if item is None:  # lost: conceal with silence as long as the packets around it
                 pcm = bytes(2 * self._last_samples)
             else:
@@ -168,6 +184,8 @@ class RtpSession(asyncio.DatagramProtocol):
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             self.stats.dropped_packets += 1
+            if isinstance(item, AudioIn):
+                self.stats.frames.in_lost += 1
 
     def error_received(self, exc: Exception) -> None:  # ICMP port unreachable and friends
         log.debug("[%s] RTP socket error: %s", self.call_id, exc)

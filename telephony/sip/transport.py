@@ -4,18 +4,19 @@ In: decoded 20 ms packets become ``InputAudioRawFrame`` (8 kHz), RFC 4733 key pr
 ``InputDTMFFrame``. A ``TransferCallFrame`` that the agent pushes upstream reaches the input
 transport and is handed to the call (``on_transfer``: a SIP REFER).
 
-Out: agent audio leaves as 20 ms RTP packets paced on an absolute clock (``next_send_s`` advances
-20 ms a packet; we sleep until it, never summing sleeps); an interruption drops the queued audio
-(pipecat's output base class) and restarts the clock. RTP has no playout echo, so audio is heard
-as it is sent: the :class:`PlayoutTracker` is fed that way, and a barge-in reports the words
-already played upstream as ``AgentSpeechHeardFrame``. ``OutputDTMFFrame`` is sent as RFC 4733.
+Out: agent audio leaves as 20 ms RTP packets paced on an absolute clock
+(:class:`~telephony.pacer.OutputPacer`: each packet's slot is 20 ms after the last, we sleep until
+it, never summing sleeps; it counts underruns and late packets into ``session.stats.frames``); an
+interruption drops the queued audio (pipecat's output base class) and restarts the clock. RTP has
+no playout echo, so audio is heard as it is sent: the :class:`PlayoutTracker` is fed that way
+(words timed by the TTS's word timestamps), and a barge-in reports the words already played
+upstream as ``AgentSpeechHeardFrame``. ``OutputDTMFFrame`` is sent as RFC 4733.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -32,6 +33,7 @@ from pipecat.frames.frames import (
     OutputDTMFFrame,
     OutputDTMFUrgentFrame,
     StartFrame,
+    TTSStartedFrame,
     TTSTextFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
@@ -42,6 +44,7 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
+from telephony.pacer import OutputPacer
 from telephony.playout import PlayoutTracker
 
 log = logging.getLogger(__name__)
@@ -106,29 +109,34 @@ class SipOutputTransport(BaseOutputTransport):
         super().__init__(params, **kwargs)
         self._session = session
         self._tracker = tracker
-        self._next_send_s = 0.0
+        self._pacer = OutputPacer(session.stats.frames)
+        # After an interruption the media sender may still hand over the chunk it had taken;
+        # nothing may reach the caller until the next utterance starts.
+        self._muted = False
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
         await self.set_transport_ready(frame)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
-            for word in frame.text.split():
-                self._tracker.add_word(word, None)
-        await super().process_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):
+            # before the base class, whose reset may announce BotStoppedSpeaking (= all heard)
+            self._muted = True
             await self._interrupted()
+        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
+            self._muted = False
+        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
+            self._tracker.add_words(frame.text, frame.pts)
+        await super().process_frame(frame, direction)
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
         if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
-            name = self._tracker.end()
-            if name is not None:
-                self._tracker.mark_echoed(name)  # sent in real time = played
+            self._pacer.idle()
+            self._tracker.finish()  # sent in real time = played
         await super().push_frame(frame, direction)
 
     async def _interrupted(self) -> None:
-        self._next_send_s = 0.0
+        self._pacer.idle()
         utt = self._tracker.clear()
         if utt is None:
             return
@@ -149,22 +157,13 @@ class SipOutputTransport(BaseOutputTransport):
             return False
         pcm = np.frombuffer(frame.audio, dtype=np.int16)
         for start in range(0, len(pcm), 160):
-            await self._wait_turn()
+            await self._pacer.wait(PACKET_S)
+            if self._muted:
+                return True
             chunk = pcm[start:start + 160]
             session.send_audio(chunk)
-            for name in self._tracker.audio_sent(len(chunk) * 1000.0 / SAMPLE_RATE_HZ):
-                self._tracker.mark_echoed(name)
+            self._tracker.audio_played(len(chunk) * 1000.0 / SAMPLE_RATE_HZ)
         return True
-
-    async def _wait_turn(self) -> None:
-        """Sleep until this packet's slot on the absolute clock (``next_send_s``), then book the next."""
-        now = time.monotonic()
-        if self._next_send_s < now - PACKET_S:  # idle, or just interrupted: a new clock starts now
-            self._next_send_s = now
-        delay = self._next_send_s - now
-        if delay > 0:
-            await asyncio.sleep(delay)
-        self._next_send_s += PACKET_S
 
     def _supports_native_dtmf(self) -> bool:
         return self._session.media.dtmf_payload_type is not None

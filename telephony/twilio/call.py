@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from aiohttp import WSMsgType, web
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
@@ -17,12 +16,11 @@ from pipecat.workers.runner import WorkerRunner
 
 from pipeline.builder import PipelineConfig, build_pipeline
 from pipeline.frames import TransferCallFrame
-from pipeline.latency import LatencyObserver, TurnLatency
 from pipeline.records import CallRecord, CallStore
+from telephony.callbook import CallBook
 from telephony.calls import AgentFactory, CallControl, CallInfo
 from telephony.errors import ProtocolError, TelephonyError
 from telephony.metrics import Metrics
-from telephony.playout import UtteranceState
 from telephony.twilio.messages import Connected, Start, parse_twilio
 from telephony.twilio.transport import TwilioTransport, drain_playout
 
@@ -66,25 +64,21 @@ class TwilioCall:
         self.ws = ws
         self.record = CallRecord(call_sid=start.call_sid, transport="twilio",
                                  params=dict(start.custom_parameters))
-        self._store = store
-        store.open(self.record)
         self._agent_factory = agent_factory
         self._config = pipeline_config
         self._reraise = reraise
-        self._metrics = metrics or Metrics()
         self._call_control = call_control
         self._worker = None
         self.transport = TwilioTransport(ws, start, call_id=self.call_sid, on_closed=self._on_socket_closed)
-        self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
-        self.transport.link.on_change = self.sync
+        link = self.transport.link
+        self.book = CallBook(self.record, store, metrics or Metrics(), tracker=link.tracker,
+                             frames=link.stats.frames, stats=link.stats.as_dict)
+        self.latency = self.book.observe(self.transport.output())
+        link.on_change = self.sync
 
     async def _on_socket_closed(self, reason: str) -> None:
         if self._worker is not None:
             await self._worker.cancel(reason=reason)
-
-    def _on_turn(self, turn: TurnLatency) -> None:
-        self._metrics.observe_turn("twilio", turn.latency_ms())
-        self.sync()
 
     async def end_politely(self, farewell: str) -> None:
         """Say ``farewell`` after what is playing, then end the call (server shutting down)."""
@@ -111,37 +105,14 @@ class TwilioCall:
         return f"transferred to {where}"
 
     def sync(self) -> None:
-        """Bring the record up to date from the latency observer and the playout tracker."""
-        turns = self.latency.turns
-        for t in turns:
-            rec = self.record.turn(t.turn)
-            rec.user_text = t.user_text
-            rec.latency_ms = t.latency_ms()
-            rec.interrupted = t.interrupted
-            rec.tool_calls = [e["data"] for e in t.events if e["kind"] == "tool_call"]
-            rec.events = [e for e in t.events if e["kind"] != "tool_call"]
-        starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
-        greeting, by_turn = [], {}
-        for utt in self.transport.link.tracker.utterances:
-            owner = sum(1 for s in starts if s <= utt.began_at_s)  # 0 = before the first turn
-            if owner == 0:
-                greeting.append(utt)
-            else:
-                by_turn.setdefault(owner, []).append(utt)
-        self.record.greeting = " ".join(u.text for u in greeting if u.text)
-        for number, utts in by_turn.items():
-            rec = self.record.turn(number)
-            rec.agent_text = " ".join(u.text for u in utts if u.text)
-            rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
-            rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
-        self.record.stats = self.transport.link.stats.as_dict()
-        self._store.update(self.record)
+        """Bring the record up to date (turns, words said and heard, counters)."""
+        self.book.sync()
 
     async def run(self) -> None:
         log.info("[%s] call started (stream %s, params %s)", self.call_sid, self.start.stream_sid,
                  sorted(self.start.custom_parameters))
         reason = "ended"
-        self._metrics.call_started("twilio")
+        self.book.started()
         try:
             agent = self._agent_factory(CallInfo(self.call_sid, "twilio", dict(self.start.custom_parameters)))
             built = build_pipeline(self.transport, agent, self._config, observers=[self.latency])
@@ -165,12 +136,7 @@ class TwilioCall:
             if self._reraise:
                 raise
         finally:
-            self.sync()
-            self.record.ended_at = time.time()
-            self.record.end_reason = reason
-            self.record.stats = self.transport.link.stats.as_dict()
-            self._store.update(self.record)
-            self._metrics.call_ended("twilio")
+            self.book.ended(reason)
             if not self.ws.closed:
                 await self.ws.close()
             log.info("[%s] call ended: %s (%d turns)", self.call_sid, reason, len(self.record.turns))

@@ -3,10 +3,14 @@
 In: ``media`` becomes ``InputAudioRawFrame`` (8 kHz PCM), ``dtmf`` becomes ``InputDTMFFrame``,
 ``mark`` echoes feed the :class:`PlayoutTracker`, ``stop`` or a closed socket ends the call.
 A malformed or oversized message is logged with the call id and skipped: the call goes on.
+Gaps in the ``chunk`` numbers count as lost frames, media arriving 60 ms or more behind its
+``timestamp`` as late ones (:mod:`telephony.audio_meter`).
 
-Out: agent audio leaves as mu-law ``media`` paced at real time against an absolute clock, with a
-progress ``mark`` every 200 ms of audio and an end mark after each utterance; an interruption
-sends ``clear`` at once, and the tracker's verdict goes upstream as ``AgentSpeechHeardFrame``.
+Out: agent audio leaves as mu-law ``media`` paced at real time against an absolute clock, 40 ms
+ahead of Twilio's playout (:class:`~telephony.pacer.OutputPacer`, which counts underruns and late
+frames), with a progress ``mark`` every 200 ms of audio and an end mark after each utterance; an
+interruption sends ``clear`` at once, and the tracker's verdict goes upstream as
+``AgentSpeechHeardFrame``.
 """
 
 from __future__ import annotations
@@ -41,13 +45,16 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
+from telephony.audio_meter import FrameCounts, InboundMeter
 from telephony.errors import ProtocolError
+from telephony.pacer import OutputPacer
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
 from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE_HZ = 8000
+LEAD_S = 0.04  # how far ahead of Twilio's playout the pacer keeps its buffer
 
 
 class TwilioCallStats:
@@ -61,12 +68,13 @@ class TwilioCallStats:
         self.marks_echoed = 0
         self.clears_sent = 0
         self.dtmf: list[str] = []
+        self.frames = FrameCounts()
 
     def as_dict(self) -> dict[str, int]:
         return {"media_in": self.media_in, "media_out_bytes": self.media_out_bytes,
                 "bad_messages": self.bad_messages, "marks_sent": self.marks_sent,
                 "marks_echoed": self.marks_echoed, "clears_sent": self.clears_sent,
-                "dtmf": len(self.dtmf)}
+                "dtmf": len(self.dtmf), **self.frames.as_dict()}
 
 
 class _Link:
@@ -134,6 +142,7 @@ class TwilioInputTransport(BaseInputTransport):
         self._transport = transport
         self._link = link
         self._receive_task: asyncio.Task | None = None
+        self._meter = InboundMeter(link.stats.frames)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         if isinstance(frame, TransferCallFrame) and direction == FrameDirection.UPSTREAM:
@@ -184,6 +193,8 @@ class TwilioInputTransport(BaseInputTransport):
                 continue
             if isinstance(message, Media):
                 link.stats.media_in += 1
+                self._meter.arrived(index=message.chunk, media_s=message.timestamp_ms / 1000.0,
+                                    now_s=time.monotonic())
                 pcm = ulaw_decode(message.payload)
                 await self.push_audio_frame(
                     InputAudioRawFrame(audio=pcm.tobytes(), sample_rate=SAMPLE_RATE_HZ, num_channels=1)
@@ -224,8 +235,7 @@ class TwilioOutputTransport(BaseOutputTransport):
         super().__init__(params, **kwargs)
         self._transport = transport
         self._link = link
-        self._next_send_s = 0.0
-        self._utterance_pts0: tuple[int, int] | None = None  # (utterance number, pts of its first word)
+        self._pacer = OutputPacer(link.stats.frames, lead_s=LEAD_S)
         # After a clear, the media sender may still hand over the one chunk it had taken from its
         # queue; nothing may reach the caller until the next utterance starts.
         self._muted = False
@@ -240,16 +250,7 @@ class TwilioOutputTransport(BaseOutputTransport):
         elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
             self._muted = False
         if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
-            # pts is on the pipeline clock (ns); the utterance's first word marks its audio's start
-            start_ms = None
-            if frame.pts:
-                current = self._link.tracker.current
-                if current is None or self._utterance_pts0 is None or current.number != self._utterance_pts0[0]:
-                    number = current.number if current is not None else len(self._link.tracker.utterances) + 1
-                    self._utterance_pts0 = (number, frame.pts)
-                start_ms = (frame.pts - self._utterance_pts0[1]) / 1e6
-            for word in frame.text.split():
-                self._link.tracker.add_word(word, start_ms)
+            self._link.tracker.add_words(frame.text, frame.pts)  # pts: the pipeline clock, ns
         await super().process_frame(frame, direction)
         if isinstance(frame, InterruptionFrame):
             await self._clear()
@@ -258,6 +259,7 @@ class TwilioOutputTransport(BaseOutputTransport):
         # The media sender announces the end of an utterance right after its last audio chunk:
         # that is where the end mark belongs.
         if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            self._pacer.idle()
             name = self._link.tracker.end()
             if name is not None and await self._link.send(OutMark(self._link.start.stream_sid, name)):
                 self._link.stats.marks_sent += 1
@@ -268,7 +270,7 @@ class TwilioOutputTransport(BaseOutputTransport):
     async def _clear(self) -> None:
         link = self._link
         utt = link.tracker.clear()
-        self._next_send_s = 0.0
+        self._pacer.idle()
         if utt is None:
             return
         if await link.send(Clear(link.start.stream_sid)):
@@ -293,26 +295,17 @@ class TwilioOutputTransport(BaseOutputTransport):
         if frame.sample_rate != SAMPLE_RATE_HZ:  # the media sender resamples; this is a guard
             log.warning("[%s] dropping audio at %d Hz", link.call_id, frame.sample_rate)
             return False
+        duration_s = len(pcm) / SAMPLE_RATE_HZ
+        await self._pacer.wait(duration_s)
+        if self._muted:  # interrupted while we waited for its slot
+            return True
         if not await link.send(OutMedia(link.start.stream_sid, ulaw_encode(pcm))):
             return False
         link.stats.media_out_bytes += len(pcm)
-        duration_s = len(pcm) / SAMPLE_RATE_HZ
         for name in link.tracker.audio_sent(duration_s * 1000.0):
             if await link.send(OutMark(link.start.stream_sid, name)):
                 link.stats.marks_sent += 1
-        await self._pace(duration_s)
         return True
-
-    async def _pace(self, duration_s: float) -> None:
-        """Real-time pacing on an absolute clock (a small lead keeps Twilio's buffer fed)."""
-        now = time.monotonic()
-        if self._next_send_s < now:
-            self._next_send_s = now
-        self._next_send_s += duration_s
-        lead_s = 0.04
-        delay = self._next_send_s - now - lead_s
-        if delay > 0:
-            await asyncio.sleep(delay)
 
 
 class TwilioTransport(BaseTransport):

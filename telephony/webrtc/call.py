@@ -1,11 +1,14 @@
 """One browser call, from the SDP answer to the last word: the WebRTC per-call supervisor.
 
 The same pipeline as a phone call (``pipeline.builder.build_pipeline``) runs over pipecat's
-SmallWebRTC transport at 16 kHz. Opus arrives at 48 kHz and is resampled once, to 16 kHz, where
-the transport reads it; agent audio leaves at 16 kHz and aiortc's Opus encoder resamples it once,
-to 48 kHz. Transcripts and per-turn latency go to the page over the data channel
-(:mod:`telephony.webrtc.events`); the :class:`CallRecord` (``transport="webrtc"``) is kept current
-in the store exactly as for a Twilio call.
+SmallWebRTC transport at 16 kHz, with our metered tracks (:mod:`telephony.webrtc.media`). Opus
+arrives at 48 kHz and is resampled once, to 16 kHz, where the transport reads it; agent audio
+leaves at 16 kHz and aiortc's Opus encoder resamples it once, to 48 kHz. Transcripts and per-turn
+latency go to the page over the data channel (:mod:`telephony.webrtc.events`); the
+:class:`CallRecord` (``transport="webrtc"``) is kept current in the store, and the call counted
+in the server's metrics, by the same :class:`~telephony.callbook.CallBook` as a phone call's:
+the agent's words as the output track sent them, cut where a barge-in stopped them (the context
+keeps only those too), and the frame counters.
 
 The call ends when the agent ends it (its last words play, then the peer connection closes with
 pipecat's ``peerLeft``), when the page sends ``{"type": "hangup"}``, when the peer connection
@@ -24,14 +27,16 @@ from dataclasses import replace
 
 from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
-from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 from pipecat.workers.runner import WorkerRunner
 
 from pipeline.builder import PipelineConfig, build_pipeline
-from pipeline.latency import LatencyObserver, TurnLatency
+from pipeline.latency import TurnLatency
 from pipeline.records import CallRecord, CallStore
+from telephony.callbook import CallBook
 from telephony.calls import AgentFactory, CallInfo
+from telephony.metrics import Metrics
 from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver, PageMessage
+from telephony.webrtc.media import WebRTCCallTransport
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +54,12 @@ class WebRTCCall:
 
     def __init__(self, connection: SmallWebRTCConnection, *, agent_factory: AgentFactory,
                  pipeline_config: PipelineConfig, store: CallStore, params: dict[str, str] | None = None,
-                 reraise: bool = False):
+                 reraise: bool = False, metrics: Metrics | None = None):
         self.connection = connection
         self.pc_id = connection.pc_id  # pipecat's name for the peer connection (signaling uses it)
         self.call_sid = f"WR{uuid.uuid4().hex}"  # the record's id, URL-safe like Twilio's CA...
         self.params = dict(params or {})
         self.record = CallRecord(call_sid=self.call_sid, transport="webrtc", params=self.params)
-        self._store = store
-        store.open(self.record)
         self._agent_factory = agent_factory
         self._config = replace(pipeline_config, sample_rate_hz=SAMPLE_RATE_HZ)
         self._reraise = reraise
@@ -66,12 +69,15 @@ class WebRTCCall:
         self._ended_sent = False
         self._cancelled = False  # the watcher cancelled the pipeline (a hang-up), vs. the agent ended it
         self.hangup_reason: str | None = None
-        self.transport = SmallWebRTCTransport(
+        self.transport = WebRTCCallTransport(
             connection,
             TransportParams(audio_in_enabled=True, audio_out_enabled=True, audio_in_channels=1,
                             audio_out_end_silence_secs=END_SILENCE_S),
+            name=f"webrtc-{self.call_sid}",
         )
-        self.latency = LatencyObserver(output_transport=self.transport.output(), on_turn=self._on_turn)
+        self.book = CallBook(self.record, store, metrics or Metrics(), tracker=self.transport.tracker,
+                             frames=self.transport.frames, on_turn=self._on_turn)
+        self.latency = self.book.observe(self.transport.output())
         self.events = PageEventsObserver(send=self.send, output_transport=self.transport.output(),
                                          tts=None, turn_number=lambda: len(self.latency.turns))
         self.transport.add_event_handler("on_app_message", self._on_app_message)
@@ -132,24 +138,10 @@ class WebRTCCall:
 
     def _on_turn(self, turn: TurnLatency) -> None:
         self.send(LatencyMessage.of(turn))
-        self.sync()
 
     def sync(self) -> None:
-        """Bring the record up to date from the latency observer and the page-events observer."""
-        for t in self.latency.turns:
-            rec = self.record.turn(t.turn)
-            rec.user_text = t.user_text
-            rec.latency_ms = t.latency_ms()
-            rec.interrupted = t.interrupted
-        for number, line in sorted(self.events.lines.items()):
-            if number == 0:
-                self.record.greeting = line.said_text
-                continue
-            rec = self.record.turn(number)
-            rec.agent_text = line.said_text
-            rec.agent_text_heard = line.played_text
-            rec.interrupted = rec.interrupted or line.interrupted
-        self._store.update(self.record)
+        """Bring the record up to date (turns, words said and heard, frame counters)."""
+        self.book.sync()
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -157,6 +149,7 @@ class WebRTCCall:
         log.info("[%s] webrtc call started (params %s)", self.call_sid, sorted(self.params))
         self.send(CallMessage("started", self.call_sid))
         reason = "ended"
+        self.book.started()
         watcher = asyncio.create_task(self._watch(), name=f"webrtc-watch-{self.call_sid}")
         try:
             agent = self._agent_factory(CallInfo(self.call_sid, "webrtc", dict(self.params)))
@@ -190,8 +183,5 @@ class WebRTCCall:
                     await self.connection.disconnect()
             except TimeoutError:
                 log.warning("[%s] peer connection did not close in %.0f s", self.call_sid, DISCONNECT_TIMEOUT_S)
-            self.sync()
-            self.record.ended_at = time.time()
-            self.record.end_reason = reason
-            self._store.update(self.record)
+            self.book.ended(reason)
             log.info("[%s] webrtc call ended: %s (%d turns)", self.call_sid, reason, len(self.record.turns))

@@ -6,12 +6,15 @@ the peer connection) when ``until(messages)`` holds or ``timeout_s`` runs out; i
 when the server ends the call (pipecat's ``peerLeft``) or the connection closes or fails. It sends pipecat's
 ``ping`` keep-alive every second, as the page does. Tests and benchmarks drive the server with
 it; it offers only the ICE host addresses pinned with ``ice.pin_host_addresses``.
+``drop_rtp`` plays a lossy network: audio RTP packet ``n`` (counted from 0) is never sent when
+``drop_rtp(n)`` holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fractions
+import itertools
 import json
 import logging
 import time
@@ -22,6 +25,7 @@ import aiohttp
 import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
+from aiortc.rtp import is_rtcp
 from av import AudioFrame
 
 from telephony.errors import CallerError
@@ -108,14 +112,15 @@ class CallResult:
 
 async def place_call(base_url: str, pcm: np.ndarray, sample_rate_hz: int, *,
                      until: Callable[[list[dict]], bool], timeout_s: float = 30.0,
-                     lead_s: float = 0.5, keepalive_for_s: float | None = None) -> CallResult:
+                     lead_s: float = 0.5, keepalive_for_s: float | None = None,
+                     drop_rtp: Callable[[int], bool] | None = None) -> CallResult:
     """Call ``base_url`` (``http://host:port``), say ``pcm``, and hang up once ``until`` holds.
 
     ``keepalive_for_s`` stops the pings that long after the first, as a vanished browser tab would.
     """
     pc = RTCPeerConnection()
     mic = PcmTrack(pcm, sample_rate_hz, lead_s=lead_s)
-    pc.addTrack(mic)
+    sender = pc.addTrack(mic)
     channel = pc.createDataChannel("parley", ordered=True)
     result = CallResult(pc_id="")
     changed = asyncio.Event()
@@ -169,6 +174,8 @@ async def place_call(base_url: str, pcm: np.ndarray, sample_rate_hz: int, *,
     try:
         async with asyncio.timeout(timeout_s):
             await pc.setLocalDescription(await pc.createOffer())  # gathers every candidate
+            if drop_rtp is not None:
+                _lose_packets(sender.transport, drop_rtp)
             offer = Offer(sdp=pc.localDescription.sdp, type="offer")
             async with aiohttp.ClientSession() as http:
                 async with asyncio.timeout(IO_TIMEOUT_S):
@@ -195,6 +202,18 @@ async def place_call(base_url: str, pcm: np.ndarray, sample_rate_hz: int, *,
         await asyncio.gather(*tasks, return_exceptions=True)
         await pc.close()
     return result
+
+
+def _lose_packets(transport, drop: Callable[[int], bool]) -> None:
+    """Wrap the DTLS transport's RTP send so that the packets ``drop`` picks never leave."""
+    send = transport._send_rtp  # aiortc 1.16: every RTP and RTCP packet of the connection
+    counter = itertools.count()
+
+    async def lossy_send(data: bytes) -> None:
+        if is_rtcp(data) or not drop(next(counter)):
+            await send(data)
+
+    transport._send_rtp = lossy_send
 
 
 def _peer_left(messages: list[dict]) -> bool:

@@ -32,6 +32,7 @@ from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore
 from telephony.calls import AgentFactory
+from telephony.metrics import Metrics
 from telephony.webrtc import ice
 from telephony.webrtc.call import WebRTCCall
 from telephony.webrtc.errors import SignalingError, UnknownPeerError
@@ -75,8 +76,9 @@ class WebRTCGateway:
     """Answers offers, holds the peer connections and runs their calls."""
 
     def __init__(self, *, agent_factory: AgentFactory, pipeline_config: PipelineConfig, store: CallStore,
-                 config: WebRTCConfig | None = None, live: dict | None = None):
+                 config: WebRTCConfig | None = None, live: dict | None = None, metrics: Metrics | None = None):
         self.config = config or WebRTCConfig()
+        self.metrics = metrics or Metrics()
         self.agent_factory = agent_factory
         self.pipeline_config = pipeline_config
         self.store = store
@@ -141,7 +143,7 @@ class WebRTCGateway:
             raise web.HTTPBadRequest(text=f"offer refused: {exc or 'timed out'}\n") from exc
         call = WebRTCCall(connection, agent_factory=self.agent_factory, pipeline_config=self.pipeline_config,
                           store=self.store, params={"remote": str(request.remote)},
-                          reraise=self.config.reraise_call_errors)
+                          reraise=self.config.reraise_call_errors, metrics=self.metrics)
         self._start(call)
         return web.json_response(Answer(**self._answer(connection)).to_dict())
 
@@ -210,10 +212,11 @@ class WebRTCGateway:
 
 def register_webrtc_routes(app: web.Application, *, agent_factory: AgentFactory,
                            pipeline_config: PipelineConfig, store: CallStore,
-                           config: WebRTCConfig | None = None, live: dict | None = None) -> WebRTCGateway:
+                           config: WebRTCConfig | None = None, live: dict | None = None,
+                           metrics: Metrics | None = None) -> WebRTCGateway:
     """Add the browser routes to ``app`` and end their calls on its shutdown."""
     gateway = WebRTCGateway(agent_factory=agent_factory, pipeline_config=pipeline_config, store=store,
-                            config=config, live=live)
+                            config=config, live=live, metrics=metrics)
     app.add_routes(gateway.routes())
     app.on_shutdown.append(gateway.close)
     return gateway

@@ -10,7 +10,14 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 from pipecat.audio.dtmf.types import KeypadEntry
-from pipecat.frames.frames import InterruptionFrame, OutputAudioRawFrame, OutputDTMFFrame
+from pipecat.frames.frames import (
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    OutputDTMFFrame,
+    TTSAudioRawFrame,
+    TTSStartedFrame,
+    TTSTextFrame,
+)
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.workers.runner import WorkerRunner
@@ -19,6 +26,7 @@ from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from telephony.sip.media import AudioIn, DtmfIn, RtpSession
 from telephony.sip.rtp import JitterBuffer, RtpPacket, TelephoneEvent
 from telephony.sip.sdp import Codec, NegotiatedMedia
+from telephony.playout import UtteranceState
 from telephony.sip.transport import SipTransport
 
 
@@ -112,6 +120,25 @@ async def test_receiving_reorders_decodes_drops_junk_and_dedupes_dtmf():
     session.close()
 
 
+async def test_lost_and_late_packets_count_as_lost_and_late_frames():
+    session = await _session(("127.0.0.1", 9))
+    loop = asyncio.get_running_loop()
+    tx, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, remote_addr=("127.0.0.1", session.port))
+    for i in [*range(0, 5), *range(7, 15)]:  # 5 and 6 never come: the jitter buffer conceals them
+        tx.sendto(bytes(_pkt(1000 + i)))
+    await asyncio.sleep(0.2)
+    # 0.2 s later, a packet stamped only 20 ms after the last one: it came 180 ms late
+    tx.sendto(bytes(_pkt(1015)))
+    await asyncio.sleep(0.1)
+    # a new talkspurt (marker bit) may start where the sender's clock stood: not late
+    tx.sendto(bytes(RtpPacket(0, 1016, 1016 * 160, 7, b"\xff" * 160, marker=True)))
+    await asyncio.sleep(0.05)
+    stats = session.stats.as_dict()
+    assert (stats["frames_in"], stats["frames_in_lost"], stats["frames_in_late"]) == (15, 2, 1), stats
+    tx.close()
+    session.close()
+
+
 async def test_audio_leaves_in_paced_20ms_packets_on_an_absolute_clock():
     rx_t, rx, addr = await _receiver()
     session = await _session(addr)
@@ -173,6 +200,8 @@ async def test_hold_sends_nothing():
 
 
 async def test_interruption_drops_the_queued_audio():
+    """And keeps only the words already sent. Regression: the base class's reset announced
+    BotStoppedSpeaking before the transport cleared the utterance, which then counted as all heard."""
     rx_t, rx, addr = await _receiver()
     session = await _session(addr)
     transport = SipTransport(session, on_transfer=None)  # type: ignore[arg-type]
@@ -182,7 +211,12 @@ async def test_interruption_drops_the_queued_audio():
     await runner.add_workers(worker)
     run = asyncio.create_task(runner.run())
     try:
-        await worker.queue_frame(OutputAudioRawFrame(np.full(16000, 500, np.int16).tobytes(), 8000, 1))  # 2 s
+        await worker.queue_frame(TTSStartedFrame())
+        for word, start_s in (("one", 0.0), ("two", 0.2), ("three", 1.0), ("four", 1.5)):  # TTS word times
+            text = TTSTextFrame(word, text_type="word")
+            text.pts = 10**9 + int(start_s * 1e9)
+            await worker.queue_frame(text)
+        await worker.queue_frame(TTSAudioRawFrame(np.full(16000, 500, np.int16).tobytes(), 8000, 1))  # 2 s
         await asyncio.sleep(0.5)
         await worker.queue_frame(InterruptionFrame())
         await asyncio.sleep(0.6)
@@ -190,6 +224,9 @@ async def test_interruption_drops_the_queued_audio():
         assert 15 <= sent <= 40, sent  # about 0.5 s of the 2 s went out, then nothing more
         await asyncio.sleep(0.3)
         assert len(rx.got) == sent
+        (utt,) = transport.tracker.utterances
+        assert utt.state is UtteranceState.CLEARED and utt.text == "one two three four"
+        assert utt.heard_text() == "one two"
     finally:
         await worker.cancel()
         await run

@@ -1,0 +1,102 @@
+"""One call's record and metrics, kept current: the part every transport's supervisor shares.
+
+The Twilio, WebRTC and SIP calls each own a :class:`CallBook`. It opens the record in the store,
+counts the call in the server's metrics (live calls, frame counters, per-turn latency) and
+writes the record as the call goes, from three sources: the latency observer (turns, what the
+caller said), the playout tracker (what the agent said and what the caller heard of it) and the
+transport's counters::
+
+    book = CallBook(record, store, metrics, tracker=transport.tracker, frames=counts,
+                    stats=lambda: session.stats.as_dict())
+    latency = book.observe(transport.output())   # a LatencyObserver for the pipeline
+    book.started()          # when the call is answered
+    ...
+    book.ended("caller hung up")
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from pipeline.latency import LatencyObserver, TurnLatency
+from pipeline.records import CallRecord, CallStore
+from telephony.audio_meter import FrameCounts
+from telephony.metrics import Metrics
+from telephony.playout import PlayoutTracker, UtteranceState
+
+log = logging.getLogger(__name__)
+
+
+class CallBook:
+    def __init__(self, record: CallRecord, store: CallStore, metrics: Metrics, *, tracker: PlayoutTracker,
+                 frames: FrameCounts, stats: Callable[[], dict[str, int]] | None = None,
+                 on_turn: Callable[[TurnLatency], None] | None = None):
+        self.record = record
+        self.store = store
+        self.metrics = metrics
+        self.tracker = tracker
+        self.frames = frames
+        self._stats = stats or frames.as_dict
+        self._on_turn_extra = on_turn
+        self.latency: LatencyObserver | None = None
+        self._live = False
+        store.open(record)
+
+    @property
+    def transport(self) -> str:
+        return self.record.transport
+
+    def observe(self, output_transport: object) -> LatencyObserver:
+        """The latency observer for the call's pipeline; each finished turn updates the record."""
+        self.latency = LatencyObserver(output_transport=output_transport, on_turn=self._on_turn)
+        return self.latency
+
+    def _on_turn(self, turn: TurnLatency) -> None:
+        self.metrics.observe_turn(self.transport, turn.latency_ms())
+        if self._on_turn_extra is not None:
+            self._on_turn_extra(turn)
+        self.sync()
+
+    def started(self) -> None:
+        """The call is live: count it (and its frames) in the metrics."""
+        if not self._live:
+            self._live = True
+            self.metrics.call_started(self.transport, self.frames)
+
+    def ended(self, reason: str) -> None:
+        """Write the final record; the metrics fold the call's frame counts into their totals."""
+        if self._live:
+            self._live = False
+            self.metrics.call_ended(self.transport, self.frames)
+        self.record.ended_at = time.time()
+        self.record.end_reason = reason
+        self.sync()
+
+    def sync(self) -> None:
+        """Bring the record up to date and store it."""
+        record = self.record
+        turns = self.latency.turns if self.latency is not None else []
+        for t in turns:
+            rec = record.turn(t.turn)
+            rec.user_text = t.user_text
+            rec.latency_ms = t.latency_ms()
+            rec.interrupted = t.interrupted
+            rec.tool_calls = [e["data"] for e in t.events if e["kind"] == "tool_call"]
+            rec.events = [e for e in t.events if e["kind"] != "tool_call"]
+        # an utterance belongs to the last turn whose speech ended before it began (0: the greeting)
+        starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
+        greeting, by_turn = [], {}
+        for utt in self.tracker.utterances:
+            owner = sum(1 for s in starts if s <= utt.began_at_s)
+            (greeting if owner == 0 else by_turn.setdefault(owner, [])).append(utt)
+        record.greeting = " ".join(u.text for u in greeting if u.text)
+        record.greeting_heard = " ".join(h for h in (u.heard_text() for u in greeting) if h)
+        for number, utts in by_turn.items():
+            rec = record.turn(number)
+            rec.agent_text = " ".join(u.text for u in utts if u.text)
+            rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
+            rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
+        record.stats = self._stats()
+        self.store.update(record)

@@ -1,0 +1,63 @@
+"""Agent audio paced at real time on an absolute clock, counting what went out late or not at all.
+
+The Twilio and SIP output transports send each chunk after ``await pacer.wait(duration_s)``::
+
+    pacer = OutputPacer(counts, lead_s=0.04)   # Twilio: keep 40 ms in its playout buffer
+    await pacer.wait(0.02); send(chunk)
+    pacer.idle()                               # the utterance ended or was cut: the next one restarts the clock
+
+The clock is ``next_s``: when the audio sent so far in this utterance finishes playing. A chunk is
+due ``lead_s`` before it; we sleep until then, never summing sleeps. A chunk that arrives a whole
+frame or more after ``next_s`` means the caller's playout ran dry: those frame slots count as
+``out_underrun`` and the clock restarts at now. A chunk sent a whole frame or more after it was
+due (the event loop woke us late) counts as ``out_late``. See :mod:`telephony.audio_meter`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+from telephony.audio_meter import FRAME_S, FrameCounts
+
+
+class OutputPacer:
+    def __init__(self, counts: FrameCounts, *, lead_s: float = 0.0, frame_s: float = FRAME_S,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        if lead_s < 0 or frame_s <= 0:
+            raise ValueError("need lead_s >= 0 and frame_s > 0")
+        self.counts = counts
+        self.lead_s = lead_s
+        self.frame_s = frame_s
+        self._clock = clock
+        self._sleep = sleep
+        self._next_s: float | None = None  # None: between utterances
+
+    @property
+    def speaking(self) -> bool:
+        return self._next_s is not None
+
+    def idle(self) -> None:
+        """The utterance ended (or was interrupted): the next audio starts a new clock."""
+        self._next_s = None
+
+    async def wait(self, duration_s: float) -> None:
+        """Return when the next ``duration_s`` of audio is due; count it, and any gap before it."""
+        now = self._clock()
+        frames = max(1, round(duration_s / self.frame_s))
+        if self._next_s is None:
+            self._next_s = now
+        else:
+            behind_s = now - self._next_s
+            if behind_s >= self.frame_s:  # the caller's playout ran dry this long
+                self.counts.out_underrun += int(behind_s / self.frame_s)
+                self._next_s = now
+        due_s = self._next_s - self.lead_s
+        if due_s > now:
+            await self._sleep(due_s - now)
+            if self._clock() - due_s >= self.frame_s:
+                self.counts.out_late += frames
+        self._next_s += duration_s
+        self.counts.out_frames += frames

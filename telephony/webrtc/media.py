@@ -1,0 +1,286 @@
+"""A browser call's media, measured: pipecat's SmallWebRTC transport with our own two tracks.
+
+    transport = WebRTCCallTransport(connection, params, name="webrtc-WR...")
+    transport.frames      # FrameCounts: caller frames lost/late, agent frames underrun/late
+    transport.tracker     # PlayoutTracker: which agent words left before a barge-in
+
+In (:class:`MeteredInputTrack`): every Opus frame aiortc decodes passes the
+:class:`~telephony.audio_meter.InboundMeter` before pipecat resamples it. Its ``pts`` is the RTP
+timestamp, so a jump in ``pts // samples`` is audio that never reached us (lost in the network,
+or dropped late by aiortc's jitter buffer; browsers send 20 ms Opus frames, one size all call);
+a frame 60 ms or more behind its ``pts`` on our clock came late.
+
+Out (:class:`PlayoutTrack`, in place of pipecat's ``RawAudioTrack``): the agent's audio in 10 ms
+frames on an absolute clock (``start + ts / rate - now``; the clock starts at the first ``recv``,
+not when the track is made). It is the transport's own playout clock: each chunk taken for the
+wire tells its utterance how much was played (``Utterance.played``), and words timed by the TTS
+say which of them went out before a barge-in. A slot with nothing queued between two chunks of one
+utterance is an underrun; a ``recv`` a whole frame late, a late frame. A written frame's future
+resolves once no more than ``LEAD_CHUNKS`` chunks are queued ahead of its last one, so the media
+sender brings the next frame 20-30 ms before it is needed (pipecat's resolves when the last chunk
+is taken, leaving 10 ms, and a busy event loop turns that into gaps).
+
+The output transport (:class:`WebRTCOutputTransport`) feeds the tracker, and on an interruption
+drops the queued audio and reports what was heard upstream (``AgentSpeechHeardFrame``), as the
+Twilio and SIP transports do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from av import AudioFrame
+from aiortc import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    Frame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    OutputDTMFFrame,
+    TTSStartedFrame,
+    TTSTextFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.transports.base_transport import BaseTransport, TransportParams
+from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
+from pipecat.transports.smallwebrtc.transport import (
+    SmallWebRTCCallbacks,
+    SmallWebRTCClient,
+    SmallWebRTCOutputTransport,
+    SmallWebRTCTransport,
+)
+
+from pipeline.frames import AgentSpeechHeardFrame
+from telephony.audio_meter import FRAME_S, FrameCounts, InboundMeter
+from telephony.playout import PlayoutTracker, Utterance
+
+log = logging.getLogger(__name__)
+
+CHUNK_S = 0.010
+LEAD_CHUNKS = 2
+
+
+@dataclass
+class _Chunk:
+    pcm: bytes
+    utterance: Utterance | None
+    done: asyncio.Future | None  # the written frame's future, on its last chunk
+
+
+class PlayoutTrack(MediaStreamTrack):
+    """The agent's voice to aiortc, paced and counted (see the module docstring)."""
+
+    kind = "audio"
+
+    def __init__(self, sample_rate_hz: int, counts: FrameCounts):
+        super().__init__()
+        self.sample_rate_hz = sample_rate_hz
+        self.counts = counts
+        self._samples = int(sample_rate_hz * CHUNK_S)
+        self._queue: deque[_Chunk] = deque()
+        self._ts = 0
+        self._start_s: float | None = None
+        self._last: Utterance | None = None  # the utterance of the last chunk sent
+        self._gap_chunks = 0  # empty slots since then
+        self._half_frame = False  # a 20 ms frame is two chunks
+        self._late_frame = False
+
+    def add_audio(self, pcm: bytes, utterance: Utterance | None) -> asyncio.Future:
+        """Queue int16 PCM at the track's rate; the future resolves when it is nearly all sent."""
+        done = asyncio.get_running_loop().create_future()
+        step = self._samples * 2
+        if len(pcm) % step:
+            pcm += bytes(step - len(pcm) % step)
+        for i in range(0, len(pcm), step):
+            last = i + step >= len(pcm)
+            self._queue.append(_Chunk(pcm[i:i + step], utterance, done if last else None))
+        self._release()
+        return done
+
+    def clear(self) -> None:
+        """Barge-in: drop everything queued (its writers are released)."""
+        for chunk in self._queue:
+            if chunk.done is not None and not chunk.done.done():
+                chunk.done.set_result(False)
+        self._queue.clear()
+        self._last, self._gap_chunks = None, 0
+
+    def _release(self) -> None:
+        for chunk in itertools.islice(self._queue, LEAD_CHUNKS + 1):
+            if chunk.done is not None and not chunk.done.done():
+                chunk.done.set_result(True)
+
+    async def recv(self) -> AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        now = time.monotonic()
+        if self._start_s is None:
+            self._start_s = now
+        due_s = self._start_s + self._ts / self.sample_rate_hz
+        if due_s > now:
+            await asyncio.sleep(due_s - now)
+        late = time.monotonic() - due_s >= FRAME_S
+        if self._queue:
+            chunk = self._queue.popleft()
+            self._release()
+            self._sent(chunk, late)
+            pcm = chunk.pcm
+        else:
+            if self._last is not None:
+                self._gap_chunks += 1
+            pcm = bytes(self._samples * 2)
+        frame = AudioFrame.from_ndarray(np.frombuffer(pcm, np.int16)[None, :], format="s16", layout="mono")
+        frame.sample_rate = self.sample_rate_hz
+        frame.pts = self._ts
+        frame.time_base = fractions.Fraction(1, self.sample_rate_hz)
+        self._ts += self._samples
+        return frame
+
+    def _sent(self, chunk: _Chunk, late: bool) -> None:
+        c = self.counts
+        if chunk.utterance is not None and chunk.utterance is self._last and self._gap_chunks:
+            c.out_underrun += (self._gap_chunks + 1) // 2  # 20 ms frames that had a hole
+        self._last, self._gap_chunks = chunk.utterance, 0
+        self._half_frame = not self._half_frame
+        if self._half_frame:  # the first half of a 20 ms frame
+            c.out_frames += 1
+            self._late_frame = late
+        elif late or self._late_frame:
+            c.out_late += 1
+        if chunk.utterance is not None:
+            chunk.utterance.played(CHUNK_S * 1000.0)
+
+
+class MeteredInputTrack:
+    """Wraps pipecat's input track: every decoded frame passes the meter on its way in."""
+
+    def __init__(self, track, meter: InboundMeter):
+        self._track = track
+        self._meter = meter
+
+    async def recv(self):
+        frame = await self._track.recv()
+        if isinstance(frame, AudioFrame) and frame.pts is not None and frame.samples:
+            self._meter.arrived(index=frame.pts // frame.samples, media_s=frame.pts / frame.sample_rate,
+                                now_s=time.monotonic())
+        return frame
+
+    def __getattr__(self, name):
+        return getattr(self._track, name)
+
+
+class MeteredWebRTCClient(SmallWebRTCClient):
+    """pipecat's client with our tracks in place of its own."""
+
+    def __init__(self, connection: SmallWebRTCConnection, callbacks: SmallWebRTCCallbacks, counts: FrameCounts):
+        super().__init__(connection, callbacks)
+        self.counts = counts
+        self.meter = InboundMeter(counts)
+
+    async def _handle_client_connected(self):
+        # pipecat 1.14's, with a metered input track and a PlayoutTrack (audio only: no video)
+        if not self._params:
+            return
+        track = self._webrtc_connection.audio_input_track()
+        self._audio_input_track = MeteredInputTrack(track, self.meter) if track is not None else None
+        if self._params.audio_out_enabled:
+            if isinstance(self._audio_output_track, PlayoutTrack):  # connected again (renegotiation)
+                self._audio_output_track.clear()  # its writers must not wait on a track nobody reads
+                self._audio_output_track.stop()
+            self._audio_output_track = PlayoutTrack(self._out_sample_rate, self.counts)
+            self._webrtc_connection.replace_audio_track(self._audio_output_track)
+        await self._callbacks.on_client_connected(self._webrtc_connection)
+
+    async def write_audio(self, pcm: bytes, utterance: Utterance | None) -> bool:
+        track = self._audio_output_track
+        if not (self._can_send() and isinstance(track, PlayoutTrack)):
+            return False
+        await track.add_audio(pcm, utterance)
+        return True
+
+    def clear_audio(self) -> None:
+        if isinstance(self._audio_output_track, PlayoutTrack):
+            self._audio_output_track.clear()
+
+
+class WebRTCOutputTransport(SmallWebRTCOutputTransport):
+    """Feeds the playout tracker and reports the heard words on a barge-in."""
+
+    def __init__(self, client: MeteredWebRTCClient, params: TransportParams, tracker: PlayoutTracker, **kwargs):
+        super().__init__(client, params, **kwargs)
+        self._metered = client
+        self._tracker = tracker
+        # After an interruption the media sender may still hand over the chunk it had taken;
+        # nothing may reach the caller until the next utterance starts.
+        self._muted = False
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, InterruptionFrame):
+            # before the base class, whose reset may announce BotStoppedSpeaking (= all heard)
+            self._muted = True
+            await self._interrupted()
+        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
+            self._muted = False
+        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
+            self._tracker.add_words(frame.text, frame.pts)
+        await super().process_frame(frame, direction)
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            self._tracker.finish()  # the last chunks are queued in the track: sent = played
+        await super().push_frame(frame, direction)
+
+    async def _interrupted(self) -> None:
+        self._metered.clear_audio()
+        utt = self._tracker.clear()
+        if utt is None:
+            return
+        log.info("[%s] barge-in: utterance %d stopped after %.0f ms", self.name, utt.number, utt.heard_ms)
+        await self.push_frame(
+            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=utt.heard_text(),
+                                  complete=False),
+            FrameDirection.UPSTREAM,
+        )
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        if self._muted:
+            return True
+        utterance = self._tracker.current or self._tracker.begin()
+        return await self._metered.write_audio(frame.audio, utterance)
+
+
+class WebRTCCallTransport(SmallWebRTCTransport):
+    """SmallWebRTC with the metered client and output transport; ``frames`` and ``tracker`` per call."""
+
+    def __init__(self, connection: SmallWebRTCConnection, params: TransportParams, *, name: str = "webrtc"):
+        # pipecat 1.14's SmallWebRTCTransport.__init__, with our client (its own would register a
+        # second set of handlers on the connection)
+        BaseTransport.__init__(self, input_name=f"{name}-in", output_name=f"{name}-out")
+        self._params = params
+        self._callbacks = SmallWebRTCCallbacks(
+            on_app_message=self._on_app_message,
+            on_client_connected=self._on_client_connected,
+            on_client_disconnected=self._on_client_disconnected,
+            on_track_status=self._on_track_status,
+        )
+        self.frames = FrameCounts()
+        self.tracker = PlayoutTracker()
+        self._client = MeteredWebRTCClient(connection, self._callbacks, self.frames)
+        self._input = None
+        self._output = None
+        self._register_event_handler("on_app_message")
+        self._register_event_handler("on_client_connected")
+        self._register_event_handler("on_client_disconnected")
+
+    def output(self) -> WebRTCOutputTransport:
+        if not self._output:
+            self._output = WebRTCOutputTransport(self._client, self._params, self.tracker, name=self._output_name)
+        return self._output

@@ -1,0 +1,150 @@
+"""Frame-loss counting: the inbound meter, the output pacer, the WebRTC playout track, /metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from telephony.audio_meter import FrameCounts, InboundMeter
+from telephony.metrics import Metrics
+from telephony.pacer import OutputPacer
+from telephony.playout import PlayoutTracker, UtteranceState
+from telephony.webrtc.media import PlayoutTrack
+
+
+def test_counts_name_themselves_for_the_record():
+    c = FrameCounts(in_frames=5, in_lost=1, out_frames=7, out_underrun=2)
+    assert c.as_dict() == {"frames_in": 5, "frames_in_lost": 1, "frames_in_late": 0, "frames_out": 7,
+                           "frames_out_underrun": 2, "frames_out_late": 0}
+    assert c.missed == 3
+
+
+def test_inbound_gaps_are_lost_and_repeats_late():
+    c = FrameCounts()
+    m = InboundMeter(c)
+    for i in (1, 2, 3, 6, 7, 7, 5, 8):  # 4 and 5 missing; 7 repeated; 5 comes after its place passed
+        m.arrived(index=i, media_s=i * 0.02, now_s=i * 0.02)
+    assert (c.in_frames, c.in_lost, c.in_late) == (8, 2, 2)
+
+
+def test_inbound_lateness_is_measured_against_the_quickest_transit():
+    c = FrameCounts()
+    m = InboundMeter(c, late_after_s=0.06)
+    now = 100.0
+    for i in range(10):  # in step with the sender, give or take a few ms: none late
+        m.arrived(index=i, media_s=i * 0.02, now_s=now + i * 0.02 + (i % 3) * 0.004)
+    m.arrived(index=10, media_s=0.2, now_s=now + 0.2 + 0.05)  # 50 ms behind the quickest: on time
+    m.arrived(index=11, media_s=0.22, now_s=now + 0.22 + 0.07)  # 70 ms behind: late
+    assert (c.in_frames, c.in_lost, c.in_late) == (12, 0, 1)
+    # an RTP talkspurt (or a new sender) restarts the baseline: a clock that stood still is no fault
+    m.arrived(index=None, media_s=0.24, now_s=now + 5.0, new_spurt=True)
+    m.arrived(index=None, media_s=0.26, now_s=now + 5.02)
+    assert c.in_late == 1
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 50.0
+        self.slept: list[float] = []
+        self.oversleep_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s + self.oversleep_s
+
+
+async def test_pacer_keeps_an_absolute_clock_and_counts_gaps_and_late_wakeups():
+    clock, c = FakeClock(), FrameCounts()
+    pacer = OutputPacer(c, lead_s=0.04, clock=clock, sleep=clock.sleep)
+    for _ in range(3):  # the first 40 ms go at once (the lead), then one per 20 ms slot
+        await pacer.wait(0.02)
+    assert clock.now == pytest.approx(50.0)
+    await pacer.wait(0.02)
+    assert clock.now == pytest.approx(50.02)
+    assert (c.out_frames, c.out_underrun, c.out_late) == (4, 0, 0)
+    # 80 ms are out; the next chunk comes 65 ms after they finished playing: 3 frames of silence
+    clock.now = 50.08 + 0.065
+    await pacer.wait(0.02)  # the clock restarts now: sent at once, with the lead
+    assert c.out_underrun == 3 and clock.now == pytest.approx(50.145)
+    await pacer.wait(0.02)
+    clock.oversleep_s = 0.025  # the loop wakes us a frame late
+    await pacer.wait(0.02)
+    assert (c.out_frames, c.out_underrun, c.out_late) == (7, 3, 1)
+    pacer.idle()  # between utterances a pause is no underrun
+    clock.now += 2.0
+    clock.oversleep_s = 0.0
+    await pacer.wait(0.02)
+    assert (c.out_frames, c.out_underrun, c.out_late) == (8, 3, 1)
+
+
+def test_tracker_words_from_pts_and_echo_less_playout():
+    t = PlayoutTracker()
+    t.add_words("Hello there,", 5_000_000_000)
+    t.add_words("how are", 5_600_000_000)
+    t.add_words("you?", 6_100_000_000)
+    t.audio_played(700.0)
+    u = t.clear()
+    assert u is not None and u.state is UtteranceState.CLEARED
+    assert u.heard_text() == "Hello there, how are"  # words that started within the 700 ms played
+    u.played(500.0)  # a straggler after the barge-in changes nothing
+    assert u.heard_ms == 700.0
+    t.add_words("Goodbye.", 9_000_000_000)
+    t.audio_played(100.0)
+    done = t.finish()
+    assert done is not None and done.state is UtteranceState.HEARD and done.heard_text() == "Goodbye."
+
+
+async def test_playout_track_counts_underruns_inside_an_utterance_only():
+    c = FrameCounts()
+    tracker = PlayoutTracker()
+    track = PlayoutTrack(16000, c)
+    a = tracker.begin()
+    chunk = np.full(160, 1000, np.int16).tobytes()  # 10 ms
+    done = track.add_audio(chunk * 4, a)  # 40 ms
+    frames = [await track.recv() for _ in range(4)]
+    assert done.done() and [f.pts for f in frames] == [0, 160, 320, 480]
+    assert [await track.recv() for _ in range(3)]  # 30 ms with nothing queued
+    track.add_audio(chunk * 2, a)  # more of the same utterance: the hole was an underrun
+    for _ in range(2):
+        await track.recv()
+    assert (c.out_frames, c.out_underrun) == (3, 2)  # 20 ms frames: 30 ms of hole touched two
+    assert a.sent_ms == a.heard_ms == 60.0
+    for _ in range(5):
+        await track.recv()
+    b = tracker.begin()  # a new utterance after a pause: no underrun
+    track.add_audio(chunk * 2, b)
+    for _ in range(2):
+        await track.recv()
+    assert (c.out_frames, c.out_underrun) == (4, 2)
+    pending = track.add_audio(chunk * 8, b)
+    track.clear()  # barge-in: the queue goes, its writer is released
+    assert pending.done() and not track._queue
+    track.stop()
+
+
+def test_metrics_include_live_calls_and_fold_in_ended_ones():
+    m = Metrics()
+    live, done = FrameCounts(in_frames=10, in_lost=1), FrameCounts(out_frames=4, out_underrun=2)
+    m.call_started("twilio", live)
+    m.call_started("twilio", done)
+    m.call_ended("twilio", done)
+    text = m.render()
+    assert 'parley_audio_frames_total{transport="twilio",direction="in"} 10' in text
+    assert 'parley_audio_frames_total{transport="twilio",direction="out"} 4' in text
+    assert 'parley_audio_frames_missed_total{transport="twilio",direction="in",reason="lost"} 1' in text
+    assert 'parley_audio_frames_missed_total{transport="twilio",direction="out",reason="underrun"} 2' in text
+    live.in_lost += 2  # a live call's counters are read at each scrape
+    assert m.frames("twilio").in_lost == 3
+    m.call_ended("twilio", live)
+    live.in_lost += 100  # after the end it is folded in and no longer read
+    assert m.frames("twilio").in_lost == 3
+
+
+def test_pacer_refuses_nonsense():
+    with pytest.raises(ValueError):
+        OutputPacer(FrameCounts(), lead_s=-1)
+    with pytest.raises(ValueError):
+        OutputPacer(FrameCounts(), frame_s=0)
