@@ -59,5 +59,7 @@ class OutputPacer:
             await self._sleep(due_s - now)
             if self._clock() - due_s >= self.frame_s:
                 self.counts.out_late += frames
+            if self._next_s is None:  # idle() ran while we slept (end of utterance, barge-in)
+                self._next_s = self._clock()
         self._next_s += duration_s
         self.counts.out_frames += frames

@@ -148,3 +148,18 @@ def test_pacer_refuses_nonsense():
         OutputPacer(FrameCounts(), lead_s=-1)
     with pytest.raises(ValueError):
         OutputPacer(FrameCounts(), frame_s=0)
+
+
+async def test_pacer_survives_the_utterance_ending_while_a_chunk_waits():
+    """Regression: idle() (barge-in, end of utterance) ran while wait() slept, and the wake-up
+    did ``None += duration`` (TypeError in the transport's audio writer)."""
+    clock, c = FakeClock(), FrameCounts()
+
+    async def sleep_then_idle(s: float) -> None:
+        await clock.sleep(s)
+        pacer.idle()
+
+    pacer = OutputPacer(c, lead_s=0.0, clock=clock, sleep=sleep_then_idle)
+    await pacer.wait(0.02)
+    await pacer.wait(0.02)        # sleeps 20 ms; the utterance is cut meanwhile
+    assert pacer.speaking and c.out_frames == 2
