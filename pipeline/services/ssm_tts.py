@@ -13,10 +13,14 @@ One engine per model directory serves every call of the process: a loaded ``TTSV
 one thread that owns it. Every model step runs on that thread, never on the event loop; the
 asyncio side awaits futures. Each utterance is its own ``TTSStream`` (per-call state stays
 apart) and asks the thread for one 20 ms chunk at a time, so utterances of different calls
-interleave chunk by chunk. The thread runs the jobs earliest deadline first: a chunk's deadline
-is when its audio would start playing if the utterance had begun playing as soon as it was
-asked for (its start time plus the audio already made), so a new utterance's first chunk goes
-ahead of the chunks of utterances that are already seconds ahead of their playback.
+interleave chunk by chunk. Each tick the thread takes every request queued (up to
+``max_batch``, earliest deadline first: a chunk's deadline is when its audio would start playing
+if the utterance had begun playing as soon as it was asked for, its start time plus the audio
+already made) and serves them together with ``TTSVoice.pull_many``: one batched encoder step for
+the phones due and one batched decoder step for the frames due, so sixteen calls starting at
+once cost about one batched step, not sixteen steps in turn. Batched matmuls round differently
+from batch-1 ones: a call's samples may differ from the same text spoken alone by float
+rounding (~1e-8 with a trained voice). A model error fails every request of its tick.
 
 Output rate: the voice speaks at 16 kHz; at 8 kHz (phone calls) a causal low-pass FIR halves the
 rate sample-exactly (soxr's streaming resampler holds ~100 ms of audio back, which would delay
@@ -41,10 +45,11 @@ import contextlib
 import heapq
 import itertools
 import logging
+import re
 import threading
 import time
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +73,7 @@ with warnings.catch_warnings():
 from pipeline.errors import AudioFormatError, EngineUnavailableError
 from pipeline.services.espeak_tts import PhraseTextAggregator
 from ssm_engine import SSMEngineError
-from ssm_engine.tts.synth import TTSVoice
+from ssm_engine.tts.synth import TTSStream, TTSVoice
 from ssm_engine.tts.text import expand_chunk, needs_right_context
 
 __all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "SSMUtterance", "SpeechChunk", "SSMTTSService",
@@ -78,6 +83,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tts"
 VOICE_FILES = ("config.json", "model.safetensors")
+FIRST_WORDS = 4        # words pushed before the first chunk (then one more a chunk)
 Aggregation = Literal["sentence", "phrase", "token"]
 
 
@@ -171,7 +177,7 @@ class SSMVoiceEngine:
     _shared_lock = threading.Lock()
 
     def __init__(self, voice: TTSVoice | str | Path = DEFAULT_MODEL_DIR, *,
-                 chunk_frames: int = 2) -> None:
+                 chunk_frames: int = 2, max_batch: int = 32) -> None:
         t0 = time.perf_counter()
         if not isinstance(voice, TTSVoice):
             check_voice_dir(voice)
@@ -182,11 +188,15 @@ class SSMVoiceEngine:
         self.voice = voice
         self.sample_rate_hz = voice.sample_rate_hz
         self.chunk_frames = chunk_frames
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.max_batch = max_batch
         self.load_s = time.perf_counter() - t0
-        self._jobs: list[tuple[float, int, Callable[[], Any], Future]] = []
+        self._jobs: list[tuple[float, int, SSMUtterance, str | None, Future]] = []
         self._order = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
+        self._live: set[SSMUtterance] = set()   # begun, not finished: only the thread's
         self._thread = threading.Thread(target=self._work, name="ssm-tts-voice", daemon=True)
         self._thread.start()
 
@@ -205,13 +215,16 @@ class SSMVoiceEngine:
             raise AudioFormatError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
         return SSMUtterance(self, sample_rate_hz, seed=seed)
 
-    def submit(self, fn: Callable[[], Any], deadline_s: float) -> Future:
-        """Run ``fn()`` on the voice's thread; jobs with earlier deadlines run first."""
+    def request(self, utt: SSMUtterance, deadline_s: float, text: str | None = None) -> Future:
+        """Ask the voice's thread for ``utt``'s next chunk (``text``: the utterance's text, on
+        its first request). The future gets an ``AudioChunk``, or None once the utterance is
+        done or cancelled; requests with earlier deadlines are served first."""
         fut: Future = Future()
         with self._cond:
             if self._closed:
                 raise EngineUnavailableError("the SSM voice engine is closed")
-            heapq.heappush(self._jobs, (deadline_s, next(self._order), fn, fut))
+            utt._deadline_s = deadline_s
+            heapq.heappush(self._jobs, (deadline_s, next(self._order), utt, text, fut))
             self._cond.notify()
         return fut
 
@@ -233,13 +246,67 @@ class SSMVoiceEngine:
                     self._cond.wait()
                 if self._closed:
                     return
-                *_, fn, fut = heapq.heappop(self._jobs)
+                n = min(self.max_batch, len(self._jobs))
+                jobs = [heapq.heappop(self._jobs) for _ in range(n)]
+            self._tick([(utt, text, fut) for _, _, utt, text, fut in jobs])
+
+    def _tick(self, jobs: list[tuple[SSMUtterance, str | None, Future]]) -> None:
+        """Serve one request of each utterance in ``jobs`` with one batched ``pull_many``, in
+        which every other live utterance with no chunk ready also makes its next chunk (kept
+        for its next request): utterances stay in step, so the next model step is shared too."""
+        asked: list[tuple[SSMUtterance, Future]] = []
+        for utt, text, fut in jobs:
             if not fut.set_running_or_notify_cancel():
                 continue                    # its utterance was cancelled: never run
             try:
-                fut.set_result(fn())
+                if text is not None:
+                    utt._begin(text)
+                    self._live.add(utt)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
                 fut.set_exception(exc)
+                continue
+            if utt._stream is None or utt.cancelled:
+                fut.set_result(None)
+            elif utt._ready:
+                fut.set_result(utt._ready.pop())
+            else:
+                asked.append((utt, fut))
+        self._live = {u for u in self._live if not (u.cancelled or u._finished)}
+        if not asked:
+            return
+        busy = {u for u, _ in asked}
+        ahead = sorted((u for u in self._live if not u._ready and u not in busy),
+                       key=lambda u: u._deadline_s)[:max(0, self.max_batch - len(asked))]
+        group = [u for u, _ in asked] + ahead
+        try:
+            chunks = self._pull(group)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+            for _, fut in asked:
+                fut.set_exception(exc)
+            return
+        for utt, got in zip(group, chunks, strict=True):
+            if got is not None:
+                utt._ready.append(got)
+            else:
+                utt._finished = True
+        for utt, fut in asked:
+            fut.set_result(utt._ready.pop() if utt._ready else None)
+
+    def _pull(self, group: list[SSMUtterance]) -> list[Any]:
+        """The next chunk (or None: the utterance is done) of each utterance in ``group``."""
+        for utt in group:
+            utt._feed(1)
+        chunks = [got[0] if got else None
+                  for got in self.voice.pull_many([u._stream for u in group], max_chunks=1)]
+        short = [k for k, (u, c) in enumerate(zip(group, chunks, strict=True))
+                 if c is None and u._pieces]
+        if short:                           # the text fed so far is all spoken: feed the rest
+            for k in short:
+                group[k]._feed(len(group[k]._pieces))
+            more = self.voice.pull_many([group[k]._stream for k in short], max_chunks=1)
+            for k, got in zip(short, more, strict=True):
+                chunks[k] = got[0] if got else None
+        return chunks
 
 
 class SSMUtterance:
@@ -253,7 +320,14 @@ class SSMUtterance:
         self.sample_rate_hz = sample_rate_hz
         self._seed = seed
         self._cancelled = False
-        self._iter: Any = None
+        # touched only on the voice's thread: the stream, the text not yet pushed to it (pushed
+        # a word a chunk, ahead of the speech: the same samples as pushing it all at once), the
+        # chunk made ahead of its request, whether the stream has given its last chunk
+        self._stream: TTSStream | None = None
+        self._pieces: list[str] = []
+        self._ready: list[Any] = []
+        self._finished = False
+        self._deadline_s = 0.0
         src = engine.sample_rate_hz
         self._halver = HalfRateFilter() if (src, sample_rate_hz) == (16000, 8000) else None
         self._soxr = (soxr.ResampleStream(src, sample_rate_hz, 1, dtype="float32", quality="HQ")
@@ -271,12 +345,12 @@ class SSMUtterance:
         as it exists."""
         t0 = time.perf_counter()
         made_s = 0.0
-        fut = self._engine.submit(lambda: self._begin(text), t0)
+        fut = self._engine.request(self, t0, text)
         finished = False
         try:
             while (chunk := await asyncio.wrap_future(fut)) is not None:
                 made_s += len(chunk.pcm) / self._engine.sample_rate_hz
-                fut = self._engine.submit(self._next, t0 + made_s)
+                fut = self._engine.request(self, t0 + made_s)
                 yield SpeechChunk(self._convert(chunk.pcm, last=False), chunk.start_s, chunk.words)
             if self._soxr is not None and not self._cancelled:
                 tail = self._convert(np.zeros(0, np.float32), last=True)
@@ -289,20 +363,22 @@ class SSMUtterance:
                 fut.cancel()
 
     # -- on the voice's thread ------------------------------------------------------------------
-    def _begin(self, text: str):
+    def _begin(self, text: str) -> None:
         if self._cancelled:
-            return None
-        stream = self._engine.voice.open_stream(seed=self._seed,
-                                                chunk_frames=self._engine.chunk_frames)
-        stream.push_text(text)
-        stream.end_text()
-        self._iter = stream.iter_pull()
-        return self._next()
+            return
+        self._stream = self._engine.voice.open_stream(seed=self._seed,
+                                                      chunk_frames=self._engine.chunk_frames)
+        self._pieces = re.findall(r"\s*\S+\s*", text)[::-1]     # words, last first
+        self._feed(FIRST_WORDS)
 
-    def _next(self):
-        if self._cancelled or self._iter is None:
-            return None
-        return next(self._iter, None)
+    def _feed(self, n: int) -> None:
+        """Push the next ``n`` words of the text (and end it after the last)."""
+        if self._stream is None:
+            return
+        for _ in range(min(n, len(self._pieces))):
+            self._stream.push_text(self._pieces.pop())
+        if not self._pieces:
+            self._stream.end_text()
 
     # -- output rate ----------------------------------------------------------------------------
     def _convert(self, pcm: np.ndarray, *, last: bool) -> np.ndarray:

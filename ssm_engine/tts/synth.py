@@ -9,6 +9,7 @@
     stream.end_text()
     chunks = stream.pull()                      # the rest; stream.done is now True
     whole = voice.synthesize("Your order ships on Tuesday.")   # the same samples, in one piece
+    firsts = voice.pull_many(streams, max_chunks=1)   # many streams, batched model steps
 
 How a phone becomes sound: the incremental phonemizer releases phone tokens once their word can
 no longer change; a phone is encoded once ``lookahead`` more phones are known (or the text has
@@ -22,12 +23,21 @@ except the (bounded, trimmed) window of phone tokens.
 Every phone is encoded on a window of exactly ``2 * lookahead + 1`` token slots (padding where the
 text starts or has ended), so the arithmetic, and therefore the samples, do not depend on how the
 text was split into pushes. ``TTSStream.cancel()`` drops everything not yet pulled.
+
+Many streams at once: ``TTSVoice.pull_many`` takes each stream as far as it goes without the
+model (``TTSStream._advance``), then runs one encoder step for every stream with a phone to speak
+and one decoder step for every stream with a group of frames to decode, on the streams' states
+concatenated (each stream's state then a row of the batch; the same streams stepping together
+again reuse that batch without a copy). A batch-1 step costs about what a batch-16 step does, so
+this is what lets one voice thread serve many calls. The samples equal each stream's own up to
+float rounding (batched matmuls round differently: ~1e-8).
 """
 
 from __future__ import annotations
 
+import enum
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +51,11 @@ from .vocoder import HOP_SAMPLES, SAMPLE_RATE_HZ, StreamingVocoder
 
 __all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS"]
 
+class _Phone(enum.Enum):
+    PHONE = "phone"
+
+
+PHONE = _Phone.PHONE            # TTSStream._advance: "my next phone can be spoken"
 PAUSE_SYMBOLS = frozenset({"pau", "end", "qend"})
 MAX_PHONE_FRAMES = 60          # a predicted duration never exceeds 600 ms
 DEFAULT_CHUNK_FRAMES = 2       # 20 ms chunks
@@ -78,6 +93,8 @@ class TTSVoice:
         self.model = model.eval()
         self.lock = threading.Lock()
         self.sample_rate_hz = SAMPLE_RATE_HZ
+        # per state kind: (stream ids, batched state, its rows) of the last batched step
+        self._last_batch: dict[str, tuple[list[int], StackState, list[StackState]]] = {}
 
     @classmethod
     def load(cls, directory: str | Path) -> TTSVoice:
@@ -97,6 +114,97 @@ class TTSVoice:
         pcm = np.concatenate([c.pcm for c in chunks]) if chunks else np.zeros(0, np.float32)
         words = tuple(w for c in chunks for w in c.words)
         return Synthesis(pcm, words)
+
+    def pull_many(self, streams: Sequence[TTSStream], *,
+                  max_chunks: int | None = None) -> list[list[AudioChunk]]:
+        """``[s.pull() for s in streams]`` (at most ``max_chunks`` chunks each when given), with
+        the model work of all the streams batched: each round takes every stream as far as it
+        goes without the model, then runs ONE encoder step for every stream with a phone to
+        speak and ONE decoder step for every stream with a group of frames to decode. The same
+        samples as pulling each stream alone, float rounding aside. A stream given twice is
+        pulled once; every stream must belong to this voice.
+
+            first = voice.pull_many(streams, max_chunks=1)   # the next 20 ms of every stream
+        """
+        if max_chunks is not None and max_chunks < 1:
+            raise TTSError(f"max_chunks must be >= 1 or None, got {max_chunks}")
+        for s in streams:
+            if s._voice is not self:
+                raise TTSError("pull_many: a stream of another voice")
+        out: dict[int, list[AudioChunk]] = {id(s): [] for s in streams}
+        todo = list({id(s): s for s in streams}.values())
+        while todo:
+            phones: list[TTSStream] = []
+            groups: list[tuple[TTSStream, int]] = []
+            for s in todo:
+                got = out[id(s)]
+                while max_chunks is None or len(got) < max_chunks:
+                    item = s._advance()
+                    if item is None:
+                        break
+                    if isinstance(item, AudioChunk):
+                        got.append(item)
+                    elif item is PHONE:
+                        phones.append(s)
+                        break
+                    else:
+                        groups.append((s, item))
+                        break
+            if phones:   # phones first, so that their frames join this round's decoder step
+                self.speak_phones(phones)
+                todo = phones + [s for s, _ in groups]   # asking again changes nothing
+                continue
+            if groups:
+                self.decode_groups(groups)
+            todo = [s for s, _ in groups]
+        return [list(out[id(s)]) for s in streams]
+
+    def speak_phones(self, streams: Sequence[TTSStream]) -> None:
+        """One encoder step for the next phone of each of ``streams`` (their ``_advance`` said
+        ``PHONE``): look-ahead convolutions, the phone-level SSM step on the streams' encoder
+        states concatenated, the durations; each stream then queues its phone's frames."""
+        la = self.model.config.lookahead
+        streams = sorted(streams, key=id)
+        windows, masks = zip(*(s._phone_window() for s in streams), strict=True)
+        with self.lock, torch.no_grad():
+            local = self.model.encode_local(torch.from_numpy(np.stack(windows)),
+                                            torch.from_numpy(np.stack(masks)))[:, la]  # (b, d)
+            state = self._batched(streams, "_enc_state")
+            enc, _ = self.model.enc_stack.step(local, state)            # state advances in place
+            log_durs = self.model.durations(enc[:, None])[:, 0].tolist()
+            for k, s in enumerate(streams):
+                s._phone_spoken(enc[k:k + 1], log_durs[k])
+
+    def _batched(self, streams: Sequence[TTSStream], attr: str) -> StackState:
+        """The states ``attr`` of ``streams`` as one batch, each stream's state then a row (a
+        view) of it. A batch of the very streams of the previous step of this kind, in the same
+        order, is that step's batch itself: no copy."""
+        if len(streams) == 1:
+            return getattr(streams[0], attr)
+        key = [id(s) for s in streams]      # callers order streams by id: a stable batch
+        last = self._last_batch.get(attr)
+        if (last is not None and last[0] == key
+                and all(getattr(s, attr) is row for s, row in zip(streams, last[2], strict=True))):
+            return last[1]
+        state = StackState.cat([getattr(s, attr) for s in streams])
+        rows = [state.select(slice(k, k + 1)) for k in range(len(streams))]
+        for s, row in zip(streams, rows, strict=True):
+            setattr(s, attr, row)
+        self._last_batch[attr] = (key, state, rows)
+        return state
+
+    def decode_groups(self, groups: Sequence[tuple[TTSStream, int]]) -> None:
+        """One decoder step for all ``(stream, n)``: each stream's next ``n`` <= r queued frames
+        (its ``_advance`` asked for them), the streams' decoder states concatenated into one
+        batch (``_batched``), the outputs split back to each stream's vocoder."""
+        groups = sorted(groups, key=lambda g: id(g[0]))
+        x = torch.stack([s._take_group(n) for s, n in groups])         # (b, r, d)
+        with self.lock, torch.no_grad():
+            state = self._batched([s for s, _ in groups], "_dec_state")
+            out = self.model.step_frames(x, state)                     # state advances in place
+            feats = self.model.denormalize(out).numpy()                 # (b, r, N_FEATURES)
+        for k, (s, n) in enumerate(groups):
+            s._vocode(feats[k, :n])
 
 
 class TTSStream:
@@ -179,33 +287,48 @@ class TTSStream:
 
     def iter_pull(self) -> Iterator[AudioChunk]:
         """Like ``pull`` but yields each chunk as soon as it exists (lowest first-audio time)."""
+        while (item := self._advance()) is not None:
+            if isinstance(item, AudioChunk):
+                yield item
+            elif item is PHONE:
+                self._voice.speak_phones([self])
+            else:
+                self._voice.decode_groups([(self, item)])
+
+    def _advance(self) -> AudioChunk | int | _Phone | None:
+        """What this stream needs next: a finished chunk (taken), ``PHONE`` (its next phone can
+        be spoken: ``TTSVoice.speak_phones``), the number of queued frames its next decoder step
+        takes (an ``int``: ``TTSVoice.decode_groups``), or None (nothing more until more text
+        arrives, or the stream is done). The caller runs the model work, alone or batched with
+        other streams' work."""
         r = self._model.config.frames_per_step
         while not self._cancelled:
             if self._pending.size >= self._chunk_samples:
-                yield self._take(self._chunk_samples)
-            elif len(self._queue) >= r:
-                self._decode_group(r)
-            elif self._speak_next_phone():
-                pass
-            elif self._text_done() and self._queue:
-                self._decode_group(len(self._queue))   # the last, partial group
-            else:
-                break
+                return self._take(self._chunk_samples)
+            if len(self._queue) >= r:
+                return r
+            if self._ready(self._next):
+                return PHONE
+            if self._text_done() and self._queue:
+                return len(self._queue)             # the last, partial group
+            break
         if not self._cancelled and self._text_done() and self._pending.size:
-            yield self._take(self._pending.size)
+            return self._take(self._pending.size)
+        return None
 
     def _text_done(self) -> bool:
         return self._ended and self._next >= self._offset + len(self._tokens)
 
-    def _decode_group(self, n: int) -> None:
-        """Decode the next ``n`` <= r queued frames (zero inputs pad a last partial group)."""
+    def _take_group(self, n: int) -> torch.Tensor:
+        """The decoder input (r, d) of the next ``n`` <= r queued frames (zero inputs pad a last
+        partial group); they leave the queue."""
         r = self._model.config.frames_per_step
         frames = self._queue[:n]
         del self._queue[:n]
-        x = torch.stack(frames + [torch.zeros_like(frames[0])] * (r - n))[None]
-        with self._voice.lock, torch.no_grad():
-            out = self._model.step_frames(x, self._dec_state)
-            feats = self._model.denormalize(out)[0, :n].numpy()
+        return torch.stack(frames + [torch.zeros_like(frames[0])] * (r - n))
+
+    def _vocode(self, feats: np.ndarray) -> None:
+        """Vocoder features (n, N_FEATURES) of the frames just decoded -> pending samples."""
         pcm = np.concatenate([self._vocoder.push(row) for row in feats]).astype(np.float32)
         self._pending = np.concatenate([self._pending, pcm])
 
@@ -222,11 +345,9 @@ class TTSStream:
         known = self._offset + len(self._tokens)
         return i < known and (self._ended or i + self._lookahead < known)
 
-    def _speak_next_phone(self) -> bool:
-        i = self._next
-        if not self._ready(i):
-            return False
-        la = self._lookahead
+    def _phone_window(self) -> tuple[np.ndarray, np.ndarray]:
+        """The encoder's input for the next phone: token window (2 * la + 1, 3) and its mask."""
+        i, la = self._next, self._lookahead
         window = np.zeros((2 * la + 1, 3), np.int64)
         mask = np.zeros(2 * la + 1, bool)
         known = self._offset + len(self._tokens)
@@ -234,28 +355,27 @@ class TTSStream:
             if self._offset <= j < known:
                 window[j - i + la] = self._encoded[j - self._offset]
                 mask[j - i + la] = True
-        tok = self._tokens[i - self._offset]
-        with self._voice.lock, torch.no_grad():
-            local = self._model.encode_local(torch.from_numpy(window)[None],
-                                             torch.from_numpy(mask)[None])[:, la]
-            enc, _ = self._model.enc_stack.step(local, self._enc_state)
-            log_dur = float(self._model.durations(enc[:, None])[0, 0])
-            frames = int(round(np.expm1(max(log_dur, 0.0))))
-            frames = min(MAX_PHONE_FRAMES, max(0 if tok.symbol in PAUSE_SYMBOLS else 1, frames))
-            if frames:
-                pos = frame_position(torch.arange(frames), torch.full((frames,), frames))
-                self._queue.extend(self._model.frame_inputs(enc.expand(frames, -1), pos).unbind(0))
+        return window, mask
+
+    def _phone_spoken(self, enc: torch.Tensor, log_dur: float) -> None:
+        """The next phone's encoding ``enc`` (1, d) and predicted log(1 + frames): queue its
+        frames' decoder inputs, note its word, move on (call under the voice's lock)."""
+        tok = self._tokens[self._next - self._offset]
+        frames = int(round(np.expm1(max(log_dur, 0.0))))
+        frames = min(MAX_PHONE_FRAMES, max(0 if tok.symbol in PAUSE_SYMBOLS else 1, frames))
+        if frames:
+            pos = frame_position(torch.arange(frames), torch.full((frames,), frames))
+            self._queue.extend(self._model.frame_inputs(enc.expand(frames, -1), pos).unbind(0))
         if tok.word is not None and tok.position in (0, 1):
             self._pending_words.append((tok.word, self._frames_made * HOP_SAMPLES / SAMPLE_RATE_HZ))
         self._frames_made += frames
         self._next += 1
         # keep only the window the next phones still need
-        drop = self._next - la - self._offset
+        drop = self._next - self._lookahead - self._offset
         if drop > 0:
             del self._tokens[:drop]
             del self._encoded[:drop]
             self._offset += drop
-        return True
 
 
 def _encode_one(tok) -> np.ndarray:
