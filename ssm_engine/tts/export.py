@@ -73,12 +73,19 @@ voicing {vuv:.3f}, durations {dur:.3f}), n={n}.
 
 
 def _evals(out: Path) -> str:
-    rows = []
+    rows, notes = [], []
     for p in sorted(out.glob("eval_*.json")):
         try:
             r = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        if r.get("teacher_asr_wer"):
+            notes.append(f"- {r.get('engine')}: judge WER {r['asr_wer']:.3f} = "
+                         f"{r['asr_wer'] / r['teacher_asr_wer']:.2f}x the teacher's "
+                         f"({r['teacher_asr_wer']:.3f}) on the same sentences "
+                         f"({r.get('rate_hz')} Hz, {r.get('codec')} channel, `--reference "
+                         f"{r.get('reference')}`); {r.get('concurrency')} streams started together: "
+                         f"first audio p50 {r.get('ttfa_ms_concurrent_p50')} ms")
         keys = ("engine", "n", "ttfa_ms_p50", "ttfa_ms_p95", "ttfa_ms_p99", "rtf", "asr_wer",
                 "teacher_asr_wer", "judge")
         rows.append("| " + " | ".join(str(r.get(k, "")) for k in keys) + " |")
@@ -86,7 +93,8 @@ def _evals(out: Path) -> str:
         return "(no `parley eval tts` results recorded yet)"
     return ("`parley eval tts` on the held-out sentences:\n\n"
             "| engine | n | TTFA p50 ms | p95 | p99 | RTF | judge WER | teacher WER | judge |\n"
-            "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+            "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+            + ("\n\n" + "\n".join(notes) if notes else ""))
 
 
 def export_voice(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path,
