@@ -102,13 +102,13 @@ def _free_port(kind: int = socket.SOCK_STREAM) -> int:
 class Server:
     """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
 
-    def __init__(self, db_dir: str, stt: str = "sphinx"):
+    def __init__(self, db_dir: str, stt: str = "sphinx", tts: str = "ssm"):
         self.port = _free_port()
         self.sip_port = _free_port(socket.SOCK_DGRAM)
         env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN}
         cmd = [sys.executable, "-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(self.port),
                "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"), "--log-level", "WARNING",
-               "--stt", stt]
+               "--stt", stt, "--tts", tts]
         self.log_path = Path(db_dir) / "server.log"  # a file, not a pipe: a full pipe would stall the server
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -315,6 +315,8 @@ async def main() -> None:
     ap.add_argument("--mixed-webrtc-lead-s", type=float, default=8.0, help="the same in the mixed load")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="3 turns per transport, 3 mixed calls of 2 turns")
+    ap.add_argument("--tts", choices=["ssm", "espeak"], default="ssm",
+                    help="the server's voice (parley serve's default: ssm)")
     ap.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
                     help="the server's recogniser (ssm: one batched model for all calls)")
     ap.add_argument("--mixed-only", action="store_true", help="skip the one-call-at-a-time phase")
@@ -330,7 +332,7 @@ async def main() -> None:
 
     t0 = time.perf_counter_ns()
     with tempfile.TemporaryDirectory(prefix="parley-bench-") as db_dir:
-        server = Server(db_dir, stt=args.stt)
+        server = Server(db_dir, stt=args.stt, tts=args.tts)
         try:
             await server.wait_ready()
             warm = {k: _empty() for k in TRANSPORTS}
@@ -356,7 +358,7 @@ async def main() -> None:
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out: dict[str, object] = {
         "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
-        "stt": args.stt, "turns_per_transport": args.turns, "mixed_calls": args.mixed,
+        "stt": args.stt, "tts": args.tts, "turns_per_transport": args.turns, "mixed_calls": args.mixed,
         "mixed_turns": args.mixed_turns, "cpus": os.cpu_count(), "loadavg_1m_before_mixed": round(load_before, 2),
         "loadavg_1m_after_mixed": round(load_after, 2),
         "server_log_warnings": server_warnings, "server_log_warning_kinds": warning_kinds,
