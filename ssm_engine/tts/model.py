@@ -16,12 +16,15 @@ Three parts, each streaming-safe:
    encoding whether it is computed in a batch or as the text streams in and is flushed.
 2. **Duration predictor**: a linear read-out of the encoding, ``log(1 + frames)``.
 3. **Acoustic decoder**: each 10 ms frame gets its phone's encoding plus where it sits in the
-   phone (fraction done, fraction left, log duration), goes through a causal ``SSMStack`` over
-   frames, and a linear head gives the vocoder features of vocoder.py (normalised by the data
-   set's mean and std kept in the config; the voicing column is a logit).
+   phone (fraction done, fraction left, log duration); every ``frames_per_step`` (4) frames are
+   joined into one input of a causal ``SSMStack`` (one step per 40 ms: at batch 1 a step's cost
+   is per-op overhead, so fewer steps is what makes it fast), and a linear head gives those
+   frames' vocoder features of vocoder.py (normalised by the data set's mean and std kept in the
+   config; the voicing column is a logit).
 
-``step_frames`` runs the acoustic decoder one frame at a time for a batch of streams (the
-serving path); ``decode`` is the parallel path used in training; they agree (test_tts_model).
+``step_frames`` runs the acoustic decoder one group of frames at a time for a batch of streams
+(the serving path); ``decode`` is the parallel path used in training; they agree
+(test_tts_model).
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@
 
 How a phone becomes sound: the incremental phonemizer releases phone tokens once their word can
 no longer change; a phone is encoded once ``lookahead`` more phones are known (or the text has
-ended); its duration is predicted; its frames join a queue of decoder inputs, and every ``frames_per_step`` (4) queued frames
-take one step of the causal acoustic stack (40 ms of audio per step: per-step overhead, not
-arithmetic, is what costs at batch 1); the vocoder turns each 10 ms frame into final samples at
-once. The stream carries the encoder's and the decoder's
-SSM states, the vocoder's state and the text so far; nothing grows with the length of the call
+ended); its duration is predicted; its frames join a queue of decoder inputs, and every
+``frames_per_step`` (4) queued frames take one step of the causal acoustic stack (40 ms of audio
+per step: per-step overhead, not arithmetic, is what costs at batch 1); the vocoder turns each
+10 ms frame into final samples at once. The stream carries the encoder's and the decoder's SSM
+states, the vocoder's state and the text so far; nothing grows with the length of the call
 except the (bounded, trimmed) window of phone tokens.
 
 Every phone is encoded on a window of exactly ``2 * lookahead + 1`` token slots (padding where the
@@ -50,6 +50,7 @@ from .model import TTSModel, frame_position, load_tts
 from .vocoder import HOP_SAMPLES, SAMPLE_RATE_HZ, StreamingVocoder
 
 __all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS"]
+
 
 class _Phone(enum.Enum):
     PHONE = "phone"
