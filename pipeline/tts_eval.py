@@ -32,10 +32,10 @@ One JSON object (``--json``); ``EvalResult`` lists the keys.
 from __future__ import annotations
 
 import argparse
-import textwrap
 import asyncio
 import json
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
