@@ -2,30 +2,85 @@
 
 Audio and the VAD's start/stop signals go into one queue, in arrival order; one task drains it,
 joining consecutive audio into a single decode call, so the event loop never waits on a model.
-A subclass creates ``self._queue`` (an ``asyncio.Queue``), runs ``_decode_loop`` as a task, and
-writes ``_on_audio(bytes)`` and ``_on_command(kind, arg)``; engine errors listed in
-``_decode_errors`` become ErrorFrames and the call goes on.
+A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()``, finishes with
+``_drain()`` in ``stop()``, and writes ``_on_audio(bytes)`` and ``_on_command(kind, arg)``; engine
+errors listed in ``_decode_errors`` become ErrorFrames and the call goes on. The base also keeps
+the last ``preroll_s`` of audio heard outside an utterance (``_keep_preroll``/``_take_preroll``:
+the VAD fires after speech began) and pushes finals with their latency (``_push_final``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
+import logging
 import time
 from collections.abc import AsyncGenerator
 
-from pipecat.frames.frames import ErrorFrame, Frame, VADUserStartedSpeakingFrame, VADUserStoppedSpeakingFrame
+from pipecat.frames.frames import (
+    ErrorFrame,
+    Frame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.stt_service import STTService
+from pipecat.transcriptions.language import Language
+from pipecat.utils.time import time_now_iso8601
 
 from pipeline.errors import PipelineError
+
+logger = logging.getLogger(__name__)
 
 _AUDIO, _START, _STOP, _CLOSE = "audio", "start", "stop", "close"
 
 
 class QueuedSTTService(STTService):
-    _queue: asyncio.Queue
     _decode_errors: tuple[type[Exception], ...] = (PipelineError,)
+
+    def __init__(self, *, preroll_s: float = 0.5, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._preroll_s = preroll_s
+        self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+        self._preroll: collections.deque[bytes] = collections.deque()
+        self._preroll_bytes = 0
+        self.final_latencies_s: collections.deque[float] = collections.deque(maxlen=1000)
+        """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
+
+    async def _drain(self) -> None:
+        """Finish what is queued (an open utterance is finalized), then end the decode task."""
+        if self._worker is not None:
+            await self._queue.put((_STOP, time.perf_counter()))
+            await self._queue.put((_CLOSE, None))
+            await self._worker
+            self._worker = None
+
+    def _keep_preroll(self, audio: bytes) -> None:
+        self._preroll.append(audio)
+        self._preroll_bytes += len(audio)
+        limit = int(self._preroll_s * self.sample_rate) * 2
+        while self._preroll and self._preroll_bytes - len(self._preroll[0]) >= limit:
+            self._preroll_bytes -= len(self._preroll.popleft())
+
+    def _take_preroll(self) -> bytes:
+        preroll = b"".join(self._preroll)
+        self._preroll.clear()
+        self._preroll_bytes = 0
+        return preroll
+
+    async def _push_final(self, text: str, stop_received: float) -> None:
+        if text:
+            await self.emit_stt_usage_metrics()
+            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+            frame.finalized = True
+            await self.push_frame(frame)
+        latency = time.perf_counter() - stop_received
+        self.final_latencies_s.append(latency)
+        logger.debug("%s final (%d chars) %.1f ms after end of speech", self, len(text),
+                     latency * 1000)
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
         """Queue audio for the decode task; results are pushed from there."""

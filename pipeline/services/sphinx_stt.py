@@ -24,9 +24,7 @@ Without VAD frames in the pipeline nothing is ever transcribed.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from pipecat.frames.frames import (
@@ -34,14 +32,13 @@ from pipecat.frames.frames import (
     EndFrame,
     InterimTranscriptionFrame,
     StartFrame,
-    TranscriptionFrame,
 )
 from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from pipeline.engines.sphinx import SphinxEngine
-from pipeline.services.queued_stt import _CLOSE, _START, _STOP, QueuedSTTService
+from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 
 logger = logging.getLogger(__name__)
 
@@ -70,18 +67,12 @@ class SphinxSTTService(QueuedSTTService):
             sample_rate=sample_rate,
             ttfs_p99_latency=ttfs_p99_latency,
             settings=STTSettings(model="pocketsphinx-en-us", language=Language.EN),
+            preroll_s=preroll_s,
             **kwargs,
         )
-        self._preroll_s = preroll_s
         self._partial_every_ms = partial_every_ms
         self._engine: SphinxEngine | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
-        self._worker: asyncio.Task | None = None
-        self._preroll: collections.deque[bytes] = collections.deque()
-        self._preroll_bytes = 0
-        self.final_latencies_s: collections.deque[float] = collections.deque(maxlen=1000)
-        """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -100,11 +91,7 @@ class SphinxSTTService(QueuedSTTService):
 
     async def stop(self, frame: EndFrame) -> None:
         """Finish what is queued (an open utterance is finalized), then stop."""
-        if self._worker is not None:
-            await self._queue.put((_STOP, time.perf_counter()))
-            await self._queue.put((_CLOSE, None))
-            await self._worker
-            self._worker = None
+        await self._drain()
         self._shutdown_executor()
         await super().stop(frame)
 
@@ -138,9 +125,7 @@ class SphinxSTTService(QueuedSTTService):
         assert engine is not None
         loop = asyncio.get_running_loop()
         if kind == _START and not engine.in_utterance:
-            preroll = b"".join(self._preroll)
-            self._preroll.clear()
-            self._preroll_bytes = 0
+            preroll = self._take_preroll()
             await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
         elif kind == _STOP and engine.in_utterance:
             text = await loop.run_in_executor(self._executor, engine.end_utt)
@@ -150,20 +135,3 @@ class SphinxSTTService(QueuedSTTService):
     def _start_with(engine: SphinxEngine, preroll: bytes) -> None:
         engine.start_utt()
         engine.feed(preroll)
-
-    def _keep_preroll(self, audio: bytes) -> None:
-        self._preroll.append(audio)
-        self._preroll_bytes += len(audio)
-        limit = int(self._preroll_s * self.sample_rate) * 2
-        while self._preroll and self._preroll_bytes - len(self._preroll[0]) >= limit:
-            self._preroll_bytes -= len(self._preroll.popleft())
-
-    async def _push_final(self, text: str, stop_received: float) -> None:
-        if text:
-            await self.emit_stt_usage_metrics()
-            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
-            frame.finalized = True
-            await self.push_frame(frame)
-        latency = time.perf_counter() - stop_received
-        self.final_latencies_s.append(latency)
-        logger.debug("sphinx final %r %.1f ms after end of speech", text, latency * 1000)

@@ -26,7 +26,6 @@ end remain. ``decoder="greedy"`` turns it off.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import threading
@@ -43,14 +42,13 @@ from pipecat.frames.frames import (
     EndFrame,
     InterimTranscriptionFrame,
     StartFrame,
-    TranscriptionFrame,
 )
 from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
-from pipeline.services.queued_stt import _CLOSE, _START, _STOP, QueuedSTTService
+from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
@@ -243,18 +241,11 @@ class SSMSTTService(QueuedSTTService):
                  preroll_s: float = 0.5, ttfs_p99_latency: float = 0.1, **kwargs) -> None:
         super().__init__(sample_rate=sample_rate, ttfs_p99_latency=ttfs_p99_latency,
                          settings=STTSettings(model="parley-ssm-stt", language=Language.EN),
-                         **kwargs)
+                         preroll_s=preroll_s, **kwargs)
         self._engine = engine
         self._model_dir = model_dir
         self._decoder: Decoder = decoder or DEFAULT_DECODER
-        self._preroll_s = preroll_s
         self._utt: SSMUtterance | None = None
-        self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
-        self._worker: asyncio.Task | None = None
-        self._preroll: collections.deque[bytes] = collections.deque()
-        self._preroll_bytes = 0
-        self.final_latencies_s: collections.deque[float] = collections.deque(maxlen=1000)
-        """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -271,11 +262,7 @@ class SSMSTTService(QueuedSTTService):
 
     async def stop(self, frame: EndFrame) -> None:
         """Finish what is queued (an open utterance is finalized), then stop."""
-        if self._worker is not None:
-            await self._queue.put((_STOP, time.perf_counter()))
-            await self._queue.put((_CLOSE, None))
-            await self._worker
-            self._worker = None
+        await self._drain()
         await super().stop(frame)
 
     async def cancel(self, frame: CancelFrame) -> None:
@@ -303,9 +290,7 @@ class SSMSTTService(QueuedSTTService):
     async def _on_command(self, kind: str, arg: object) -> None:
         assert self._engine is not None
         if kind == _START and self._utt is None:
-            preroll = b"".join(self._preroll)
-            self._preroll.clear()
-            self._preroll_bytes = 0
+            preroll = self._take_preroll()
             self._utt = self._engine.open(self.sample_rate)
             if preroll:
                 await self._feed(preroll)
@@ -314,21 +299,3 @@ class SSMSTTService(QueuedSTTService):
             for fut in utt.finish():
                 await utt.take_async(fut)
             await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
-
-    def _keep_preroll(self, audio: bytes) -> None:
-        self._preroll.append(audio)
-        self._preroll_bytes += len(audio)
-        limit = int(self._preroll_s * self.sample_rate) * 2
-        while self._preroll and self._preroll_bytes - len(self._preroll[0]) >= limit:
-            self._preroll_bytes -= len(self._preroll.popleft())
-
-    async def _push_final(self, text: str, stop_received: float) -> None:
-        if text:
-            await self.emit_stt_usage_metrics()
-            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
-            frame.finalized = True
-            await self.push_frame(frame)
-        latency = time.perf_counter() - stop_received
-        self.final_latencies_s.append(latency)
-        logger.debug("ssm stt final (%d chars) %.1f ms after end of speech", len(text),
-                     latency * 1000)
