@@ -36,7 +36,7 @@ from ssm_engine.data.manifest import read_manifest
 from ssm_engine.stt.decode import cer, wer
 from ssm_engine.stt.text import normalize_text
 
-__all__ = ["EvalResult", "evaluate", "register_cli", "make_engine"]
+__all__ = ["EvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report"]
 
 Codec = Literal["mulaw", "none"]
 CHUNK_MS = 20
@@ -143,11 +143,10 @@ def make_engine(name: str, rate_hz: int, model_dir: str | None = None, decoder: 
     raise PipelineError(f"unknown STT engine {name!r} ({', '.join(ENGINES)})")
 
 
-def _channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.ndarray:
-    pcm = resample(pcm, rate, to_rate)
-    if codec == "mulaw":
-        pcm = ulaw_decode(ulaw_encode(pcm))
-    return pcm
+def phone_channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.ndarray:
+    """int16 audio as the far end hears it: resampled to ``to_rate``, through mu-law if asked."""
+    pcm = resample(np.asarray(pcm, np.int16), rate, to_rate) if rate != to_rate else pcm
+    return ulaw_decode(ulaw_encode(pcm)) if codec == "mulaw" else pcm
 
 
 def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
@@ -166,7 +165,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
     clips, voices = [], []
     for path, text in rows:
         pcm, rate = read_wav(path)
-        clips.append((_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
+        clips.append((phone_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
         voices.append(voice_of.get(path, ""))
     engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path)
     refs, hyps, finals = [], [], []
@@ -231,16 +230,21 @@ def _run(args: argparse.Namespace) -> int:
     res = evaluate(args.engine, args.manifest, rate_hz=args.rate, codec=args.codec,
                    limit=args.limit, model_dir=args.model, decoder=args.decoder, lm_path=args.lm,
                    progress=not args.json)
-    doc = asdict(res)
-    if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        for k, v in doc.items():
-            if k != "examples":
-                print(f"{k:>22}: {v}")
+    report(asdict(res), out=args.out, as_json=args.json)
     return 0
+
+
+def report(doc: dict, *, out: str | None, as_json: bool) -> None:
+    """An eval's result: to ``out`` (pretty JSON) if given; one JSON line or aligned lines."""
+    if out:
+        Path(out).write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(doc))
+        return
+    width = max(len(k) for k in doc)
+    for k, v in doc.items():
+        if k != "examples":
+            print(f"{k:>{width}}: {v}")
 
 
 def main(argv: list[str] | None = None) -> int:

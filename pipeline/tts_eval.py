@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import textwrap
 import threading
@@ -46,9 +45,9 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from pipeline.audio.g711 import resample, ulaw_decode, ulaw_encode
 from pipeline.errors import PipelineError
 from pipeline.stt_eval import make_engine as make_judge
+from pipeline.stt_eval import phone_channel, report
 from ssm_engine.stt.decode import wer
 from ssm_engine.stt.text import normalize_text
 
@@ -220,11 +219,6 @@ async def measure(voice: Voice, sentences: list[str], concurrency: int) -> dict:
     }
 
 
-def _channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.ndarray:
-    pcm = resample(np.asarray(pcm, np.int16), rate, to_rate) if rate != to_rate else pcm
-    return ulaw_decode(ulaw_encode(pcm)) if codec == "mulaw" else pcm
-
-
 def reference_text(sentence: str, reference: Reference) -> str:
     """What the judge should have heard: the words parley's TTS front end reads the sentence as
     ("spoken": "719-032-7846" is "seven one nine, zero three two, ..."), or the sentence read
@@ -258,7 +252,7 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec) -> list[np.n
                 words = [punct.get(w.kind, w.text) for w in normalize(s)]
                 audio, _ = teacher.synthesize(words)
                 pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
-                out.append(_channel(pcm, SAMPLE_RATE_HZ, rate_hz, codec))
+                out.append(phone_channel(pcm, SAMPLE_RATE_HZ, rate_hz, codec))
     except TeacherError as exc:
         raise PipelineError(f"the teacher voice failed: {exc}") from exc
     return out
@@ -285,7 +279,7 @@ def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
     finally:
         if own:
             voice.close()
-    clips = [_channel(p, rate_hz, rate_hz, codec) for p in m["pcm"]]
+    clips = [phone_channel(p, rate_hz, rate_hz, codec) for p in m["pcm"]]
     asr = make_judge(judge, rate_hz)
     try:
         asr_wer, examples = judge_wer(asr, sentences, clips, reference)
@@ -352,15 +346,7 @@ def _run(args: argparse.Namespace) -> int:
     res = evaluate(args.engine, args.sentences, judge=args.judge, rate_hz=args.rate,
                    codec=args.codec, concurrency=args.concurrency, teacher=args.teacher,
                    model_dir=args.model, limit=args.limit, reference=args.reference)
-    doc = asdict(res)
-    if args.out:
-        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-    if args.json:
-        print(json.dumps(doc))
-    else:
-        for k, v in doc.items():
-            if k != "examples":
-                print(f"{k:>28}: {v}")
+    report(asdict(res), out=args.out, as_json=args.json)
     return 0
 
 
