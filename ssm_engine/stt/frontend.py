@@ -11,7 +11,8 @@ Streaming state (per stream): ``fe_audio`` (b, win - hop, the last samples), ``f
 (b, 2, n_mels) and ``fe_conv`` (b, 2, channels): the left context of the two convolutions.
 Zero state == zero left padding in ``forward``, so stepping equals the whole-clip path.
 
-Shapes: forward(audio (b, n*step)) -> (b, n, d_out); step(audio (b, step), state) -> (b, d_out).
+Shapes: forward(audio (b, n*step)) -> (b, n, d_out); step(audio (b, step), state) -> (b, d_out);
+prefill(audio (b, n*step), state) -> (b, n, d_out), the same as n steps.
 """
 
 from __future__ import annotations
@@ -104,13 +105,19 @@ class LogMelFrontEnd(nn.Module):
     def step(self, audio: torch.Tensor, state: dict[str, torch.Tensor]
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """audio (b, step_samples) -> ((b, d_out), new state tensors)."""
-        padded = torch.cat([state["fe_audio"], audio], dim=1)          # (b, context + step)
-        mel = self.normalise(self.log_mel(padded))                      # (b, 2, n_mels)
-        mel_ctx = torch.cat([state["fe_mel"], mel], dim=1)              # (b, 4, n_mels)
-        c1 = F.gelu(self.conv1(mel_ctx.transpose(1, 2)))                # (b, C, 2)
+        y, new = self.prefill(audio, state)
+        return y[:, 0], new
+
+    def prefill(self, audio: torch.Tensor, state: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """audio (b, n*step_samples) -> ((b, n, d_out), new state tensors): n steps at once."""
+        padded = torch.cat([state["fe_audio"], audio], dim=1)          # (b, context + n*step)
+        mel = self.normalise(self.log_mel(padded))                      # (b, 2n, n_mels)
+        mel_ctx = torch.cat([state["fe_mel"], mel], dim=1)              # (b, 2 + 2n, n_mels)
+        c1 = F.gelu(self.conv1(mel_ctx.transpose(1, 2)))                # (b, C, 2n)
         c1 = c1.transpose(1, 2)
-        c1_ctx = torch.cat([state["fe_conv"], c1], dim=1)               # (b, 4, C)
-        y = F.gelu(self.conv2(c1_ctx.transpose(1, 2)))[:, :, 0]         # (b, d_out)
+        c1_ctx = torch.cat([state["fe_conv"], c1], dim=1)               # (b, 2 + 2n, C)
+        y = F.gelu(self.conv2(c1_ctx.transpose(1, 2)))                  # (b, d_out, n)
         new = {"fe_audio": padded[:, -self.context:], "fe_mel": mel_ctx[:, -2:],
                "fe_conv": c1_ctx[:, -2:]}
-        return y, new
+        return y.transpose(1, 2), new

@@ -86,6 +86,75 @@ def test_batcher_streams_of_different_lengths_match_forward():
     torch.testing.assert_close(out[sb], _forward_log_probs(model, b)[0], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("split", [[40], [1, 39], [7, 8, 25], [13, 1, 9, 17]])
+def test_prefill_in_any_pieces_equals_stepping(split):
+    # a stream's state after prefilling pieces of any length continues exactly like stepping
+    model = tiny_model(seed=1)
+    audio = speechy(40, batch=2, seed=4)
+    full = _forward_log_probs(model, audio)
+    state = model.init_state(2)
+    outs, t = [], 0
+    for n in split:
+        y, state = model.prefill(audio[:, t * 160:(t + n) * 160].reshape(2, n, 160), state)
+        outs.append(y)
+        t += n
+    stepped = torch.cat(outs, dim=1)
+    torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
+    y, _ = model.step(torch.zeros(2, 160), state)             # and the state steps on
+    ref = model.init_state(2)
+    for k in range(40):
+        _, ref = model.step(audio[:, k * 160:(k + 1) * 160], ref)
+    y_ref, _ = model.step(torch.zeros(2, 160), ref)
+    torch.testing.assert_close(y, y_ref, atol=1e-4, rtol=1e-4)
+
+
+def test_prefill_rejects_bad_frames():
+    model = tiny_model()
+    state = model.init_state(1)
+    with pytest.raises(AudioInputError, match="batch, n, samples"):
+        model.prefill(torch.zeros(1, 160), state)
+    with pytest.raises(AudioInputError, match="160 samples each"):
+        model.prefill(torch.zeros(1, 3, 80), state)
+    with pytest.raises(AudioInputError, match="NaN"):
+        model.prefill(torch.full((1, 8, 160), float("nan")), state)
+
+
+def test_batcher_prefills_long_chunks_and_matches_pure_stepping():
+    # the same chunks through a batcher that prefills long ones and one that only steps: equal
+    # outputs, and equal states afterwards (each stream then steps on identically)
+    model = tiny_model(seed=2)
+    audio = speechy(60, batch=3, seed=6)
+    fast, slow = StreamBatcher(model, prefill_min=4), StreamBatcher(model, prefill_min=None)
+    calls, prefill = [], model.prefill
+    model.prefill = lambda x, state: calls.append(tuple(x.shape[:2])) or prefill(x, state)
+    ids_f = [fast.open() for _ in range(3)]
+    ids_s = [slow.open() for _ in range(3)]
+    pos, got = [0, 0, 0], [[], [], []]
+    for lengths in ([25, 25, 1], [1, 9, 3], [4, 4, 30], [2, 1, 1]):
+        chunk = {}
+        for i, n in enumerate(lengths):
+            chunk[i] = audio[i, pos[i] * 160:(pos[i] + n) * 160].reshape(n, 160)
+            pos[i] += n
+        out_f = fast.run({ids_f[i]: c for i, c in chunk.items()})
+        out_s = slow.run({ids_s[i]: c for i, c in chunk.items()})
+        for i in chunk:
+            torch.testing.assert_close(out_f[ids_f[i]], out_s[ids_s[i]], atol=1e-4, rtol=1e-4)
+            got[i].append(out_f[ids_f[i]])
+    for i in range(3):   # and both equal the whole-clip forward of what each stream heard
+        full = _forward_log_probs(model, audio[i:i + 1, :pos[i] * 160])[0]
+        torch.testing.assert_close(torch.cat(got[i]), full, atol=1e-4, rtol=1e-4)
+    # equal lengths share one pass; chunks under prefill_min are stepped
+    assert calls == [(2, 25), (1, 9), (2, 4), (1, 30)]
+
+
+def test_batcher_without_a_prefill_model_only_steps():
+    from ssm_engine import SSMConfig, SSMStack
+    stack = SSMStack(SSMConfig(d_model=16, n_layers=1, d_state=8, headdim=8, expand=2))
+    assert StreamBatcher(stack).prefill_min is None
+    with pytest.raises(ValueError, match="prefill_min"):
+        StreamBatcher(tiny_model(), prefill_min=1)
+
+
 def test_runner_stream_with_exported_state_continues_exactly():
     model = tiny_model()
     audio = speechy(20)
