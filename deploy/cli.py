@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 DEFAULT_AGENT = Path(__file__).resolve().parent.parent / "agent" / "examples" / "receptionist.yaml"
@@ -77,6 +78,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
                    help="speech recognizer: the pocketsphinx baseline, or parley's streaming SSM "
                    "model (models/stt; not yet better in live calls) (default %(default)s)")
+    p.add_argument("--stt-warm", type=int, default=4, metavar="N",
+                   help="pocketsphinx decoders built before the first call: N for phone calls "
+                   "(8 kHz) and one for browser calls (16 kHz). Each costs ~0.4 s of start-up and "
+                   "~90 MB; a call that finds none idle builds one, which stalls every live call "
+                   "for ~0.4 s (pocketsphinx holds Python's GIL). Finished calls give theirs back "
+                   "(default %(default)s)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
@@ -183,6 +190,14 @@ def _serve(args: argparse.Namespace) -> int:
                                 tts=args.tts, tts_model_dir=tts_model_dir)
         ),
     )
+    if config.pipeline.stt == "sphinx" and args.stt_warm > 0:
+        from pipeline.engines.sphinx import SPHINX_POOL
+
+        t0 = time.perf_counter()
+        built = (SPHINX_POOL.prewarm(config.pipeline.sample_rate_hz, args.stt_warm)
+                 + SPHINX_POOL.prewarm(16000, 1))
+        logging.getLogger("parley").info("pocketsphinx: %d decoders warm in %.1f s", built,
+                                         time.perf_counter() - t0)
     server = CallServer(config, agent_factory=agent_factory, store=store)
     sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
     try:

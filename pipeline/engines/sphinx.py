@@ -14,14 +14,24 @@ normalization starts from a value measured on upsampled narrowband speech (see
 ``_CMNINIT_NARROWBAND``); it then adapts live, utterance by utterance, as usual.
 
 The decoder is synchronous and owned by one engine; one engine serves one stream, utterance
-after utterance. Its construction is the expensive part (model load), so callers keep engines
-rather than build one per utterance, and run ``feed``/``end_utt`` off the event loop.
+after utterance, and runs ``feed``/``end_utt`` off the event loop. Building one loads the model:
+~0.4 s holding the GIL (the whole event loop stalls) and ~91 MB. So calls take engines from the
+process-wide ``SPHINX_POOL`` and give them back; ``reset()`` (run by ``release``) discards an open
+utterance and restores the decoder's starting cepstral mean, so no call inherits another's channel:
+
+    SPHINX_POOL.prewarm(8000, 4)                  # at server start, before calls arrive
+    engine = SPHINX_POOL.acquire(8000)            # an idle engine, or a new one if none is left
+    try:
+        text = engine.transcribe(pcm_int16)
+    finally:
+        SPHINX_POOL.release(engine)               # reset and idle, ready for the next call
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -94,7 +104,7 @@ class SphinxEngine:
         if sample_rate_hz not in SUPPORTED_RATES_HZ:
             raise AudioFormatError(f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_RATES_HZ}")
         self.sample_rate_hz = sample_rate_hz
-        self._partial_every_samples = MODEL_RATE_HZ * partial_every_ms // 1000
+        self.partial_every_ms = partial_every_ms
         t0 = time.perf_counter()
         try:
             self._decoder = Decoder(**_decoder_config(sample_rate_hz <= 8000))
@@ -103,6 +113,7 @@ class SphinxEngine:
                 f"pocketsphinx en-us model failed to load ({exc}); `pip install pocketsphinx>=5`"
             ) from exc
         self.load_s = time.perf_counter() - t0
+        self._initial_cmn: str = self._decoder.get_cmn()
         self._resampler: soxr.ResampleStream | None = None
         self._in_utt = False
         self._since_partial = 0
@@ -113,6 +124,18 @@ class SphinxEngine:
     @property
     def in_utterance(self) -> bool:
         return self._in_utt
+
+    def reset(self) -> None:
+        """Make the engine as good as new for another stream: discard an open utterance, drop the
+        resampler, and restore the cepstral mean the decoder started with (live CMN adapts to
+        each caller's channel). Raises pocketsphinx's ``RuntimeError`` if the decoder is broken."""
+        in_utt, self._in_utt = self._in_utt, False
+        self._resampler = None
+        self._since_partial = 0
+        self._last_partial = ""
+        if in_utt:
+            self._decoder.end_utt()
+        self._decoder.set_cmn(self._initial_cmn)
 
     def start_utt(self) -> None:
         """Begin an utterance (ending an unfinished one first, discarding its result)."""
@@ -139,7 +162,7 @@ class SphinxEngine:
             samples = self._resampler.resample_chunk(samples)
         self._process(samples)
         self._since_partial += len(samples)
-        if self._since_partial < self._partial_every_samples:
+        if self._since_partial < MODEL_RATE_HZ * self.partial_every_ms // 1000:
             return None
         self._since_partial = 0
         return self._new_partial()
@@ -175,3 +198,72 @@ class SphinxEngine:
             return None
         self._last_partial = text
         return text or None
+
+
+class SphinxPool:
+    """Idle ``SphinxEngine``s per sample rate, shared by the calls of one process; thread-safe.
+
+    An engine is out (owned by one caller) from ``acquire`` to ``release``, never idle meanwhile.
+    ``max_idle``: most idle engines kept per rate; more are dropped on release.
+    ``built``: how many engines this pool has constructed.
+    """
+
+    def __init__(self, max_idle: int = 16) -> None:
+        if max_idle < 0:
+            raise ValueError(f"max_idle must be >= 0, got {max_idle}")
+        self.max_idle = max_idle
+        self.built = 0
+        self._idle: dict[int, list[SphinxEngine]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, sample_rate_hz: int, partial_every_ms: int = 100) -> SphinxEngine:
+        """An idle engine for this rate, or a new one (~0.4 s, holding the GIL) if none is idle."""
+        with self._lock:
+            idle = self._idle.get(sample_rate_hz)
+            engine = idle.pop() if idle else None
+        if engine is None:
+            engine = self._build(sample_rate_hz)
+        engine.partial_every_ms = partial_every_ms
+        return engine
+
+    def release(self, engine: SphinxEngine) -> None:
+        """Reset the engine and keep it idle; one whose reset fails, or past ``max_idle``, is
+        dropped. The caller must not touch it afterwards."""
+        with self._lock:
+            if any(e is engine for e in self._idle.get(engine.sample_rate_hz, ())):
+                raise PipelineError("SphinxPool.release() called twice for the same engine")
+        try:
+            engine.reset()
+        except RuntimeError:
+            logger.warning("dropping a pocketsphinx engine whose reset failed", exc_info=True)
+            return
+        with self._lock:
+            idle = self._idle.setdefault(engine.sample_rate_hz, [])
+            if len(idle) < self.max_idle:
+                idle.append(engine)
+
+    def prewarm(self, sample_rate_hz: int, n: int) -> int:
+        """Build engines until ``min(n, max_idle)`` are idle at this rate; return how many were
+        built. Blocks for ~0.4 s per engine: call it before calls arrive."""
+        built = 0
+        while self.idle_count(sample_rate_hz) < min(n, self.max_idle):
+            engine = self._build(sample_rate_hz)
+            built += 1
+            with self._lock:
+                self._idle.setdefault(sample_rate_hz, []).append(engine)
+        return built
+
+    def idle_count(self, sample_rate_hz: int) -> int:
+        with self._lock:
+            return len(self._idle.get(sample_rate_hz, ()))
+
+    def _build(self, sample_rate_hz: int) -> SphinxEngine:
+        engine = SphinxEngine(sample_rate_hz)
+        with self._lock:
+            self.built += 1
+        logger.debug("pocketsphinx engine built in %.3f s at %d Hz", engine.load_s, sample_rate_hz)
+        return engine
+
+
+SPHINX_POOL = SphinxPool()
+"""The process-wide pool: ``SphinxSTTService`` takes its engines from here by default."""

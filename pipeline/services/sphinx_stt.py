@@ -7,6 +7,10 @@ How it follows the user's speech:
 
 * Audio is decoded as it arrives, on one worker thread that owns the ``SphinxEngine``; the event
   loop only queues it, so audio passes through this service without waiting on the decoder.
+* The engine is taken from a ``SphinxPool`` (the process-wide ``SPHINX_POOL`` unless one is given)
+  in ``start()`` and handed back on the same worker thread in ``stop()``/``cancel()``, after the
+  decode work already queued there, so it is never in two calls at once. Building an engine holds
+  the GIL ~0.4 s; prewarm the pool at server start so a new call never builds one.
 * Between utterances the last ``preroll_s`` of audio is kept, not decoded. pipecat's VAD reports
   a start ``start_secs`` after speech began, so on ``VADUserStartedSpeakingFrame`` the utterance
   starts with that pre-roll, and ``InterimTranscriptionFrame``s follow as partials change.
@@ -37,7 +41,7 @@ from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
-from pipeline.engines.sphinx import SphinxEngine
+from pipeline.engines.sphinx import SPHINX_POOL, SphinxEngine, SphinxPool
 from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 
 logger = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ class SphinxSTTService(QueuedSTTService):
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
     partial_every_ms: audio between two partial hypotheses.
     ttfs_p99_latency: end of speech to final transcript, p99, announced to turn strategies.
+    pool: where engines come from and go back to; None means the shared ``SPHINX_POOL``.
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class SphinxSTTService(QueuedSTTService):
         preroll_s: float = 0.5,
         partial_every_ms: int = 100,
         ttfs_p99_latency: float = 0.15,
+        pool: SphinxPool | None = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -71,6 +77,7 @@ class SphinxSTTService(QueuedSTTService):
             **kwargs,
         )
         self._partial_every_ms = partial_every_ms
+        self._pool = pool if pool is not None else SPHINX_POOL
         self._engine: SphinxEngine | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -82,30 +89,36 @@ class SphinxSTTService(QueuedSTTService):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sphinx-stt")
         loop = asyncio.get_running_loop()
         self._engine = await loop.run_in_executor(
-            self._executor, SphinxEngine, self.sample_rate, self._partial_every_ms
-        )
-        logger.debug(
-            "pocketsphinx loaded in %.3f s at %d Hz", self._engine.load_s, self.sample_rate
+            self._executor, self._pool.acquire, self.sample_rate, self._partial_every_ms
         )
         self._worker = self.create_task(self._decode_loop(), name="sphinx_decode")
 
     async def stop(self, frame: EndFrame) -> None:
         """Finish what is queued (an open utterance is finalized), then stop."""
         await self._drain()
-        self._shutdown_executor()
+        await self._release_engine()
         await super().stop(frame)
 
     async def cancel(self, frame: CancelFrame) -> None:
         if self._worker is not None:
             await self.cancel_task(self._worker)
             self._worker = None
-        self._shutdown_executor()
+        await self._release_engine()
         await super().cancel(frame)
 
-    def _shutdown_executor(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+    async def _release_engine(self) -> None:
+        """Hand the engine back after the work already queued on its thread, then shut that down.
+
+        Shielded: if this await is cancelled, the release still runs (``shutdown(wait=False)``
+        lets queued work finish), so the engine goes back to the pool all the same."""
+        engine, self._engine = self._engine, None
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        released = executor.submit(self._pool.release, engine) if engine is not None else None
+        executor.shutdown(wait=False)
+        if released is not None:
+            await asyncio.shield(asyncio.wrap_future(released))
 
     async def _on_audio(self, audio: bytes) -> None:
         engine = self._engine
