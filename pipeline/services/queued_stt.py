@@ -41,6 +41,10 @@ class QueuedSTTService(STTService):
     _decode_errors: tuple[type[Exception], ...] = (PipelineError,)
 
     def __init__(self, *, preroll_s: float = 0.5, **kwargs) -> None:
+        # the caller's audio stops here: nothing downstream uses it, and passing every 20 ms
+        # frame through the aggregators, agent, voice and output (pipecat's default) cost ~6
+        # frame hops per frame per call on the event loop
+        kwargs.setdefault("audio_passthrough", False)
         super().__init__(**kwargs)
         self._preroll_s = preroll_s
         self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()

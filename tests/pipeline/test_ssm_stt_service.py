@@ -86,7 +86,7 @@ async def test_partials_then_one_final_after_vad_stop(engine, rate):
     finals = of(down, TranscriptionFrame)
     assert len(finals) == 1 and finals[0].finalized and finals[0].text == "h"
     assert [f.text for f in of(down, InterimTranscriptionFrame)] == ["h"]
-    assert len(of(down, InputAudioRawFrame)) == len(of(frames, InputAudioRawFrame))
+    assert not of(down, InputAudioRawFrame)  # the caller's audio stops at the recognizer
     assert down.index(finals[0]) > down.index(of(down, VADUserStoppedSpeakingFrame)[0])
     assert len(stt.final_latencies_s) == 1
     assert engine.runner.open_streams == frozenset()        # the utterance's stream was closed
