@@ -13,7 +13,9 @@ One engine per model directory serves every call of the process: a loaded ``TTSV
 one thread that owns it. Every model step runs on that thread, never on the event loop; the
 asyncio side awaits futures. Each utterance is its own ``TTSStream`` (per-call state stays
 apart) and asks the thread for one 20 ms chunk at a time, so utterances of different calls
-interleave chunk by chunk. Each tick the thread takes every request queued (up to
+interleave chunk by chunk; the thread keeps each live utterance up to ``lead_chunks`` (100 ms)
+ahead of its requests, so a chunk is usually ready when asked for and an event loop slowed by
+many calls does not turn into gaps in their audio. Each tick the thread takes every request queued (up to
 ``max_batch``, earliest deadline first: a chunk's deadline is when its audio would start playing
 if the utterance had begun playing as soon as it was asked for, its start time plus the audio
 already made) and serves them together with ``TTSVoice.pull_many``: one batched encoder step for
@@ -41,6 +43,7 @@ Text with nothing to say (only punctuation, emoji) gives 20 ms of silence and a 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
@@ -177,7 +180,7 @@ class SSMVoiceEngine:
     _shared_lock = threading.Lock()
 
     def __init__(self, voice: TTSVoice | str | Path = DEFAULT_MODEL_DIR, *,
-                 chunk_frames: int = 2, max_batch: int = 32) -> None:
+                 chunk_frames: int = 2, max_batch: int = 32, lead_chunks: int = 5) -> None:
         t0 = time.perf_counter()
         if not isinstance(voice, TTSVoice):
             check_voice_dir(voice)
@@ -191,6 +194,9 @@ class SSMVoiceEngine:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.max_batch = max_batch
+        if lead_chunks < 1:
+            raise ValueError(f"lead_chunks must be >= 1, got {lead_chunks}")
+        self.lead_chunks = lead_chunks
         self.load_s = time.perf_counter() - t0
         self._jobs: list[tuple[float, int, SSMUtterance, str | None, Future]] = []
         self._order = itertools.count()
@@ -242,7 +248,7 @@ class SSMVoiceEngine:
         torch.set_flush_denormal(True)      # per-thread flag: decaying states stay fast
         while True:
             with self._cond:
-                while not self._jobs and not self._closed:
+                while not self._jobs and not self._closed and not self._behind():
                     self._cond.wait()
                 if self._closed:
                     return
@@ -250,10 +256,17 @@ class SSMVoiceEngine:
                 jobs = [heapq.heappop(self._jobs) for _ in range(n)]
             self._tick([(utt, text, fut) for _, _, utt, text, fut in jobs])
 
+    def _behind(self) -> bool:
+        """Whether a live utterance has fewer than ``lead_chunks`` chunks made ahead."""
+        return any(len(u._ready) < self.lead_chunks and not (u.cancelled or u._finished)
+                   for u in self._live)
+
     def _tick(self, jobs: list[tuple[SSMUtterance, str | None, Future]]) -> None:
         """Serve one request of each utterance in ``jobs`` with one batched ``pull_many``, in
-        which every other live utterance with no chunk ready also makes its next chunk (kept
-        for its next request): utterances stay in step, so the next model step is shared too."""
+        which every other live utterance with fewer than ``lead_chunks`` chunks ready also makes
+        its next chunk (kept for its next requests): utterances stay in step, so model steps are
+        shared, and each runs up to ``lead_chunks`` ahead of its requests, so a late event loop
+        (many calls) does not starve a call's audio. Called with no jobs, it only makes ahead."""
         asked: list[tuple[SSMUtterance, Future]] = []
         for utt, text, fut in jobs:
             if not fut.set_running_or_notify_cancel():
@@ -268,16 +281,18 @@ class SSMVoiceEngine:
             if utt._stream is None or utt.cancelled:
                 fut.set_result(None)
             elif utt._ready:
-                fut.set_result(utt._ready.pop())
+                fut.set_result(utt._ready.popleft())
             else:
                 asked.append((utt, fut))
-        self._live = {u for u in self._live if not (u.cancelled or u._finished)}
-        if not asked:
-            return
+        self._live = {u for u in self._live
+                      if not u.cancelled and not (u._finished and not u._ready)}
         busy = {u for u, _ in asked}
-        ahead = sorted((u for u in self._live if not u._ready and u not in busy),
+        ahead = sorted((u for u in self._live if len(u._ready) < self.lead_chunks
+                        and not u._finished and u not in busy),
                        key=lambda u: u._deadline_s)[:max(0, self.max_batch - len(asked))]
         group = [u for u, _ in asked] + ahead
+        if not group:
+            return
         try:
             chunks = self._pull(group)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
@@ -290,7 +305,7 @@ class SSMVoiceEngine:
             else:
                 utt._finished = True
         for utt, fut in asked:
-            fut.set_result(utt._ready.pop() if utt._ready else None)
+            fut.set_result(utt._ready.popleft() if utt._ready else None)
 
     def _pull(self, group: list[SSMUtterance]) -> list[Any]:
         """The next chunk (or None: the utterance is done) of each utterance in ``group``."""
@@ -322,10 +337,10 @@ class SSMUtterance:
         self._cancelled = False
         # touched only on the voice's thread: the stream, the text not yet pushed to it (pushed
         # a word a chunk, ahead of the speech: the same samples as pushing it all at once), the
-        # chunk made ahead of its request, whether the stream has given its last chunk
+        # chunks made ahead of its requests, whether the stream has given its last chunk
         self._stream: TTSStream | None = None
         self._pieces: list[str] = []
-        self._ready: list[Any] = []
+        self._ready: collections.deque[Any] = collections.deque()
         self._finished = False
         self._deadline_s = 0.0
         src = engine.sample_rate_hz

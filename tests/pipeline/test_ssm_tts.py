@@ -8,6 +8,8 @@ text arriving in pieces, calls sharing one voice, and bad input. Its duration re
 
 from __future__ import annotations
 
+import time
+
 import asyncio
 import math
 
@@ -272,8 +274,8 @@ async def test_calls_starting_together_share_batched_steps_and_keep_their_sample
         assert_same_speech(audio, await _at_8k(engine, text))
 
 
-def test_a_tick_makes_the_next_chunk_of_every_call_so_they_stay_in_step(voice_dir, monkeypatch):
-    engine = SSMVoiceEngine(TTSVoice.load(voice_dir))
+def test_the_voice_runs_lead_chunks_ahead_of_each_call_in_shared_steps(voice_dir, monkeypatch):
+    engine = SSMVoiceEngine(TTSVoice.load(voice_dir), lead_chunks=3)
     batches: list[int] = []
     real_pull_many = engine.voice.pull_many
 
@@ -281,19 +283,37 @@ def test_a_tick_makes_the_next_chunk_of_every_call_so_they_stay_in_step(voice_di
         batches.append(len(streams))
         return real_pull_many(streams, **kwargs)
 
+    def settled(want: int) -> None:   # the thread stops on its own once every call is 3 ahead
+        deadline = time.monotonic() + 10
+        while len(batches) < want or any(len(u._ready) < 3 for u in utts):
+            assert time.monotonic() < deadline, f"the voice never got ahead: {batches}"
+            time.sleep(0.01)
+        time.sleep(0.05)
+
     monkeypatch.setattr(engine.voice, "pull_many", recording)
     try:
         utts = [engine.open(16000) for _ in range(4)]
-        with engine._cond:                   # all four first requests in the first tick
-            firsts = [engine.request(u, 0.0, f"Caller {n}, please hold.")
+        with engine._cond:
+            firsts = [engine.request(u, 0.0, f"Caller {n}, please hold the line for me.")
                       for n, u in enumerate(utts)]
-        assert all(f.result(timeout=10) is not None for f in firsts) and batches == [4]
-        # one call asks: its tick makes the next chunk of all four ...
-        assert engine.request(utts[0], 0.02).result(timeout=10) is not None
-        assert batches == [4, 4]
-        # ... so the other three get theirs without a model step
-        assert all(engine.request(u, 0.02).result(timeout=10) is not None for u in utts[1:])
-        assert batches == [4, 4]
+        assert all(f.result(timeout=10) is not None for f in firsts)
+        settled(4)
+        assert batches == [4, 4, 4, 4]      # the asked chunk, then three ahead, all four together
+        with engine._cond:                   # a request of each is served from what was made ...
+            nexts = [engine.request(u, 0.02) for u in utts]
+        assert all(f.result(timeout=10) is not None for f in nexts)
+        settled(5)
+        assert batches == [4, 4, 4, 4, 4]    # ... and one shared step tops all four up again
+        utts[0].cancel()                     # a cancelled call is never stepped again
+        with engine._cond:
+            more = [engine.request(u, 0.04) for u in utts]
+        assert more[0].result(timeout=10) is None
+        assert all(f.result(timeout=10) is not None for f in more[1:])
+        deadline = time.monotonic() + 10
+        while len(batches) < 6 or any(len(u._ready) < 3 for u in utts[1:]):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert batches[5:] == [3]
     finally:
         engine.close()
 
