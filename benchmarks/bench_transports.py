@@ -320,11 +320,16 @@ async def main() -> None:
     ap.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
                     help="the server's recogniser (ssm: one batched model for all calls)")
     ap.add_argument("--mixed-only", action="store_true", help="skip the one-call-at-a-time phase")
+    ap.add_argument("--mixed-transports", default=",".join(TRANSPORTS),
+                    help="the transports the mixed load uses, round-robin (default %(default)s)")
     args = ap.parse_args()
     if args.quick:
         args.turns, args.turns_per_call, args.mixed, args.mixed_turns = 3, 3, 3, 2
     if args.mixed_only:
         args.turns = 0
+    kinds = tuple(k for k in args.mixed_transports.split(",") if k)
+    if not kinds or set(kinds) - set(TRANSPORTS):
+        ap.error(f"--mixed-transports takes a comma list of {', '.join(TRANSPORTS)}")
     rng = random.Random(args.seed)
     ice.pin_host_addresses(ice.LOOPBACK)
     voice = Voice()
@@ -346,7 +351,7 @@ async def main() -> None:
             mixed = {k: _empty() for k in TRANSPORTS}
             load_before = os.getloadavg()[0]
             await asyncio.gather(*(
-                one_call(TRANSPORTS[i % 3], server, rng.sample(PHRASES, args.mixed_turns), mixed[TRANSPORTS[i % 3]],
+                one_call(kinds[i % len(kinds)], server, rng.sample(PHRASES, args.mixed_turns), mixed[kinds[i % len(kinds)]],
                          voice, args.mixed_webrtc_lead_s)
                 for i in range(args.mixed)))
             load_after = os.getloadavg()[0]
@@ -358,7 +363,7 @@ async def main() -> None:
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out: dict[str, object] = {
         "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
-        "stt": args.stt, "tts": args.tts, "turns_per_transport": args.turns, "mixed_calls": args.mixed,
+        "stt": args.stt, "tts": args.tts, "turns_per_transport": args.turns, "mixed_calls": args.mixed, "mixed_transports": list(kinds),
         "mixed_turns": args.mixed_turns, "cpus": os.cpu_count(), "loadavg_1m_before_mixed": round(load_before, 2),
         "loadavg_1m_after_mixed": round(load_after, 2),
         "server_log_warnings": server_warnings, "server_log_warning_kinds": warning_kinds,
