@@ -78,12 +78,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
                    help="speech recognizer: the pocketsphinx baseline, or parley's streaming SSM "
                    "model (models/stt; not yet better in live calls) (default %(default)s)")
-    p.add_argument("--stt-warm", type=int, default=4, metavar="N",
-                   help="pocketsphinx decoders built before the first call: N for phone calls "
-                   "(8 kHz) and one for browser calls (16 kHz). Each costs ~0.4 s of start-up and "
-                   "~90 MB; a call that finds none idle builds one, which stalls every live call "
-                   "for ~0.4 s (pocketsphinx holds Python's GIL). Finished calls give theirs back "
-                   "(default %(default)s)")
+    p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
+                   help="pocketsphinx decoders built before the first call, for phone calls "
+                   "(8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "
+                   "Each costs ~0.4 s of start-up and ~90 MB; a call that finds none idle builds "
+                   "one, which stalls every live call for ~0.4 s (pocketsphinx holds Python's "
+                   "GIL). Finished calls give theirs back (default 4:1)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
@@ -151,6 +151,18 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
                      metrics=server.metrics)
 
 
+def _warm_counts(text: str) -> tuple[int, int]:
+    """``--stt-warm``: "PHONE" or "PHONE:BROWSER" (browser defaults to 1), each >= 0."""
+    phone, _, browser = text.partition(":")
+    try:
+        counts = (int(phone), int(browser) if browser else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PHONE or PHONE:BROWSER counts, got {text!r}")
+    if min(counts) < 0 or max(counts) > 64:
+        raise argparse.ArgumentTypeError(f"counts must be 0..64, got {text!r}")
+    return counts
+
+
 def _serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
@@ -190,12 +202,13 @@ def _serve(args: argparse.Namespace) -> int:
                                 tts=args.tts, tts_model_dir=tts_model_dir)
         ),
     )
-    if config.pipeline.stt == "sphinx" and args.stt_warm > 0:
+    if config.pipeline.stt == "sphinx":
         from pipeline.engines.sphinx import SPHINX_POOL
 
         t0 = time.perf_counter()
-        built = (SPHINX_POOL.prewarm(config.pipeline.sample_rate_hz, args.stt_warm)
-                 + SPHINX_POOL.prewarm(16000, 1))
+        phone, browser = args.stt_warm
+        built = (SPHINX_POOL.prewarm(config.pipeline.sample_rate_hz, phone)
+                 + SPHINX_POOL.prewarm(16000, browser))
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm in %.1f s", built,
                                          time.perf_counter() - t0)
     server = CallServer(config, agent_factory=agent_factory, store=store)

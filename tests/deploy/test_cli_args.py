@@ -1,0 +1,24 @@
+"""parley serve's argument parsing that needs no server: --stt-warm."""
+
+from __future__ import annotations
+
+import pytest
+
+from deploy.cli import build_parser
+
+
+@pytest.mark.parametrize("text, counts", [("4", (4, 1)), ("11:5", (11, 5)), ("0:0", (0, 0))])
+def test_stt_warm_takes_phone_and_browser_counts(text, counts):
+    args = build_parser().parse_args(["serve", "--stt-warm", text])
+    assert args.stt_warm == counts
+
+
+def test_stt_warm_defaults_to_four_phone_and_one_browser_decoder():
+    assert build_parser().parse_args(["serve"]).stt_warm == (4, 1)
+
+
+@pytest.mark.parametrize("text", ["x", "-1", "3:y", "65", "1:2:3"])
+def test_stt_warm_rejects_what_is_not_two_small_counts(text, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--stt-warm", text])
+    assert "--stt-warm" in capsys.readouterr().err
