@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR  # noqa: E402
+from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR  # noqa: E402
 from pipeline.tts_eval import make_voice, percentiles_ms, timed_synthesis  # noqa: E402
 
 SENTENCES = (

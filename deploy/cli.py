@@ -174,7 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
         import torch
 
-        from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, SSMVoiceEngine
+        from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMVoiceEngine
 
         torch.set_num_threads(1)  # FACTS: small model steps run 5-40x slower on 2 threads here
 

@@ -81,7 +81,7 @@ class PipelineConfig:
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")
         if self.tts == "ssm":  # a missing voice is a start-up error, not a failure mid-call
-            from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, check_voice_dir
+            from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, check_voice_dir
 
             check_voice_dir(self.tts_model_dir or DEFAULT_MODEL_DIR)
 
@@ -124,7 +124,8 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
 
 def _make_tts(config: PipelineConfig) -> FrameProcessor:
     if config.tts == "ssm":  # parley's own voice (models/tts), all calls through one voice thread
-        from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, SSMTTSService
+        from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR
+        from pipeline.services.ssm_tts import SSMTTSService
 
         return SSMTTSService(
             model_dir=config.tts_model_dir or DEFAULT_MODEL_DIR,

@@ -11,7 +11,7 @@ The sentences file holds one sentence a line (blank lines are skipped). Measured
   started together, each speaking to its end (``ttfa_ms_concurrent_p50/p95/p99``), and how many
   real-time streams the engine sustained meanwhile (``concurrent_streams_realtime``: audio made
   / wall time). The SSM voice runs through the service's own engine (one thread, earliest
-  deadline first, see ``pipeline.services.ssm_tts``), espeak-ng through its engine on worker
+  deadline first, see ``pipeline.engines.ssm_voice``), espeak-ng through its engine on worker
   threads, as its service does.
 * ``rtf``: wall time to synthesize a whole sentence alone / its audio duration.
 * Intelligibility: ``asr_wer``, the corpus WER of an independent recognizer (the judge) on the
@@ -96,7 +96,7 @@ class Voice(Protocol):
 
 class _SSMVoice:
     def __init__(self, rate_hz: int, model_dir: str | None, engine=None) -> None:
-        from pipeline.services.ssm_tts import DEFAULT_MODEL_DIR, SSMVoiceEngine
+        from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMVoiceEngine
 
         self.engine = engine or SSMVoiceEngine(model_dir or DEFAULT_MODEL_DIR)
         self._owned = engine is None

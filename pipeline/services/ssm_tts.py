@@ -3,30 +3,9 @@
     tts = SSMTTSService()                          # models/tts, rate from the pipeline (8 kHz)
     tts = SSMTTSService(model_dir="models/tts", aggregation="phrase")
 
-    engine = SSMVoiceEngine.shared("models/tts")   # the same engine outside pipecat (eval, bench)
-    utt = engine.open(8000)
-    async for chunk in utt.speak("Your order ships on Tuesday."):   # SpeechChunk, 20 ms each
-        play(chunk.pcm)                            # int16 at 8 kHz; chunk.words: (word, start_s)
-    utt.cancel()                                   # barge-in: nothing more is computed or yielded
-
-One engine per model directory serves every call of the process: a loaded ``TTSVoice`` and the
-one thread that owns it. Every model step runs on that thread, never on the event loop; the
-asyncio side awaits futures. Each utterance is its own ``TTSStream`` (per-call state stays
-apart) and asks the thread for one 20 ms chunk at a time, so utterances of different calls
-interleave chunk by chunk; the thread keeps each live utterance up to ``lead_chunks`` (100 ms)
-ahead of its requests, so a chunk is usually ready when asked for and an event loop slowed by
-many calls does not turn into gaps in their audio. Each tick the thread takes every request queued (up to
-``max_batch``, earliest deadline first: a chunk's deadline is when its audio would start playing
-if the utterance had begun playing as soon as it was asked for, its start time plus the audio
-already made) and serves them together with ``TTSVoice.pull_many``: one batched encoder step for
-the phones due and one batched decoder step for the frames due, so sixteen calls starting at
-once cost about one batched step, not sixteen steps in turn. Batched matmuls round differently
-from batch-1 ones: a call's samples may differ from the same text spoken alone by float
-rounding (~1e-8 with a trained voice). A model error fails every request of its tick.
-
-Output rate: the voice speaks at 16 kHz; at 8 kHz (phone calls) a causal low-pass FIR halves the
-rate sample-exactly (soxr's streaming resampler holds ~100 ms of audio back, which would delay
-the first chunk), so every 20 ms chunk leaves at once. Other rates go through soxr.
+The model runs in ``pipeline.engines.ssm_voice.SSMVoiceEngine`` (one thread per process, every
+call's utterances batched together, each kept 100 ms ahead; read its docstring); this service
+turns a call's text into its utterances.
 
 The service follows ``EspeakTTSService`` (read its docstring): the same text aggregation
 (``aggregation="phrase"`` speaks each reply's first word as soon as it is complete, then
@@ -43,24 +22,13 @@ Text with nothing to say (only punctuation, emoji) gives 20 ms of silence and a 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import heapq
-import itertools
 import logging
-import re
-import threading
-import time
 import warnings
-from collections.abc import AsyncGenerator, AsyncIterator
-from concurrent.futures import Future
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import numpy as np
-import soxr
-import torch
 from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.transcriptions.language import Language
@@ -73,58 +41,16 @@ with warnings.catch_warnings():
     )
     from pipecat.services.tts_service import TextAggregationMode, TTSService
 
-from pipeline.errors import AudioFormatError, EngineUnavailableError
+from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMUtterance, SSMVoiceEngine, check_voice_dir
 from pipeline.services.espeak_tts import PhraseTextAggregator
 from ssm_engine import SSMEngineError
-from ssm_engine.tts.synth import TTSStream, TTSVoice
 from ssm_engine.tts.text import expand_chunk, needs_right_context
 
-__all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "SSMUtterance", "SpeechChunk", "SSMTTSService",
-           "check_voice_dir", "HalfRateFilter", "WrittenWords"]
+__all__ = ["SSMTTSService", "WrittenWords"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tts"
-VOICE_FILES = ("config.json", "model.safetensors")
-FIRST_WORDS = 4        # words pushed before the first chunk (then one more a chunk)
 Aggregation = Literal["sentence", "phrase", "token"]
-
-
-def check_voice_dir(model_dir: str | Path) -> Path:
-    """The voice folder, or ``EngineUnavailableError`` naming what is missing (cheap: no load)."""
-    path = Path(model_dir)
-    missing = [f for f in VOICE_FILES if not (path / f).is_file()]
-    if missing:
-        raise EngineUnavailableError(
-            f"no SSM voice at {path}: {', '.join(missing)} missing (train one with "
-            f"`parley train tts`, pass --tts-model DIR, or use --tts espeak)")
-    return path
-
-
-class HalfRateFilter:
-    """16 kHz -> 8 kHz, streaming and sample-exact: n samples in, n // 2 out (any split).
-
-    A causal 47-tap windowed-sinc low-pass (cut-off 3.7 kHz, Blackman window, ~1.4 ms delay)
-    followed by keeping every second sample; the filter's history carries across chunks."""
-
-    TAPS = 47
-
-    def __init__(self) -> None:
-        n = np.arange(self.TAPS) - (self.TAPS - 1) / 2
-        h = 2 * 3700 / 16000 * np.sinc(2 * 3700 / 16000 * n) * np.blackman(self.TAPS)
-        self._h = (h / h.sum()).astype(np.float32)
-        self._history = np.zeros(self.TAPS - 1, np.float32)
-        self._phase = 0                     # index, within the next chunk, of the next kept sample
-
-    def process(self, x: np.ndarray) -> np.ndarray:
-        if len(x) == 0:
-            return np.zeros(0, np.float32)
-        buf = np.concatenate([self._history, x.astype(np.float32, copy=False)])
-        y = np.convolve(buf, self._h, mode="valid")      # y[i] is the output at x[i]
-        out = y[self._phase::2]
-        self._phase = (self._phase - len(x)) % 2
-        self._history = buf[len(buf) - (self.TAPS - 1):]
-        return out
 
 
 class WrittenWords:
@@ -158,250 +84,6 @@ class WrittenWords:
             logger.debug("spoken word %d is not the expected one; reporting spoken words", index)
             self._diverged = True
         return spoken if self._diverged else self._labels[index]
-
-
-@dataclass(frozen=True)
-class SpeechChunk:
-    """``pcm``: int16 mono at the utterance's rate; ``start_s``: its offset in the utterance;
-    ``words``: ``(word, start_s)`` of the words starting in it."""
-
-    pcm: np.ndarray
-    start_s: float
-    words: tuple[tuple[str, float], ...] = ()
-
-
-class SSMVoiceEngine:
-    """A loaded voice and the one thread that runs every model step, earliest deadline first.
-
-    ``SSMVoiceEngine.shared(model_dir)`` returns one engine per directory for the whole process
-    (thread-safe); build one directly from a ``TTSVoice`` (and ``close()`` it) in tests."""
-
-    _shared: dict[Path, SSMVoiceEngine] = {}
-    _shared_lock = threading.Lock()
-
-    def __init__(self, voice: TTSVoice | str | Path = DEFAULT_MODEL_DIR, *,
-                 chunk_frames: int = 2, max_batch: int = 32, lead_chunks: int = 5) -> None:
-        t0 = time.perf_counter()
-        if not isinstance(voice, TTSVoice):
-            check_voice_dir(voice)
-            try:
-                voice = TTSVoice.load(voice)
-            except SSMEngineError as exc:
-                raise EngineUnavailableError(f"SSM voice failed to load: {exc}") from exc
-        self.voice = voice
-        self.sample_rate_hz = voice.sample_rate_hz
-        self.chunk_frames = chunk_frames
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.max_batch = max_batch
-        if lead_chunks < 1:
-            raise ValueError(f"lead_chunks must be >= 1, got {lead_chunks}")
-        self.lead_chunks = lead_chunks
-        self.load_s = time.perf_counter() - t0
-        self._jobs: list[tuple[float, int, SSMUtterance, str | None, Future]] = []
-        self._order = itertools.count()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._live: set[SSMUtterance] = set()   # begun, not finished: only the thread's
-        self._thread = threading.Thread(target=self._work, name="ssm-tts-voice", daemon=True)
-        self._thread.start()
-
-    @classmethod
-    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR) -> SSMVoiceEngine:
-        key = Path(model_dir).resolve()
-        with cls._shared_lock:
-            engine = cls._shared.get(key)
-            if engine is None:
-                engine = cls._shared[key] = cls(key)
-            return engine
-
-    def open(self, sample_rate_hz: int, *, seed: int = 0) -> SSMUtterance:
-        """A new utterance whose audio comes out at ``sample_rate_hz``."""
-        if sample_rate_hz <= 0:
-            raise AudioFormatError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
-        return SSMUtterance(self, sample_rate_hz, seed=seed)
-
-    def request(self, utt: SSMUtterance, deadline_s: float, text: str | None = None) -> Future:
-        """Ask the voice's thread for ``utt``'s next chunk (``text``: the utterance's text, on
-        its first request). The future gets an ``AudioChunk``, or None once the utterance is
-        done or cancelled; requests with earlier deadlines are served first."""
-        fut: Future = Future()
-        with self._cond:
-            if self._closed:
-                raise EngineUnavailableError("the SSM voice engine is closed")
-            utt._deadline_s = deadline_s
-            heapq.heappush(self._jobs, (deadline_s, next(self._order), utt, text, fut))
-            self._cond.notify()
-        return fut
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Cancel queued jobs and stop the thread (the running job finishes)."""
-        with self._cond:
-            self._closed = True
-            for *_, fut in self._jobs:
-                fut.cancel()
-            self._jobs.clear()
-            self._cond.notify()
-        self._thread.join(timeout_s)
-
-    def _work(self) -> None:
-        torch.set_flush_denormal(True)      # per-thread flag: decaying states stay fast
-        while True:
-            with self._cond:
-                while not self._jobs and not self._closed and not self._behind():
-                    self._cond.wait()
-                if self._closed:
-                    return
-                n = min(self.max_batch, len(self._jobs))
-                jobs = [heapq.heappop(self._jobs) for _ in range(n)]
-            self._tick([(utt, text, fut) for _, _, utt, text, fut in jobs])
-
-    def _behind(self) -> bool:
-        """Whether a live utterance has fewer than ``lead_chunks`` chunks made ahead."""
-        return any(len(u._ready) < self.lead_chunks and not (u.cancelled or u._finished)
-                   for u in self._live)
-
-    def _tick(self, jobs: list[tuple[SSMUtterance, str | None, Future]]) -> None:
-        """Serve one request of each utterance in ``jobs`` with one batched ``pull_many``, in
-        which every other live utterance with fewer than ``lead_chunks`` chunks ready also makes
-        its next chunk (kept for its next requests): utterances stay in step, so model steps are
-        shared, and each runs up to ``lead_chunks`` ahead of its requests, so a late event loop
-        (many calls) does not starve a call's audio. Called with no jobs, it only makes ahead."""
-        asked: list[tuple[SSMUtterance, Future]] = []
-        for utt, text, fut in jobs:
-            if not fut.set_running_or_notify_cancel():
-                continue                    # its utterance was cancelled: never run
-            try:
-                if text is not None:
-                    utt._begin(text)
-                    self._live.add(utt)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
-                fut.set_exception(exc)
-                continue
-            if utt._stream is None or utt.cancelled:
-                fut.set_result(None)
-            elif utt._ready:
-                fut.set_result(utt._ready.popleft())
-            else:
-                asked.append((utt, fut))
-        self._live = {u for u in self._live
-                      if not u.cancelled and not (u._finished and not u._ready)}
-        busy = {u for u, _ in asked}
-        ahead = sorted((u for u in self._live if len(u._ready) < self.lead_chunks
-                        and not u._finished and u not in busy),
-                       key=lambda u: u._deadline_s)[:max(0, self.max_batch - len(asked))]
-        group = [u for u, _ in asked] + ahead
-        if not group:
-            return
-        try:
-            chunks = self._pull(group)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
-            for _, fut in asked:
-                fut.set_exception(exc)
-            return
-        for utt, got in zip(group, chunks, strict=True):
-            if got is not None:
-                utt._ready.append(got)
-            else:
-                utt._finished = True
-        for utt, fut in asked:
-            fut.set_result(utt._ready.popleft() if utt._ready else None)
-
-    def _pull(self, group: list[SSMUtterance]) -> list[Any]:
-        """The next chunk (or None: the utterance is done) of each utterance in ``group``."""
-        for utt in group:
-            utt._feed(1)
-        chunks = [got[0] if got else None
-                  for got in self.voice.pull_many([u._stream for u in group], max_chunks=1)]
-        short = [k for k, (u, c) in enumerate(zip(group, chunks, strict=True))
-                 if c is None and u._pieces]
-        if short:                           # the text fed so far is all spoken: feed the rest
-            for k in short:
-                group[k]._feed(len(group[k]._pieces))
-            more = self.voice.pull_many([group[k]._stream for k in short], max_chunks=1)
-            for k, got in zip(short, more, strict=True):
-                chunks[k] = got[0] if got else None
-        return chunks
-
-
-class SSMUtterance:
-    """One utterance of one call: text in, ``SpeechChunk``s out as the voice's thread makes them.
-
-    Only the voice's thread touches the underlying ``TTSStream``; ``cancel`` (any thread) makes
-    every job of this utterance not yet started a no-op."""
-
-    def __init__(self, engine: SSMVoiceEngine, sample_rate_hz: int, *, seed: int = 0) -> None:
-        self._engine = engine
-        self.sample_rate_hz = sample_rate_hz
-        self._seed = seed
-        self._cancelled = False
-        # touched only on the voice's thread: the stream, the text not yet pushed to it (pushed
-        # a word a chunk, ahead of the speech: the same samples as pushing it all at once), the
-        # chunks made ahead of its requests, whether the stream has given its last chunk
-        self._stream: TTSStream | None = None
-        self._pieces: list[str] = []
-        self._ready: collections.deque[Any] = collections.deque()
-        self._finished = False
-        self._deadline_s = 0.0
-        src = engine.sample_rate_hz
-        self._halver = HalfRateFilter() if (src, sample_rate_hz) == (16000, 8000) else None
-        self._soxr = (soxr.ResampleStream(src, sample_rate_hz, 1, dtype="float32", quality="HQ")
-                      if sample_rate_hz != src and self._halver is None else None)
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self) -> None:
-        self._cancelled = True
-
-    async def speak(self, text: str) -> AsyncIterator[SpeechChunk]:
-        """Speak ``text`` (one whole phrase; one call per utterance); yields each chunk as soon
-        as it exists."""
-        t0 = time.perf_counter()
-        made_s = 0.0
-        fut = self._engine.request(self, t0, text)
-        finished = False
-        try:
-            while (chunk := await asyncio.wrap_future(fut)) is not None:
-                made_s += len(chunk.pcm) / self._engine.sample_rate_hz
-                fut = self._engine.request(self, t0 + made_s)
-                yield SpeechChunk(self._convert(chunk.pcm, last=False), chunk.start_s, chunk.words)
-            if self._soxr is not None and not self._cancelled:
-                tail = self._convert(np.zeros(0, np.float32), last=True)
-                if tail.size:
-                    yield SpeechChunk(tail, made_s)
-            finished = True
-        finally:
-            if not finished:                # interrupted, or the consumer stopped early
-                self.cancel()
-                fut.cancel()
-
-    # -- on the voice's thread ------------------------------------------------------------------
-    def _begin(self, text: str) -> None:
-        if self._cancelled:
-            return
-        self._stream = self._engine.voice.open_stream(seed=self._seed,
-                                                      chunk_frames=self._engine.chunk_frames)
-        self._pieces = re.findall(r"\s*\S+\s*", text)[::-1]     # words, last first
-        self._feed(FIRST_WORDS)
-
-    def _feed(self, n: int) -> None:
-        """Push the next ``n`` words of the text (and end it after the last)."""
-        if self._stream is None:
-            return
-        for _ in range(min(n, len(self._pieces))):
-            self._stream.push_text(self._pieces.pop())
-        if not self._pieces:
-            self._stream.end_text()
-
-    # -- output rate ----------------------------------------------------------------------------
-    def _convert(self, pcm: np.ndarray, *, last: bool) -> np.ndarray:
-        if self._halver is not None:
-            pcm = self._halver.process(pcm)
-        elif self._soxr is not None:
-            pcm = self._soxr.resample_chunk(pcm, last=last)
-        return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
 class SSMTTSService(TTSService):

@@ -33,7 +33,8 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipeline.builder import PipelineConfig, _make_tts
 from pipeline.errors import EngineUnavailableError, PipelineError
-from pipeline.services.ssm_tts import HalfRateFilter, SSMTTSService, SSMVoiceEngine
+from pipeline.engines.ssm_voice import HalfRateFilter, SSMVoiceEngine
+from pipeline.services.ssm_tts import SSMTTSService
 from ssm_engine.tts import SYMBOLS
 from ssm_engine.tts.model import TTSConfig, TTSModel, save_tts
 from ssm_engine.tts.synth import TTSVoice

@@ -14,7 +14,7 @@ from agent.echo import EchoAgentProcessor
 from pipecat.frames.frames import LLMContextFrame
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.builder import PipelineConfig
-from pipeline.services.ssm_tts import SSMVoiceEngine
+from pipeline.engines.ssm_voice import SSMVoiceEngine
 from telephony.caller import CallerConfig, Utterance, run_call
 from telephony.server import CallServer, ServerConfig
 
