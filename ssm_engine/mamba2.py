@@ -186,15 +186,12 @@ class Mamba2Block(nn.Module):
         c = c.reshape(bs, cfg.ngroups, cfg.d_state, length).transpose(-1, -2)
         dt = F.softplus(dt + self.dt_bias).transpose(1, 2)          # (b, H, l)
         a = dt * -torch.exp(self.A_log)[:, None]                    # (b, H, l)
-        # a clip shorter than a chunk (streaming prefill) scans in the next power of two: the
-        # same result, without computing a whole chunk of padding
-        chunk = min(cfg.chunk_size, 1 << max(0, length - 1).bit_length())
-        pad = (-length) % chunk            # padded frames: dt = 0 -> no input, no decay
+        pad = (-length) % cfg.chunk_size   # padded frames: dt = 0 -> no input, no decay
         xdt = x * dt[..., None]
         if pad:
             xdt, a = F.pad(xdt, (0, 0, 0, pad)), F.pad(a, (0, pad))
             b, c = F.pad(b, (0, 0, 0, pad)), F.pad(c, (0, 0, 0, pad))
-        y, new_h = ssd_scan(xdt, a, b, c, chunk, h)
+        y, new_h = ssd_scan(xdt, a, b, c, cfg.chunk_size, h)
         new_conv, new_h = new_conv.contiguous(), new_h.contiguous()
         y = y[:, :, :length] + x * self.D[:, None, None]            # (b, H, l, P)
         y = y.transpose(1, 2).reshape(bs, length, cfg.d_inner)
