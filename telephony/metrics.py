@@ -5,6 +5,8 @@
     parley_calls_refused_total{reason}                  counter
     parley_turn_latency_ms{transport,mark}              histogram, per turn, ms after end of speech
     parley_audio_frames_total{transport,direction}      counter, 20 ms frames (in: caller's, out: agent's)
+    parley_event_loop_lag_ms                            histogram, how late the event loop woke
+                                                        (telephony.loop_lag; one loop, all calls)
     parley_audio_frames_missed_total{transport,direction,reason}
                                                         counter, frames not delivered on time:
                                                         in: lost | late, out: underrun | late
@@ -25,21 +27,35 @@ from pipeline.latency import MARKS
 from telephony.audio_meter import FrameCounts
 
 BUCKETS_MS = (50, 100, 150, 200, 250, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 5000)
+LAG_BUCKETS_MS = (1, 5, 10, 20, 50, 100, 250, 500, 1000, 2500)
 # (direction, reason or None for all frames) -> the FrameCounts field
 FRAME_SERIES = {("in", None): "in_frames", ("in", "lost"): "in_lost", ("in", "late"): "in_late",
                 ("out", None): "out_frames", ("out", "underrun"): "out_underrun", ("out", "late"): "out_late"}
 
 
 class _Histogram:
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS_MS) + 1)
+    def __init__(self, buckets: tuple[float, ...] = BUCKETS_MS) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
         self.total = 0.0
         self.n = 0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS_MS, value)] += 1
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
         self.total += value
         self.n += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        """Prometheus ``_bucket`` (cumulative), ``_sum`` and ``_count`` lines."""
+        sep = "," if labels else ""
+        out, cumulative = [], 0
+        for bound, count in zip(self.buckets, self.counts):
+            cumulative += count
+            out.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {cumulative}')
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
+        out.append(f"{name}_sum{{{labels}}} {self.total:.3f}" if labels else f"{name}_sum {self.total:.3f}")
+        out.append(f"{name}_count{{{labels}}} {self.n}" if labels else f"{name}_count {self.n}")
+        return out
 
 
 class Metrics:
@@ -51,6 +67,7 @@ class Metrics:
         self._latency: dict[tuple[str, str], _Histogram] = defaultdict(_Histogram)
         self._frames_done: dict[str, FrameCounts] = defaultdict(FrameCounts)  # by transport
         self._frames_live: dict[int, tuple[str, FrameCounts]] = {}
+        self._loop_lag = _Histogram(LAG_BUCKETS_MS)
 
     def call_started(self, transport: str, frames: FrameCounts | None = None) -> None:
         with self._lock:
@@ -91,6 +108,10 @@ class Metrics:
                 if value is not None:
                     self._latency[(transport, mark)].observe(value)
 
+    def observe_loop_lag(self, lag_ms: float) -> None:
+        with self._lock:
+            self._loop_lag.observe(lag_ms)
+
     def render(self) -> str:
         lines = [
             "# HELP parley_live_calls Calls in progress.",
@@ -110,14 +131,10 @@ class Metrics:
                 "# TYPE parley_turn_latency_ms histogram",
             ]
             for (t, mark), h in sorted(self._latency.items()):
-                labels = f'transport="{t}",mark="{mark}"'
-                cumulative = 0
-                for bound, count in zip(BUCKETS_MS, h.counts):
-                    cumulative += count
-                    lines.append(f'parley_turn_latency_ms_bucket{{{labels},le="{bound}"}} {cumulative}')
-                lines.append(f'parley_turn_latency_ms_bucket{{{labels},le="+Inf"}} {h.n}')
-                lines.append(f"parley_turn_latency_ms_sum{{{labels}}} {h.total:.3f}")
-                lines.append(f"parley_turn_latency_ms_count{{{labels}}} {h.n}")
+                lines += h.lines("parley_turn_latency_ms", f'transport="{t}",mark="{mark}"')
+            lines += ["# HELP parley_event_loop_lag_ms How late the event loop ran (all calls share it).",
+                      "# TYPE parley_event_loop_lag_ms histogram"]
+            lines += self._loop_lag.lines("parley_event_loop_lag_ms", "")
             transports = sorted({t for t, _ in self._frames_live.values()} | set(self._frames_done))
             totals = {t: self._frames(t) for t in transports}
             lines += ["# HELP parley_audio_frames_total Audio frames (20 ms) by transport and direction.",

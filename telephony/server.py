@@ -6,7 +6,7 @@ Routes:
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
     GET  /healthz           200 while taking calls, 503 once draining
     GET  /metrics           Prometheus text format: live calls, per-turn latencies and audio
-                            frames lost, late or underrun, by transport
+                            frames lost, late or underrun, by transport; event-loop lag
 
 On SIGTERM (``drain``) the server stops taking calls (the webhook answers ``<Reject>``, new
 streams and /healthz get 503), lets live calls finish for ``drain_grace_s``, then ends the rest
@@ -21,6 +21,7 @@ for local work, and says so loudly at start and on every call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -32,6 +33,7 @@ from aiohttp import web
 
 from pipeline.builder import PipelineConfig
 from telephony.errors import ProtocolError, TelephonyError
+from telephony.loop_lag import LoopLagProbe
 from telephony.metrics import Metrics
 from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
@@ -86,6 +88,8 @@ class CallServer:
             self.call_control = TwilioCallControl(config.twilio_account_sid, config.auth_token,
                                                   api_base=config.twilio_api_base)
         self._runner: web.AppRunner | None = None
+        self.loop_lag = LoopLagProbe(self.metrics.observe_loop_lag, live_calls=lambda: len(self.live))
+        self._lag_task: asyncio.Task | None = None
         self.port: int | None = None
         self.app = web.Application(client_max_size=64 * 1024)
         self.app.add_routes([
@@ -114,6 +118,7 @@ class CallServer:
         sockets = site._server.sockets if site._server else []  # read the bound port back (port 0)
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
         log.info("parley listening on http://%s:%d", self.config.host, self.port)
+        self._lag_task = asyncio.get_running_loop().create_task(self.loop_lag.run(), name="loop-lag")
         return self.port
 
     async def drain(self) -> None:
@@ -134,6 +139,11 @@ class CallServer:
             log.error("%d call(s) did not end in time: %s", len(self.live), sorted(self.live))
 
     async def stop(self) -> None:
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_task
+            self._lag_task = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
