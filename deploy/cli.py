@@ -151,6 +151,9 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
                      metrics=server.metrics)
 
 
+SPHINX_MAX_IDLE = 16  # pipeline.engines.sphinx.SphinxPool's default max_idle (not imported: slow)
+
+
 def _warm_counts(text: str) -> tuple[int, int]:
     """``--stt-warm``: "PHONE" or "PHONE:BROWSER" (browser defaults to 1), each >= 0."""
     phone, _, browser = text.partition(":")
@@ -158,8 +161,9 @@ def _warm_counts(text: str) -> tuple[int, int]:
         counts = (int(phone), int(browser) if browser else 1)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected PHONE or PHONE:BROWSER counts, got {text!r}")
-    if min(counts) < 0 or max(counts) > 64:
-        raise argparse.ArgumentTypeError(f"counts must be 0..64, got {text!r}")
+    if min(counts) < 0 or max(counts) > SPHINX_MAX_IDLE:
+        raise argparse.ArgumentTypeError(f"counts must be 0..{SPHINX_MAX_IDLE} (the pool keeps "
+                                         f"at most that many idle), got {text!r}")
     return counts
 
 

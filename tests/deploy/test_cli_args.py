@@ -13,11 +13,18 @@ def test_stt_warm_takes_phone_and_browser_counts(text, counts):
     assert args.stt_warm == counts
 
 
+def test_stt_warm_limit_is_what_the_pool_keeps_idle():
+    from deploy.cli import SPHINX_MAX_IDLE
+    from pipeline.engines.sphinx import SphinxPool
+
+    assert SphinxPool().max_idle == SPHINX_MAX_IDLE
+
+
 def test_stt_warm_defaults_to_four_phone_and_one_browser_decoder():
     assert build_parser().parse_args(["serve"]).stt_warm == (4, 1)
 
 
-@pytest.mark.parametrize("text", ["x", "-1", "3:y", "65", "1:2:3"])
+@pytest.mark.parametrize("text", ["x", "-1", "3:y", "17", "1:2:3"])
 def test_stt_warm_rejects_what_is_not_two_small_counts(text, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--stt-warm", text])
