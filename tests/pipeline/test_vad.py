@@ -96,3 +96,17 @@ def test_factory_builds_the_requested_kind_with_params():
     webrtc = make_vad_analyzer("webrtc", 16000, webrtc_mode=1, params=VADParams(start_secs=0.1))
     assert isinstance(webrtc, WebRTCVADAnalyzer) and webrtc.mode == 1
     assert webrtc.params.start_secs == 0.1
+
+
+@pytest.mark.parametrize("kind", ["webrtc", "silero"])
+async def test_analysis_runs_on_the_loop_with_the_same_states_as_pipecats_thread(kind, flite_speech):
+    # pipecat's VADAnalyzer hands each frame to a thread of its own; ours analyze inline: the
+    # same state sequence, and no thread is ever started
+    from pipecat.audio.vad.vad_analyzer import VADAnalyzer
+
+    speech = padded(flite_speech("my order has not arrived yet", 8000), 8000)
+    inline = make_vad_analyzer(kind, 8000)
+    threaded = make_vad_analyzer(kind, 8000)
+    threaded.analyze_audio = VADAnalyzer.analyze_audio.__get__(threaded)
+    assert await states(inline, speech, 8000) == await states(threaded, speech, 8000)
+    assert not inline._executor._threads and threaded._executor._threads
