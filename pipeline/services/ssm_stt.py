@@ -18,9 +18,11 @@ to the model's 8 kHz with a streaming soxr resampler per utterance.
 
 Decoding: interim transcripts are greedy CTC. The final one comes from a CTC prefix beam search
 with the word lexicon and trigram LM shipped beside the model (``models/stt/lm.arpa.gz``, see
-``ssm_engine.stt.beam``), advanced frame by frame while the caller speaks, on the engine's
-decode thread (never on the event loop), so at the end only the flush frames and the sentence
-end remain. ``decoder="greedy"`` turns it off.
+``ssm_engine.stt.beam``), advanced frame by frame while the caller speaks, so at the end only
+the flush frames and the sentence end remain. It runs on the event loop as each result arrives:
+0.14 ms a frame on average (1.5 ms the worst seen), less than handing it to a thread costs
+(``benchmarks/bench_vad_dispatch.py`` measures such a hand-off at ~0.27 ms of CPU a frame, and
+waits of 5 ms p50 under 16 calls). ``decoder="greedy"`` turns it off.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import functools
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Literal
 
@@ -90,7 +92,6 @@ class SSMUtterance:
                            if sample_rate_hz != model_rate else None)
         self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s,
                                         beam=engine.beam)
-        self._pool = engine.decode_pool
 
     @property
     def text(self) -> str:
@@ -123,12 +124,9 @@ class SSMUtterance:
         return self._stream.take(log_probs)
 
     async def take_async(self, fut: Future) -> bool:
-        """Await a push/finish future and decode its result off the event loop when the beam
-        search runs (on the engine's decode thread, in order); greedy alone is cheap: inline."""
-        log_probs = await asyncio.wrap_future(fut)
-        if self._pool is None:
-            return self._stream.take(log_probs)
-        return await asyncio.wrap_future(self._pool.submit(self._stream.take, log_probs))
+        """Await a push/finish future and decode its result (greedy, and the beam search when
+        on) here, in order. True if the text changed."""
+        return self._stream.take(await asyncio.wrap_future(fut))
 
     def finish_sync(self) -> str:
         """Blocking finish (evaluation, scripts): the final transcript."""
@@ -187,8 +185,6 @@ class SSMSTTEngine:
         self.flush_s = flush_s
         self.runner = BatchRunner(self.model, name="ssm-stt-runner")
         self.runner.start()
-        self.decode_pool = (ThreadPoolExecutor(1, thread_name_prefix="ssm-stt-beam")
-                            if self.beam is not None else None)
         self.load_s = time.perf_counter() - t0
 
     @classmethod
@@ -219,8 +215,6 @@ class SSMSTTEngine:
 
     def close(self) -> None:
         self.runner.stop()
-        if self.decode_pool is not None:
-            self.decode_pool.shutdown(wait=True)
 
 
 class SSMSTTService(QueuedSTTService):
