@@ -112,14 +112,19 @@ def _make_turn_stop(config: PipelineConfig):
 
 
 def _make_stt(config: PipelineConfig) -> FrameProcessor:
+    # the caller's audio goes on past the recognizer only for smart-turn, whose turn-stop
+    # strategy (in the user aggregator) listens to it; otherwise nothing downstream uses it
+    passthrough = config.turn == "smart-turn"
     if config.stt == "ssm":  # parley's own recognizer (models/stt), all calls through one batcher
         from pipeline.services.ssm_stt import SSMSTTService
 
-        return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5)
+        return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5,
+                             audio_passthrough=passthrough)
     from pipeline.services.sphinx_stt import SphinxSTTService
 
     # finalized transcripts end the turn at once; the p99 only bounds the wait when one is late
-    return SphinxSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5)
+    return SphinxSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5,
+                            audio_passthrough=passthrough)
 
 
 def _make_tts(config: PipelineConfig) -> FrameProcessor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from pipecat.frames.frames import (
     AggregatedTextFrame,
     Frame,
@@ -195,3 +196,14 @@ async def test_tts_phrase_aggregation_keeps_a_sentence_that_came_whole():
     down, _ = await run_test(EspeakTTSService(sample_rate=8000, aggregation="phrase"), frames_to_send=frames)
     spoken = [f.text for f in of(down, AggregatedTextFrame) if not isinstance(f, TTSTextFrame)]
     assert spoken == ["Thank you for calling.", "How can I help?"]
+
+
+@pytest.mark.parametrize("stt", ["sphinx", "ssm"])
+def test_the_callers_audio_goes_past_the_recognizer_only_for_smart_turn(stt):
+    # smart-turn's turn-stop strategy (in the user aggregator) listens to the caller's audio;
+    # with the silence timer nothing downstream of the recognizer needs it
+    from pipeline.builder import PipelineConfig, _make_stt
+
+    assert _make_stt(PipelineConfig(stt=stt, turn="smart-turn"))._audio_passthrough is True
+    assert _make_stt(PipelineConfig(stt=stt, turn="silence"))._audio_passthrough is False
+    assert _make_stt(PipelineConfig.stock_pipecat(stt=stt))._audio_passthrough is True
