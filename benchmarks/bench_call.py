@@ -21,10 +21,9 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
@@ -51,43 +51,16 @@ PHRASES = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, name: str, extra: list[str]):
-        self.name = name
-        self.port = _free_port()
-        env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN}
-        cmd = [sys.executable, "-m", "deploy.cli", "serve", "--port", str(self.port), "--log-level", "WARNING", *extra]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    async def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} server exited: {self.proc.stderr.read().decode()[-2000:]}")
-            try:
-                _, w = await asyncio.open_connection("127.0.0.1", self.port)
-                w.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.2)
-        raise TimeoutError(f"{self.name} server did not start")
+class Server(ServeProcess):
+    def __init__(self, name: str, extra: list[str], log_dir: str):
+        port = free_port()
+        super().__init__(name, ["-m", "deploy.cli", "serve", "--port", str(port), "--log-level", "WARNING",
+                                *extra], port=port, log_path=Path(log_dir) / f"{name}.log",
+                         env={"TWILIO_AUTH_TOKEN": TOKEN})
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/twilio/stream"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 async def one_call(server: Server, phrases: list[str]) -> list[dict]:
@@ -124,7 +97,9 @@ async def main() -> None:
         args.turns, args.turns_per_call, args.concurrent, args.concurrent_turns = 4, 2, 2, 2
     rng = random.Random(args.seed)
 
-    servers = {"parley": Server("parley", []), "pipecat": Server("pipecat", ["--stock-pipecat"])}
+    logs = tempfile.TemporaryDirectory(prefix="parley-bench-call-")
+    servers = {"parley": Server("parley", [], logs.name),
+               "pipecat": Server("pipecat", ["--stock-pipecat"], logs.name)}
     try:
         await asyncio.gather(*(s.wait_ready() for s in servers.values()))
         await asyncio.gather(*(one_call(s, ["hello"]) for s in servers.values()))  # warm-up
@@ -143,6 +118,7 @@ async def main() -> None:
     finally:
         for s in servers.values():
             s.stop()
+        logs.cleanup()
 
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out: dict[str, object] = {"bench": "call", "git": sha, "seed": args.seed, "concurrent_calls": args.concurrent,

@@ -26,11 +26,9 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
@@ -60,49 +59,20 @@ ENGINES = {  # name -> serve arguments; "greedy" is started through this script 
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServeProcess):
     """``parley serve`` in a child process: this script in --serve mode, which sets the SSM
     decoder and hands the rest of the command line to deploy.cli."""
 
     def __init__(self, name: str, extra: list[str], db_dir: str):
-        self.name = name
-        self.port = _free_port()
-        env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, __file__, "--serve", *extra, "--port", str(self.port),
-               "--log-level", "WARNING", "--db", str(Path(db_dir) / f"{name}.db")]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
-
-    async def wait_ready(self, timeout_s: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} server exited: "
-                                   f"{self.proc.stderr.read().decode()[-2000:]}")
-            try:
-                _, w = await asyncio.open_connection("127.0.0.1", self.port)
-                w.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.2)
-        raise TimeoutError(f"{self.name} server did not start")
+        port = free_port()
+        super().__init__(name, [str(Path(__file__).resolve()), "--serve", *extra, "--port", str(port),
+                                "--log-level", "WARNING", "--db", str(Path(db_dir) / f"{name}.db")],
+                         port=port, log_path=Path(db_dir) / f"{name}.log",
+                         env={"TWILIO_AUTH_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"})
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/twilio/stream"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 async def one_call(server: Server, phrases: list[str], voice: str) -> list[dict]:

@@ -63,6 +63,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from pipeline.audio.flite import synthesize_flite  # noqa: E402
 from pipeline.audio.g711 import resample  # noqa: E402
 from pipeline.audio.wav import trim_silence  # noqa: E402
@@ -93,38 +94,15 @@ PHRASES = [
 ]
 
 
-def _free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServeProcess):
     """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
 
     def __init__(self, db_dir: str, stt: str = "sphinx", tts: str = "ssm", stt_warm: str = "4:1"):
-        self.port = _free_port()
-        self.sip_port = _free_port(socket.SOCK_DGRAM)
-        env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN}
-        cmd = [sys.executable, "-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(self.port),
-               "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"), "--log-level", "WARNING",
-               "--stt", stt, "--tts", tts, "--stt-warm", stt_warm]
-        self.log_path = Path(db_dir) / "server.log"  # a file, not a pipe: a full pipe would stall the server
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
-
-    async def wait_ready(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_tail()}")
-            try:
-                _, w = await asyncio.open_connection("127.0.0.1", self.port)
-                w.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.2)
-        raise TimeoutError("server did not start")
+        port, self.sip_port = free_port(), free_port(socket.SOCK_DGRAM)
+        super().__init__("parley", ["-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(port),
+                                    "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"),
+                                    "--log-level", "WARNING", "--stt", stt, "--tts", tts, "--stt-warm", stt_warm],
+                         port=port, log_path=Path(db_dir) / "server.log", env={"TWILIO_AUTH_TOKEN": TOKEN})
 
     @property
     def base(self) -> str:
@@ -162,9 +140,6 @@ class Server:
             out[transport][direction + (f"_{reason}" if reason else "")] = int(n)
         return dict(out)
 
-    def log_tail(self, chars: int = 2000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
-
     def warnings(self) -> tuple[int, list[str]]:
         """How many lines the server logged at WARNING or above, and the three commonest (digits
         masked, so one message about many calls counts as one)."""
@@ -174,13 +149,6 @@ class Server:
         kinds = collections.Counter(re.sub(r"[0-9a-f]{8,}|\d+", "#", ln[levels.search(ln).start():])[:160]  # type: ignore[union-attr]
                                     for ln in lines)
         return len(lines), [f"{n}x {k}" for k, n in kinds.most_common(3)]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 class Voice:
