@@ -1,13 +1,34 @@
-"""A real call server on 127.0.0.1:0 for each test that asks for one."""
+"""A real call server on 127.0.0.1:0 for each test that asks for one, and an echo agent that
+keeps the conversations it was handed (barge-in tests check what stayed in them)."""
 
 from __future__ import annotations
 
 import pytest
+from pipecat.frames.frames import LLMContextFrame
 
-from agent.echo import EchoAgentProcessor
+from agent.echo import EchoAgentConfig, EchoAgentProcessor
 from telephony.server import CallServer, ServerConfig
 
 TOKEN = "test-auth-token-0123456789abcdef"
+
+
+class ContextKeepingAgent(EchoAgentProcessor):
+    """The echo agent, appending a copy of each conversation it is handed (a list of message
+    dicts) to ``contexts``."""
+
+    def __init__(self, contexts: list, config: EchoAgentConfig | None = None):
+        super().__init__(config)
+        self._contexts = contexts
+
+    async def process_frame(self, frame, direction):
+        if isinstance(frame, LLMContextFrame):
+            self._contexts.append([dict(m) for m in frame.context.get_messages()])
+        await super().process_frame(frame, direction)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words, punctuation dropped: how the heard text is compared."""
+    return "".join(c.lower() if c.isalnum() or c.isspace() else " " for c in text).split()
 
 
 @pytest.fixture

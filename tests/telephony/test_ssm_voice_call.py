@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.echo import EchoAgentProcessor
-from pipecat.frames.frames import LLMContextFrame
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.builder import PipelineConfig
 from pipeline.engines.ssm_voice import SSMVoiceEngine
@@ -19,22 +17,7 @@ from telephony.caller import CallerConfig, Utterance, run_call
 from telephony.server import CallServer, ServerConfig
 
 from ..pipeline.test_ssm_tts import random_voice_dir
-from .conftest import TOKEN
-
-
-class ContextKeepingAgent(EchoAgentProcessor):
-    """The echo agent, remembering the conversation it was last handed."""
-
-    contexts: list = []
-
-    async def process_frame(self, frame, direction):
-        if isinstance(frame, LLMContextFrame):
-            ContextKeepingAgent.contexts.append(frame.context)
-        await super().process_frame(frame, direction)
-
-
-def _words(text: str) -> list[str]:
-    return "".join(c.lower() if c.isalnum() or c.isspace() else " " for c in text).split()
+from .conftest import TOKEN, ContextKeepingAgent, words
 
 
 @pytest.fixture
@@ -43,10 +26,10 @@ def voice_dir(tmp_path):
 
 
 async def test_the_agent_speaks_in_the_ssm_voice_and_a_barge_in_keeps_only_what_was_heard(voice_dir):
-    ContextKeepingAgent.contexts = []
+    contexts: list = []
     config = ServerConfig(port=0, auth_token=TOKEN,
                           pipeline=PipelineConfig(tts="ssm", tts_model_dir=str(voice_dir)))
-    srv = CallServer(config, agent_factory=lambda _info: ContextKeepingAgent())
+    srv = CallServer(config, agent_factory=lambda _info: ContextKeepingAgent(contexts))
     port = await srv.start()
     try:
         report = await run_call(CallerConfig(
@@ -81,6 +64,5 @@ async def test_the_agent_speaks_in_the_ssm_voice_and_a_barge_in_keeps_only_what_
     assert 0 < len(heard_words) < len(sent_words), (sent_words, heard_words)
     assert sent_words[: len(heard_words)] == heard_words
     # ... and that is what the agent's conversation holds
-    assistant = [m["content"] for m in ContextKeepingAgent.contexts[-1].get_messages()
-                 if m["role"] == "assistant"]
-    assert any(_words(m) == _words(" ".join(heard_words)) for m in assistant), (assistant, heard_words)
+    assistant = [m["content"] for m in contexts[-1] if m["role"] == "assistant"]
+    assert any(words(m) == words(" ".join(heard_words)) for m in assistant), (assistant, heard_words)

@@ -10,22 +10,10 @@ import jiwer
 import numpy as np
 
 from agent.echo import EchoAgentProcessor
-from pipecat.frames.frames import LLMContextFrame
 from telephony.caller import CallerConfig, Utterance, run_call
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
-from .conftest import TOKEN
-
-
-class ContextKeepingAgent(EchoAgentProcessor):
-    """The echo agent, remembering the conversation it was last handed (for assertions)."""
-
-    contexts: list = []
-
-    async def process_frame(self, frame, direction):
-        if isinstance(frame, LLMContextFrame):
-            ContextKeepingAgent.contexts.append(frame.context)
-        await super().process_frame(frame, direction)
+from .conftest import TOKEN, ContextKeepingAgent, words
 
 
 def _wer(said: list[str], heard: list[str]) -> float:
@@ -33,8 +21,8 @@ def _wer(said: list[str], heard: list[str]) -> float:
 
 
 async def test_three_turns_with_barge_ins(server):
-    ContextKeepingAgent.contexts = []
-    server.agent_factory = lambda _info: ContextKeepingAgent()
+    contexts: list = []
+    server.agent_factory = lambda _info: ContextKeepingAgent(contexts)
     url = f"ws://127.0.0.1:{server.port}/twilio/stream"
     report = await run_call(CallerConfig(
         url=url,
@@ -81,12 +69,8 @@ async def test_three_turns_with_barge_ins(server):
     assert 0 < len(heard_words) < len(sent_words)
     assert sent_words[: len(heard_words)] == heard_words
     # ... and that is what the agent's conversation holds
-    assistant = [m["content"] for m in ContextKeepingAgent.contexts[-1].get_messages() if m["role"] == "assistant"]
-    assert any(_words(m) == [w.lower() for w in heard_words] for m in assistant), (assistant, heard_words)
-
-
-def _words(text: str) -> list[str]:
-    return "".join(c.lower() if c.isalnum() or c.isspace() else " " for c in text).split()
+    assistant = [m["content"] for m in contexts[-1] if m["role"] == "assistant"]
+    assert any(words(m) == [w.lower() for w in heard_words] for m in assistant), (assistant, heard_words)
 
 
 async def test_garbage_oversized_and_out_of_order_messages_leave_the_call_up(server, caplog):

@@ -6,35 +6,19 @@ import asyncio
 
 import aiohttp
 import numpy as np
-from pipecat.frames.frames import LLMContextFrame
 
-from agent.echo import EchoAgentConfig, EchoAgentProcessor
+from agent.echo import EchoAgentConfig
 from telephony.webrtc.client import place_call
+
+from ..conftest import ContextKeepingAgent, words
 
 GREETING = ("Hello, this is parley, the voice agent of the example company. Please tell me, in a few "
             "words, how I can help you today, and I will do my best.")  # about 7 s of espeak
 
 
-class ContextKeepingAgent(EchoAgentProcessor):
-    """The echo agent with a long greeting, remembering the conversation it was handed."""
-
-    def __init__(self, contexts: list):
-        super().__init__(EchoAgentConfig(greeting=GREETING))
-        self._contexts = contexts
-
-    async def process_frame(self, frame, direction):
-        if isinstance(frame, LLMContextFrame):
-            self._contexts.append([dict(m) for m in frame.context.get_messages()])
-        await super().process_frame(frame, direction)
-
-
-def _words(text: str) -> list[str]:
-    return "".join(c.lower() if c.isalnum() or c.isspace() else " " for c in text).split()
-
-
 async def test_barge_in_keeps_only_the_played_words(webrtc_server, speech):
     contexts: list = []
-    webrtc_server.webrtc.agent_factory = lambda _info: ContextKeepingAgent(contexts)
+    webrtc_server.webrtc.agent_factory = lambda _info: ContextKeepingAgent(contexts, EchoAgentConfig(greeting=GREETING))
     pcm, rate_hz = speech
 
     def replied(messages: list[dict]) -> bool:
@@ -50,12 +34,12 @@ async def test_barge_in_keeps_only_the_played_words(webrtc_server, speech):
         if record.ended:
             break
         await asyncio.sleep(0.1)
-    said, heard = _words(record.greeting), _words(record.greeting_heard)
-    assert said == _words(GREETING)
+    said, heard = words(record.greeting), words(record.greeting_heard)
+    assert said == words(GREETING)
     assert 0 < len(heard) < len(said) and said[: len(heard)] == heard, (heard, said)
     # the agent's conversation holds the greeting as heard, not as generated
     assistant = [m["content"] for m in contexts[-1] if m.get("role") == "assistant"]
-    assert _words(assistant[0]) == heard, (assistant, heard)
+    assert words(assistant[0]) == heard, (assistant, heard)
     assert record.turns[0].agent_text.startswith("You said")
     # the caller's audio all arrived (loopback loses nothing); the agent's went out
     stats = record.stats
