@@ -66,8 +66,9 @@ class SupportsPrefill(Protocol):
 
 
 DEFAULT_PREFILL_MIN = 8
-"""Frames from which a chunk goes through ``prefill``: measured on the STT model (1 thread),
-8 frames cost 11-14 ms as one pass against ~30 ms as steps; 25 frames 17 ms against ~95 ms."""
+"""Frames from which a chunk goes through ``prefill``: on the STT model (1 thread,
+``benchmarks/bench_stt_prefill.py``) 4 frames cost the same either way, 8 frames 12.8 ms as one
+pass against 33.5 ms as steps (p50), 25 frames 11.7 ms against 75.6 ms."""
 
 
 class StreamBatcher:
