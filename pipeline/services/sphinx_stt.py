@@ -7,10 +7,12 @@ How it follows the user's speech:
 
 * Audio is decoded as it arrives, on one worker thread that owns the ``SphinxEngine``; the event
   loop only queues it, so audio passes through this service without waiting on the decoder.
-* The engine is taken from a ``SphinxPool`` (the process-wide ``SPHINX_POOL`` unless one is given)
-  in ``start()`` and handed back on the same worker thread in ``stop()``/``cancel()``, after the
-  decode work already queued there, so it is never in two calls at once. Building an engine holds
-  the GIL ~0.4 s; prewarm the pool at server start so a new call never builds one.
+* The engine is taken from a pool (``pipeline.engines.sphinx.default_pool()`` unless one is
+  given: in-process, or worker processes under ``parley serve``) in ``start()`` and handed back on the same worker thread in ``stop()``/``cancel()``, after the
+  decode work already queued there, so it is never in two calls at once. Building an engine
+  takes ~0.4 s; prewarm the pool at server start so a new call never builds one.
+* If the engine's worker process dies, the error is pushed as an ``ErrorFrame``, the utterance
+  in progress is lost, and the call goes on with a fresh engine (the pool starts a new worker).
 * Between utterances the last ``preroll_s`` of audio is kept, not decoded. pipecat's VAD reports
   a start ``start_secs`` after speech began, so on ``VADUserStartedSpeakingFrame`` the utterance
   starts with that pre-roll, and ``InterimTranscriptionFrame``s follow as partials change.
@@ -34,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
+    ErrorFrame,
     InterimTranscriptionFrame,
     StartFrame,
 )
@@ -41,7 +44,8 @@ from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
-from pipeline.engines.sphinx import SPHINX_POOL, SphinxEngine, SphinxPool
+from pipeline.engines.sphinx import SphinxEngine, SphinxPool, default_pool
+from pipeline.errors import EngineUnavailableError
 from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 
 logger = logging.getLogger(__name__)
@@ -56,7 +60,8 @@ class SphinxSTTService(QueuedSTTService):
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
     partial_every_ms: audio between two partial hypotheses.
     ttfs_p99_latency: end of speech to final transcript, p99, announced to turn strategies.
-    pool: where engines come from and go back to; None means the shared ``SPHINX_POOL``.
+    pool: where engines come from and go back to (``SphinxPool`` or ``SphinxProcessPool``);
+        None means ``default_pool()``.
     """
 
     def __init__(
@@ -77,7 +82,7 @@ class SphinxSTTService(QueuedSTTService):
             **kwargs,
         )
         self._partial_every_ms = partial_every_ms
-        self._pool = pool if pool is not None else SPHINX_POOL
+        self._pool = pool if pool is not None else default_pool()
         self._engine: SphinxEngine | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -122,12 +127,17 @@ class SphinxSTTService(QueuedSTTService):
 
     async def _on_audio(self, audio: bytes) -> None:
         engine = self._engine
-        assert engine is not None
+        if engine is None:  # lost, and no replacement could be had: nothing to decode with
+            return
         if not engine.in_utterance:
             self._keep_preroll(audio)
             return
         loop = asyncio.get_running_loop()
-        partial = await loop.run_in_executor(self._executor, engine.feed, audio)
+        try:
+            partial = await loop.run_in_executor(self._executor, engine.feed, audio)
+        except EngineUnavailableError:
+            await self._replace_engine()
+            raise
         if partial:
             await self.push_frame(
                 InterimTranscriptionFrame(partial, self._user_id, time_now_iso8601(), Language.EN)
@@ -135,14 +145,44 @@ class SphinxSTTService(QueuedSTTService):
 
     async def _on_command(self, kind: str, arg: object) -> None:
         engine = self._engine
-        assert engine is not None
+        if engine is None:
+            return
         loop = asyncio.get_running_loop()
-        if kind == _START and not engine.in_utterance:
-            preroll = self._take_preroll()
-            await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
-        elif kind == _STOP and engine.in_utterance:
-            text = await loop.run_in_executor(self._executor, engine.end_utt)
-            await self._push_final(text, float(arg))  # type: ignore[arg-type]
+        try:
+            if kind == _START and not engine.in_utterance:
+                preroll = self._take_preroll()
+                try:
+                    await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
+                except EngineUnavailableError as exc:
+                    # the worker died between utterances, so nothing is lost yet: report it and
+                    # start this utterance on a fresh engine
+                    await self._replace_engine()
+                    await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
+                    if self._engine is not None:
+                        await loop.run_in_executor(
+                            self._executor, self._start_with, self._engine, preroll)
+                    return
+            elif kind == _STOP and engine.in_utterance:
+                text = await loop.run_in_executor(self._executor, engine.end_utt)
+                await self._push_final(text, float(arg))  # type: ignore[arg-type]
+        except EngineUnavailableError:
+            await self._replace_engine()
+            raise
+
+    async def _replace_engine(self) -> None:
+        """The engine's worker failed: drop it and take a fresh engine, so the call goes on
+        (the utterance in progress is lost). If none can be had, the call goes on unheard."""
+        broken, self._engine = self._engine, None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._pool.release, broken)
+        try:
+            self._engine = await loop.run_in_executor(
+                self._executor, self._pool.acquire, self.sample_rate, self._partial_every_ms)
+        except EngineUnavailableError:
+            logger.error("%s: no pocketsphinx engine to replace the failed one; the rest of this "
+                         "call is not transcribed", self, exc_info=True)
+            return
+        logger.warning("%s: the pocketsphinx engine failed; went on with a fresh one", self)
 
     @staticmethod
     def _start_with(engine: SphinxEngine, preroll: bytes) -> None:
