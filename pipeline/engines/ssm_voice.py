@@ -26,6 +26,8 @@ Output rate: the voice speaks at 16 kHz; at 8 kHz (phone calls) a causal low-pas
 rate sample-exactly (``HalfRateFilter``: soxr's streaming resampler holds ~100 ms of audio back,
 which would delay the first chunk), so every 20 ms chunk leaves at once. Other rates go through
 soxr. The pipecat service over this engine is ``pipeline.services.ssm_tts.SSMTTSService``.
+``pipeline.engines.voice_procs.VoiceProcess`` runs this engine in a child process (its own GIL)
+behind the same interface; ``parley serve`` does that.
 """
 
 from __future__ import annotations
@@ -147,12 +149,21 @@ class SSMVoiceEngine:
 
     @classmethod
     def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR) -> SSMVoiceEngine:
+        """The process's engine for this voice folder: the one registered with
+        ``register_shared`` (``parley serve`` registers a ``VoiceProcess``), else one built now."""
         key = Path(model_dir).resolve()
         with cls._shared_lock:
             engine = cls._shared.get(key)
             if engine is None:
                 engine = cls._shared[key] = cls(key)
             return engine
+
+    @classmethod
+    def register_shared(cls, model_dir: str | Path, engine: Any) -> None:
+        """Make ``engine`` (an ``SSMVoiceEngine`` or a ``voice_procs.VoiceProcess``) what
+        ``shared(model_dir)`` returns from now on."""
+        with cls._shared_lock:
+            cls._shared[Path(model_dir).resolve()] = engine
 
     def open(self, sample_rate_hz: int, *, seed: int = 0) -> SSMUtterance:
         """A new utterance whose audio comes out at ``sample_rate_hz``."""
@@ -174,6 +185,9 @@ class SSMVoiceEngine:
             heapq.heappush(self._jobs, (deadline_s, next(self._order), utt, text, fut))
             self._cond.notify()
         return fut
+
+    def _on_cancel(self, utt: SSMUtterance) -> None:
+        """``utt.cancel()`` was called: nothing to do here, the thread checks ``cancelled``."""
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Cancel queued jobs and stop the thread (the running job finishes)."""
@@ -278,10 +292,11 @@ class SSMUtterance:
     every job of this utterance not yet started a no-op."""
 
     def __init__(self, engine: SSMVoiceEngine, sample_rate_hz: int, *, seed: int = 0) -> None:
-        self._engine = engine
+        self._engine = engine          # or a voice_procs.VoiceProcess: the same interface
         self.sample_rate_hz = sample_rate_hz
         self._seed = seed
         self._cancelled = False
+        self._remote_id = 0            # its name in a VoiceProcess's child
         # touched only on the voice's thread: the stream, the text not yet pushed to it (pushed
         # a word a chunk, ahead of the speech: the same samples as pushing it all at once), the
         # chunks made ahead of its requests, whether the stream has given its last chunk
@@ -300,7 +315,9 @@ class SSMUtterance:
         return self._cancelled
 
     def cancel(self) -> None:
-        self._cancelled = True
+        if not self._cancelled:
+            self._cancelled = True
+            self._engine._on_cancel(self)
 
     async def speak(self, text: str) -> AsyncIterator[SpeechChunk]:
         """Speak ``text`` (one whole phrase; one call per utterance); yields each chunk as soon

@@ -43,6 +43,7 @@ with warnings.catch_warnings():
 
 from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMUtterance, SSMVoiceEngine, check_voice_dir
 from pipeline.services.espeak_tts import PhraseTextAggregator
+from pipeline.errors import PipelineError
 from ssm_engine import SSMEngineError
 from ssm_engine.tts.text import expand_chunk, needs_right_context
 
@@ -193,7 +194,7 @@ class SSMTTSService(TTSService):
                 yield TTSAudioRawFrame(bytes(2 * samples), self.sample_rate, 1,
                                        context_id=context_id)
             self._context_audio_s[context_id] = offset_s + samples / self.sample_rate
-        except SSMEngineError as exc:
+        except (SSMEngineError, PipelineError) as exc:  # a model error, or its process died
             yield ErrorFrame(error=f"{self}: the SSM voice failed: {exc}", exception=exc)
         finally:
             utt.cancel()  # interrupted or closed early: its queued steps are dropped
