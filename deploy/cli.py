@@ -84,10 +84,19 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "Each costs ~0.4 s of start-up and ~90 MB; a call that finds none idle builds "
                    "one, which stalls every live call for ~0.4 s (pocketsphinx holds Python's "
                    "GIL). Finished calls give theirs back (default 4:1)")
+    p.add_argument("--stt-procs", type=_proc_count, default=1, metavar="N",
+                   help="worker processes for the recognizer, so its work never waits for Python's "
+                   "GIL behind the calls' event loop (pocketsphinx holds the GIL while it decodes): "
+                   "pocketsphinx decoders are spread over N; the SSM recognizer's batched model "
+                   "runs in one. 0 runs it all in the server process (default %(default)s)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
                    "espeak-ng baseline (1 ms, far less intelligible) (default %(default)s)")
+    p.add_argument("--tts-procs", type=int, choices=(0, 1), default=1,
+                   help="1 runs the SSM voice in a process of its own, so its model steps never "
+                   "wait for Python's GIL behind the calls' event loop; 0 runs it on a thread of "
+                   "the server (default %(default)s)")
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
                    help="the SSM voice's folder, config.json + model.safetensors "
                    "(default models/tts)")
@@ -167,6 +176,17 @@ def _warm_counts(text: str) -> tuple[int, int]:
     return counts
 
 
+def _proc_count(text: str) -> int:
+    """``--stt-procs``: 0..8 worker processes."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}")
+    if not 0 <= n <= 8:
+        raise argparse.ArgumentTypeError(f"expected 0..8 processes, got {n}")
+    return n
+
+
 def _serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
@@ -174,6 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
     from telephony.server import CallServer, ServerConfig, serve_forever
 
     _configure_logging(args.log_level)
+    voice_proc = None
     tts_model_dir = str(args.tts_model) if args.tts_model else None
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
         import torch
@@ -182,8 +203,17 @@ def _serve(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(1)  # FACTS: small model steps run 5-40x slower on 2 threads here
 
-        engine = SSMVoiceEngine.shared(tts_model_dir or DEFAULT_MODEL_DIR)
-        logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
+        voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
+        if args.tts_procs:  # the voice's model steps get a GIL (and a core) of their own
+            from pipeline.engines.voice_procs import VoiceProcess
+
+            voice_proc = VoiceProcess(voice_dir)
+            SSMVoiceEngine.register_shared(voice_dir, voice_proc)
+            logging.getLogger("parley").info("SSM voice loaded in its own process (pid %d) in "
+                                             "%.2f s", voice_proc.pid, voice_proc.load_s)
+        else:
+            engine = SSMVoiceEngine.shared(voice_dir)
+            logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
     agent_factory = _agent_factory(args.agent)
     db_path = Path(args.db or default_db_path())
     db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,15 +236,27 @@ def _serve(args: argparse.Namespace) -> int:
                                 tts=args.tts, tts_model_dir=tts_model_dir)
         ),
     )
-    if config.pipeline.stt == "sphinx":
-        from pipeline.engines.sphinx import SPHINX_POOL
+    sphinx_procs = None
+    if config.pipeline.stt == "ssm" and args.stt_procs > 0:
+        from pipeline.services.ssm_stt import SSMSTTEngine
 
+        SSMSTTEngine.shared_runner = "process"  # loaded by the first call
+    if config.pipeline.stt == "sphinx":
+        from pipeline.engines.sphinx import SPHINX_POOL, set_default_pool
+
+        pool = SPHINX_POOL
+        if args.stt_procs > 0:
+            from pipeline.engines.sphinx_procs import SphinxProcessPool
+
+            pool = sphinx_procs = SphinxProcessPool(args.stt_procs, max_idle=SPHINX_MAX_IDLE)
+            set_default_pool(pool)
         t0 = time.perf_counter()
         phone, browser = args.stt_warm
-        built = (SPHINX_POOL.prewarm(config.pipeline.sample_rate_hz, phone)
-                 + SPHINX_POOL.prewarm(16000, browser))
-        logging.getLogger("parley").info("pocketsphinx: %d decoders warm in %.1f s", built,
-                                         time.perf_counter() - t0)
+        built = (pool.prewarm(config.pipeline.sample_rate_hz, phone) + pool.prewarm(16000, browser))
+        where = (f"in {args.stt_procs} worker process(es)" if sphinx_procs is not None
+                 else "in the server process")
+        logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
+                                         where, time.perf_counter() - t0)
     server = CallServer(config, agent_factory=agent_factory, store=store)
     sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
     try:
@@ -223,6 +265,10 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     finally:
         store.close()
+        if sphinx_procs is not None:
+            sphinx_procs.close()
+        if voice_proc is not None:
+            voice_proc.close()
     return 0
 
 

@@ -49,6 +49,7 @@ from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
+from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
@@ -161,11 +162,21 @@ class SSMSTTEngine:
     _shared: dict[tuple[Path, str], SSMSTTEngine] = {}
     _shared_lock = threading.Lock()
 
+    shared_runner: Literal["thread", "process"] = "thread"
+    """Where ``shared()`` engines step the model (``parley serve`` sets "process")."""
+
     def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
                  flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
-                 beam_config: BeamConfig | None = None) -> None:
+                 beam_config: BeamConfig | None = None,
+                 runner: Literal["thread", "process"] = "thread") -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
-        (or in models/stt when ``model`` is an STTModel object)."""
+        (or in models/stt when ``model`` is an STTModel object). ``runner="process"`` steps the
+        model in a child process (``runner_procs.RunnerProcess``: its own GIL) instead of a
+        thread of this one; it needs ``model`` as a folder."""
+        if runner not in ("thread", "process"):
+            raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
+        if runner == "process" and isinstance(model, STTModel):
+            raise PipelineError("runner='process' needs the model's folder, not a loaded model")
         if decoder not in ("greedy", "beam"):
             raise PipelineError(f"decoder must be 'greedy' or 'beam', got {decoder!r}")
         t0 = time.perf_counter()
@@ -175,6 +186,7 @@ class SSMSTTEngine:
             folder = DEFAULT_MODEL_DIR if isinstance(model, STTModel) else Path(model)
             self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
                                      beam_config or BeamConfig())
+        folder_of_model = None if isinstance(model, STTModel) else Path(model).resolve()
         if not isinstance(model, STTModel):
             try:
                 model = load_stt(model)
@@ -183,8 +195,15 @@ class SSMSTTEngine:
                                              f"with `parley train stt`)") from exc
         self.model = model.eval()
         self.flush_s = flush_s
-        self.runner = BatchRunner(self.model, name="ssm-stt-runner")
-        self.runner.start()
+        if runner == "process":
+            self.runner = RunnerProcess("ssm_engine.stt.model:load_stt", [str(folder_of_model)],
+                                        name="ssm-stt")
+        else:
+            self.runner = BatchRunner(self.model, name="ssm-stt-runner")
+        try:
+            self.runner.start()
+        except SSMEngineError as exc:
+            raise EngineUnavailableError(f"SSM STT runner failed to start: {exc}") from exc
         self.load_s = time.perf_counter() - t0
 
     @classmethod
@@ -194,7 +213,7 @@ class SSMSTTEngine:
         with cls._shared_lock:
             engine = cls._shared.get(key)
             if engine is None:
-                engine = cls._shared[key] = cls(key[0], decoder=decoder)
+                engine = cls._shared[key] = cls(key[0], decoder=decoder, runner=cls.shared_runner)
             return engine
 
     def open(self, sample_rate_hz: int) -> SSMUtterance:
@@ -276,10 +295,23 @@ class SSMSTTService(QueuedSTTService):
 
     async def _feed(self, audio: bytes) -> None:
         assert self._utt is not None
-        fut = self._utt.push(audio)
-        if fut is not None and await self._utt.take_async(fut):
+        try:
+            fut = self._utt.push(audio)
+            changed = fut is not None and await self._utt.take_async(fut)
+        except SSMEngineError:
+            self._drop_utterance()  # its stream is gone (the runner failed): one error, not one
+            raise                   # per chunk; the next utterance opens a fresh stream
+        if changed:
             await self.push_frame(InterimTranscriptionFrame(
                 self._utt.text, self._user_id, time_now_iso8601(), Language.EN))
+
+    def _drop_utterance(self) -> None:
+        utt, self._utt = self._utt, None
+        if utt is not None:
+            try:
+                utt.abort()
+            except SSMEngineError:
+                pass  # the runner forgot the stream already
 
     async def _on_command(self, kind: str, arg: object) -> None:
         assert self._engine is not None
@@ -290,6 +322,11 @@ class SSMSTTService(QueuedSTTService):
                 await self._feed(preroll)
         elif kind == _STOP and self._utt is not None:
             utt, self._utt = self._utt, None
-            for fut in utt.finish():
-                await utt.take_async(fut)
+            try:
+                for fut in utt.finish():
+                    await utt.take_async(fut)
+            except SSMEngineError:
+                if utt.text:  # what was heard before the runner failed is kept
+                    await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
+                raise
             await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]

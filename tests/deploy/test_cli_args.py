@@ -1,4 +1,4 @@
-"""parley serve's argument parsing that needs no server: --stt-warm."""
+"""parley serve's argument parsing that needs no server: --stt-warm, --stt-procs, --tts-procs."""
 
 from __future__ import annotations
 
@@ -29,3 +29,19 @@ def test_stt_warm_rejects_what_is_not_two_small_counts(text, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--stt-warm", text])
     assert "--stt-warm" in capsys.readouterr().err
+
+
+def test_engines_run_in_worker_processes_by_default():
+    args = build_parser().parse_args(["serve"])
+    assert (args.stt_procs, args.tts_procs) == (1, 1)
+    args = build_parser().parse_args(["serve", "--stt-procs", "0", "--tts-procs", "0"])
+    assert (args.stt_procs, args.tts_procs) == (0, 0)
+    assert build_parser().parse_args(["serve", "--stt-procs", "8"]).stt_procs == 8
+
+
+@pytest.mark.parametrize("flag, text", [("--stt-procs", "-1"), ("--stt-procs", "9"), ("--stt-procs", "two"),
+                                        ("--tts-procs", "2"), ("--tts-procs", "-1")])
+def test_process_counts_out_of_range_are_refused(flag, text, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", flag, text])
+    assert flag in capsys.readouterr().err
