@@ -13,6 +13,13 @@ speaking flite's voice in real time and measuring on their own clock:
   it speaks ``--webrtc-lead-s`` after connecting, once the greeting has played;
 - SIP: ``telephony.sip.caller.place_sip_call`` (UDP, RTP PCMU 20 ms).
 
+The mixed load runs twice (``--engine-procs both``): against a server that runs its recognizer and
+voice in worker processes (``parley serve``'s default), then against one that runs them on threads
+of its own process, the baseline (keys prefixed ``inproc_``); ``server_cpu_cores_mixed`` is the
+CPU the server and its engine processes used meanwhile. The mixed load's callers run in one process per transport (``--caller-procs 0``: all in this
+one), each with a probe of its own event loop's lateness (``mixed*_caller_loop_lag_ms_*``): a
+caller whose loop runs late measures the server as slower than it is.
+
 Phase 1: ``--turns`` turns per transport, calls alternating between transports so machine noise
 hits all alike (``--mixed-only`` skips it). Phase 2: ``--mixed`` calls at once, split round-robin
 over the three transports, ``--mixed-turns`` turns each. ``--stt ssm`` runs the server with the
@@ -69,6 +76,7 @@ from pipeline.audio.g711 import resample  # noqa: E402
 from pipeline.audio.wav import trim_silence  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
 from telephony.errors import CallerError  # noqa: E402
+from telephony.loop_lag import LoopLagProbe  # noqa: E402
 from telephony.sip.caller import place_sip_call  # noqa: E402
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
 from telephony.webrtc import ice  # noqa: E402
@@ -94,15 +102,11 @@ PHRASES = [
 ]
 
 
-class Server(ServeProcess):
-    """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
+class ServerAddress:
+    """Where the server listens, and its call records: all a caller process needs of it."""
 
-    def __init__(self, db_dir: str, stt: str = "sphinx", tts: str = "ssm", stt_warm: str = "4:1"):
-        port, self.sip_port = free_port(), free_port(socket.SOCK_DGRAM)
-        super().__init__("parley", ["-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(port),
-                                    "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"),
-                                    "--log-level", "WARNING", "--stt", stt, "--tts", tts, "--stt-warm", stt_warm],
-                         port=port, log_path=Path(db_dir) / "server.log", env={"TWILIO_AUTH_TOKEN": TOKEN})
+    def __init__(self, port: int, sip_port: int) -> None:
+        self.port, self.sip_port = port, sip_port
 
     @property
     def base(self) -> str:
@@ -124,6 +128,19 @@ class Server(ServeProcess):
                 return data
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return {}
+
+
+class Server(ServeProcess, ServerAddress):
+    """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
+
+    def __init__(self, db_dir: str, stt: str = "sphinx", tts: str = "ssm", stt_warm: str = "4:1",
+                 vad: str = "silero", engine_procs: int = 1):
+        port, self.sip_port = free_port(), free_port(socket.SOCK_DGRAM)
+        ServeProcess.__init__(self, "parley", ["-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(port),
+                                    "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"),
+                                    "--log-level", "WARNING", "--stt", stt, "--tts", tts, "--stt-warm", stt_warm,
+                                    "--vad", vad, "--stt-procs", str(engine_procs), "--tts-procs", str(engine_procs)],
+                              port=port, log_path=Path(db_dir) / "server.log", env={"TWILIO_AUTH_TOKEN": TOKEN})
 
     async def metrics_frames(self) -> dict[str, dict[str, int]]:
         """The audio-frame counters of ``/metrics``, by transport: {"sip": {"in": .., "in_lost": ..}}."""
@@ -237,6 +254,47 @@ async def one_call(kind: str, server: Server, phrases: list[str], out: dict, voi
         out["errors"].append(f"{type(exc).__name__}: {exc}"[:200])
 
 
+async def calls_here(calls: list[tuple[str, list[str]]], server: ServerAddress, voice: Voice,
+                     lead_s: float) -> tuple[dict[str, dict], list[float]]:
+    """Run these calls at once in this process; -> results by transport, and how late this
+    process's event loop ran meanwhile (ms, every 20 ms): a late caller loop inflates v2v."""
+    results = {k: _empty() for k in TRANSPORTS}
+    lags: list[float] = []
+    probe = asyncio.get_running_loop().create_task(LoopLagProbe(lags.append, interval_s=0.02).run())
+    try:
+        await asyncio.gather(*(one_call(kind, server, phrases, results[kind], voice, lead_s)
+                               for kind, phrases in calls))
+    finally:
+        probe.cancel()
+    return results, lags
+
+
+async def calls_in_processes(calls: list[tuple[str, list[str]]], server: ServerAddress,
+                             lead_s: float) -> tuple[dict[str, dict], dict[str, list[float]]]:
+    """The same, one caller process per transport (started together), so that the callers of
+    one transport do not wait behind another's (aiortc's Opus and SRTP) for the GIL."""
+    by_kind: dict[str, list[list[str]]] = collections.defaultdict(list)
+    for kind, phrases in calls:
+        by_kind[kind].append(phrases)
+    procs = {kind: await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--callers", kind, "--callers-server", f"{server.port}:{server.sip_port}",
+        "--callers-calls", json.dumps(share), "--mixed-webrtc-lead-s", str(lead_s),
+        stdout=asyncio.subprocess.PIPE, cwd=ROOT) for kind, share in by_kind.items()}
+    results = {k: _empty() for k in TRANSPORTS}
+    lags: dict[str, list[float]] = {}
+    for kind, proc in procs.items():
+        stdout, _ = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {kind} caller process failed (exit code {proc.returncode})")
+        doc = json.loads(stdout.decode().strip().splitlines()[-1])
+        got = doc["results"][kind]
+        for key in ("rtp", "server_stats"):
+            got[key] = collections.Counter(got[key])
+        results[kind] = got
+        lags[kind] = doc["lags"]
+    return results, lags
+
+
 def pct(values: list[float | None]) -> dict[str, float | None]:
     v = np.array([x for x in values if x is not None], dtype=float)
     if v.size == 0:
@@ -287,10 +345,25 @@ async def main() -> None:
                     help="the server's voice (parley serve's default: ssm)")
     ap.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
                     help="the server's recogniser (ssm: one batched model for all calls)")
+    ap.add_argument("--vad", choices=["silero", "webrtc"], default="silero",
+                    help="the server's voice activity detector (parley serve's default: silero)")
     ap.add_argument("--mixed-only", action="store_true", help="skip the one-call-at-a-time phase")
     ap.add_argument("--mixed-transports", default=",".join(TRANSPORTS),
                     help="the transports the mixed load uses, round-robin (default %(default)s)")
+    ap.add_argument("--engine-procs", choices=["both", "1", "0"], default="both",
+                    help="1: the server runs its recognizer and voice in worker processes (parley serve's "
+                    "default); 0: in the server process; both: the mixed load on each, the baseline's keys "
+                    "prefixed inproc_ (default %(default)s)")
+    ap.add_argument("--caller-procs", type=int, choices=(0, 1), default=1,
+                    help="1: the mixed load's callers run in one process per transport; 0: all in this "
+                    "one (their event loop then lags under load, inflating v2v) (default %(default)s)")
+    ap.add_argument("--callers", choices=TRANSPORTS, help=argparse.SUPPRESS)  # a caller process
+    ap.add_argument("--callers-server", help=argparse.SUPPRESS)
+    ap.add_argument("--callers-calls", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.callers:
+        await caller_process_main(args)
+        return
     if args.quick:
         args.turns, args.turns_per_call, args.mixed, args.mixed_turns = 3, 3, 3, 2
     if args.mixed_only:
@@ -298,55 +371,104 @@ async def main() -> None:
     kinds = tuple(k for k in args.mixed_transports.split(",") if k)
     if not kinds or set(kinds) - set(TRANSPORTS):
         ap.error(f"--mixed-transports takes a comma list of {', '.join(TRANSPORTS)}")
-    rng = random.Random(args.seed)
     ice.pin_host_addresses(ice.LOOPBACK)
     voice = Voice()
     await voice.prepare(PHRASES)
 
     t0 = time.perf_counter_ns()
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    out: dict[str, object] = {
+        "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
+        "stt": args.stt, "tts": args.tts, "vad": args.vad, "turns_per_transport": args.turns, "mixed_calls": args.mixed,
+        "mixed_transports": list(kinds), "mixed_turns": args.mixed_turns, "cpus": os.cpu_count(),
+        "caller_procs": args.caller_procs, "engine_procs": args.engine_procs,
+    }
+    # worker processes first (parley serve's default); then, for "both", the same load on the same
+    # calls with every engine in the server process: the baseline
+    for procs in ([1, 0] if args.engine_procs == "both" else [int(args.engine_procs)]):
+        await session(args, kinds, voice, random.Random(args.seed), procs, out,
+                      prefix="" if procs or args.engine_procs != "both" else "inproc_")
+    out["wall_s"] = round((time.perf_counter_ns() - t0) / 1e9, 1)
+    print(json.dumps(out))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and its live children, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(entry) == pid or int(fields[1]) == pid:  # fields[1]: the parent's pid
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice, rng: random.Random,
+                  engine_procs: int, out: dict, prefix: str) -> None:
+    """One server (engines in worker processes or not): warm-up, phase 1 (when asked), the mixed load."""
     with tempfile.TemporaryDirectory(prefix="parley-bench-") as db_dir:
         # pocketsphinx: a decoder per concurrent call, built before the calls (parley serve
         # --stt-warm), as an operator expecting this load would set it
         browser = sum(1 for i in range(args.mixed) if kinds[i % len(kinds)] == "webrtc")
         stt_warm = f"{max(1, args.mixed - browser)}:{max(1, browser)}"
-        server = Server(db_dir, stt=args.stt, tts=args.tts, stt_warm=stt_warm)
+        server = Server(db_dir, stt=args.stt, tts=args.tts, stt_warm=stt_warm, vad=args.vad,
+                        engine_procs=engine_procs)
         try:
             await server.wait_ready()
             warm = {k: _empty() for k in TRANSPORTS}
             for kind in TRANSPORTS:  # warm-up: one call each (loads the STT decoder, binds SIP)
                 await one_call(kind, server, ["hello how are you"], warm[kind], voice, args.webrtc_lead_s)
             single = {k: _empty() for k in TRANSPORTS}
-            for _ in range(args.turns // args.turns_per_call if args.turns else 0):
+            for _ in range(args.turns // args.turns_per_call if args.turns and not prefix else 0):
                 phrases = rng.sample(PHRASES, args.turns_per_call)
                 for kind in TRANSPORTS:  # alternate: noise hits all alike
                     await one_call(kind, server, phrases, single[kind], voice, args.webrtc_lead_s)
-            mixed = {k: _empty() for k in TRANSPORTS}
+            calls = [(kinds[i % len(kinds)], rng.sample(PHRASES, args.mixed_turns)) for i in range(args.mixed)]
             load_before = os.getloadavg()[0]
-            await asyncio.gather(*(
-                one_call(kinds[i % len(kinds)], server, rng.sample(PHRASES, args.mixed_turns), mixed[kinds[i % len(kinds)]],
-                         voice, args.mixed_webrtc_lead_s)
-                for i in range(args.mixed)))
+            cpu_before, wall_before = cpu_seconds(server.proc.pid), time.monotonic()
+            if args.caller_procs:
+                mixed, caller_lags = await calls_in_processes(calls, server, args.mixed_webrtc_lead_s)
+            else:
+                mixed, lags = await calls_here(calls, server, voice, args.mixed_webrtc_lead_s)
+                caller_lags = {"all": lags}
+            server_cores = (cpu_seconds(server.proc.pid) - cpu_before) / (time.monotonic() - wall_before)
             load_after = os.getloadavg()[0]
             metrics_frames = await server.metrics_frames()
         finally:
             server.stop()
         server_warnings, warning_kinds = server.warnings()
-
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out: dict[str, object] = {
-        "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
-        "stt": args.stt, "tts": args.tts, "turns_per_transport": args.turns, "mixed_calls": args.mixed, "mixed_transports": list(kinds), "stt_warm": stt_warm,
-        "mixed_turns": args.mixed_turns, "cpus": os.cpu_count(), "loadavg_1m_before_mixed": round(load_before, 2),
-        "loadavg_1m_after_mixed": round(load_after, 2),
-        "server_log_warnings": server_warnings, "server_log_warning_kinds": warning_kinds,
-        "warmup_failed_calls": {k: w["failed_calls"] for k, w in warm.items()},
-    }
-    if args.turns:
+    out.update({
+        f"{prefix}stt_warm": stt_warm, f"{prefix}loadavg_1m_before_mixed": round(load_before, 2),
+        f"{prefix}loadavg_1m_after_mixed": round(load_after, 2),
+        f"{prefix}server_cpu_cores_mixed": round(server_cores, 2),  # the server and its engine processes
+        f"{prefix}server_log_warnings": server_warnings, f"{prefix}server_log_warning_kinds": warning_kinds,
+        f"{prefix}warmup_failed_calls": {k: w["failed_calls"] for k, w in warm.items()},
+    })
+    if args.turns and not prefix:
         summarise("", single, out)
-    summarise(f"mixed{args.mixed}_", mixed, out)
-    out["metrics_frames_all_calls"] = metrics_frames  # warm-up and phase 1 included
-    out["wall_s"] = round((time.perf_counter_ns() - t0) / 1e9, 1)
-    print(json.dumps(out))
+    summarise(f"{prefix}mixed{args.mixed}_", mixed, out)
+    for who, lags in caller_lags.items():  # the callers' own clocks: trustworthy while these are small
+        p = pct(lags)
+        out[f"{prefix}mixed{args.mixed}_caller_loop_lag_ms_{who}"] = {k: p[k] for k in ("p50", "p95", "p99")}
+    out[f"{prefix}metrics_frames_all_calls"] = metrics_frames  # warm-up and phase 1 included
+
+
+async def caller_process_main(args: argparse.Namespace) -> None:
+    """``--callers KIND``: run a share of the mixed load here and print its results as JSON."""
+    port, sip_port = (int(x) for x in args.callers_server.split(":"))
+    shares = json.loads(args.callers_calls)
+    ice.pin_host_addresses(ice.LOOPBACK)
+    voice = Voice()
+    await voice.prepare(sorted({p for share in shares for p in share}))
+    results, lags = await calls_here([(args.callers, share) for share in shares], ServerAddress(port, sip_port),
+                                     voice, args.mixed_webrtc_lead_s)
+    print(json.dumps({"results": results, "lags": lags}))
 
 
 if __name__ == "__main__":
