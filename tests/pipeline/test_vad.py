@@ -110,3 +110,38 @@ async def test_analysis_runs_on_the_loop_with_the_same_states_as_pipecats_thread
     threaded.analyze_audio = VADAnalyzer.analyze_audio.__get__(threaded)
     assert await states(inline, speech, 8000) == await states(threaded, speech, 8000)
     assert not inline._executor._threads and threaded._executor._threads
+
+
+def confidences(analyzer, pcm: np.ndarray, rate_hz: int) -> list[float]:
+    analyzer.set_sample_rate(rate_hz)
+    n = analyzer.num_frames_required()
+    return [analyzer.voice_confidence(pcm[i:i + n].tobytes()) for i in range(0, len(pcm) - n + 1, n)]
+
+
+def test_silero_analyzers_share_one_session_and_keep_their_own_state(flite_speech):
+    """Every call's Silero analyzer runs on the process's one ONNX session (building one per call
+    stalled the event loop), yet each keeps its own recurrent state: two calls analyzed frame by
+    frame in turn score exactly as each does alone on a session of its own (stock pipecat)."""
+    from pipecat.audio.vad import silero
+
+    from pipeline.vad import InlineSileroVADAnalyzer
+
+    rate = 8000
+    speech = padded(flite_speech("hello how are you", rate), rate)
+    noise = np.random.default_rng(0).normal(0, 2000, speech.size).clip(-32768, 32767).astype(np.int16)
+    a, b = InlineSileroVADAnalyzer(sample_rate=rate), InlineSileroVADAnalyzer(sample_rate=rate)
+    assert a._model.session is b._model.session
+    assert silero.SileroOnnxModel is not type(a._model)  # pipecat's own class is put back
+    assert type(SileroVADAnalyzer(sample_rate=rate)._model) is silero.SileroOnnxModel
+    a.set_sample_rate(rate)
+    b.set_sample_rate(rate)
+    n = a.num_frames_required()
+    got_a, got_b = [], []
+    for i in range(0, speech.size - n + 1, n):  # interleaved: a's state must not leak into b's
+        got_a.append(a.voice_confidence(speech[i:i + n].tobytes()))
+        got_b.append(b.voice_confidence(noise[i:i + n].tobytes()))
+    alone_a = confidences(SileroVADAnalyzer(sample_rate=rate), speech, rate)
+    alone_b = confidences(SileroVADAnalyzer(sample_rate=rate), noise, rate)
+    assert max(got_a) > 0.9 and max(got_b) < 0.5  # speech heard, noise not: the check has teeth
+    np.testing.assert_allclose(got_a, alone_a, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got_b, alone_b, rtol=0, atol=1e-6)
