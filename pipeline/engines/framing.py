@@ -5,12 +5,13 @@ share this: a frame is a 4-byte big-endian length and a body; a child is ``pytho
 ARGS...`` with one end of a socket pair passed as file descriptor ``FD``.
 
     mine, proc = spawn_child("pipeline.engines.voice_procs", ["models/tts"])
-    send_frame(mine, b'{"op": "req"}')
-    body = recv_frame(mine)            # ConnectionResetError when the child has gone
+    send_frame(mine, pack({"op": "req"}, b"payload"))
+    head, payload = unpack(recv_frame(mine))   # ConnectionResetError when the child has gone
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -43,6 +44,20 @@ def recv_frame(sock: socket.socket) -> bytes:
     if size > MAX_FRAME:
         raise ConnectionResetError(f"frame of {size} bytes (limit {MAX_FRAME})")
     return recv_exact(sock, size)
+
+
+def pack(head: dict, payload: bytes = b"") -> bytes:
+    """A frame body of a JSON head and a binary payload: 4-byte head length, head, payload."""
+    raw = json.dumps(head).encode()
+    return HEADER.pack(len(raw)) + raw + payload
+
+
+def unpack(body: bytes) -> tuple[dict, memoryview]:
+    """``pack``'s inverse: the head and a view of the payload (``ValueError`` if malformed)."""
+    if len(body) < HEADER.size:
+        raise ValueError(f"a {len(body)}-byte body has no head")
+    (n,) = HEADER.unpack_from(body)
+    return json.loads(body[HEADER.size:HEADER.size + n]), memoryview(body)[HEADER.size + n:]
 
 
 def spawn_child(module: str, args: list[str], *,

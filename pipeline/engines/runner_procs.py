@@ -31,10 +31,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import itertools
-import json
 import logging
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -43,24 +41,20 @@ from concurrent.futures import Future
 import numpy as np
 import torch
 
-from pipeline.engines.framing import ignore_stop_signals, recv_frame, send_frame, spawn_child
+from pipeline.engines.framing import (
+    ignore_stop_signals,
+    pack,
+    recv_frame,
+    send_frame,
+    spawn_child,
+    unpack,
+)
 from ssm_engine import errors as engine_errors
 from ssm_engine.errors import RunnerClosedError, SSMEngineError, StreamError, UnknownStreamError
 
 logger = logging.getLogger(__name__)
 
-_LEN = struct.Struct(">I")
 _LOAD_TIMEOUT_S = 120.0
-
-
-def _pack(head: dict, payload: bytes = b"") -> bytes:
-    raw = json.dumps(head).encode()
-    return _LEN.pack(len(raw)) + raw + payload
-
-
-def _unpack(body: bytes) -> tuple[dict, memoryview]:
-    (n,) = _LEN.unpack_from(body)
-    return json.loads(body[_LEN.size:_LEN.size + n]), memoryview(body)[_LEN.size + n:]
 
 
 def _remote_error(name: str, message: str) -> SSMEngineError:
@@ -98,7 +92,7 @@ class RunnerProcess:
         sock, proc = spawn_child("pipeline.engines.runner_procs", [self._loader, *self._args])
         try:
             sock.settimeout(_LOAD_TIMEOUT_S)
-            head, _ = _unpack(recv_frame(sock))
+            head, _ = unpack(recv_frame(sock))
             sock.settimeout(None)
         except (OSError, ValueError) as exc:
             sock.close()
@@ -145,6 +139,12 @@ class RunnerProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+    @property
+    def workers_up(self) -> int:
+        """1 while the child runs and answers, else 0 (dead, restarting or closed)."""
+        with self._lock:
+            return int(self._sock is not None and self._proc is not None and self._proc.poll() is None)
 
     @property
     def pid(self) -> int | None:
@@ -199,7 +199,7 @@ class RunnerProcess:
         if self._stopping or self._sock is None:
             raise self._not_running()
         try:
-            send_frame(self._sock, _pack(head, payload))
+            send_frame(self._sock, pack(head, payload))
         except OSError as exc:
             raise RunnerClosedError(f"{self.name} process is gone ({exc})") from exc
 
@@ -227,7 +227,7 @@ class RunnerProcess:
     def _read(self, sock: socket.socket, proc: subprocess.Popen) -> None:
         while True:
             try:
-                head, payload = _unpack(recv_frame(sock))
+                head, payload = unpack(recv_frame(sock))
             except (OSError, ValueError) as exc:
                 self._lost(sock, proc, exc)
                 return
@@ -298,7 +298,7 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
                 pass  # the server is gone: the read loop ends on EOF
 
     def fail(rid: int, exc: BaseException) -> None:
-        send(_pack({"id": rid, "error": type(exc).__name__, "message": str(exc)}))
+        send(pack({"id": rid, "error": type(exc).__name__, "message": str(exc)}))
 
     t0 = time.perf_counter()
     try:
@@ -309,7 +309,7 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it
         fail(0, exc)
         return 1
-    send(_pack({"id": 0, "ok": time.perf_counter() - t0}))
+    send(pack({"id": 0, "ok": time.perf_counter() - t0}))
     sids: dict[int, int] = {}  # the server's stream ids -> the runner's
 
     def reply(rid: int, fut: Future) -> None:
@@ -322,15 +322,15 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
         out = fut.result()
         if isinstance(out, torch.Tensor):
             y = out.detach().to(torch.float32).contiguous()
-            send(_pack({"id": rid, "shape": list(y.shape)}, y.numpy().tobytes()))
+            send(pack({"id": rid, "shape": list(y.shape)}, y.numpy().tobytes()))
         elif isinstance(out, bytes):
-            send(_pack({"id": rid, "bytes": True}, out))
+            send(pack({"id": rid, "bytes": True}, out))
         else:
-            send(_pack({"id": rid, "ok": None}))
+            send(pack({"id": rid, "ok": None}))
 
     while True:
         try:
-            head, payload = _unpack(recv_frame(sock))
+            head, payload = unpack(recv_frame(sock))
         except (OSError, ValueError):
             runner.stop()
             return 0
@@ -339,7 +339,7 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
             if op == "open":
                 sids[head["sid"]] = runner.open_stream(bytes(payload) if rid else None)
                 if rid:
-                    send(_pack({"id": rid, "ok": None}))
+                    send(pack({"id": rid, "ok": None}))
                 continue
             sid = sids.get(head["sid"])
             if sid is None:

@@ -34,7 +34,6 @@ import itertools
 import json
 import logging
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -43,13 +42,19 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.engines.framing import ignore_stop_signals, recv_frame, send_frame, spawn_child
+from pipeline.engines.framing import (
+    ignore_stop_signals,
+    pack,
+    recv_frame,
+    send_frame,
+    spawn_child,
+    unpack,
+)
 from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMUtterance, check_voice_dir
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
 
-_LEN = struct.Struct(">I")
 _LOAD_TIMEOUT_S = 120.0
 
 
@@ -64,22 +69,17 @@ class _Chunk:
 
 def _encode_reply(rid: int, chunks: list | None) -> bytes:
     if chunks is None:
-        head = {"id": rid, "chunks": None}
-        pcm = b""
-    else:
-        head = {"id": rid, "chunks": [[len(c.pcm), c.start_s, [list(w) for w in c.words]]
-                                      for c in chunks]}
-        pcm = b"".join(np.asarray(c.pcm, np.float32).tobytes() for c in chunks)
-    raw = json.dumps(head).encode()
-    return _LEN.pack(len(raw)) + raw + pcm
+        return pack({"id": rid, "chunks": None})
+    head = {"id": rid, "chunks": [[len(c.pcm), c.start_s, [list(w) for w in c.words]]
+                                  for c in chunks]}
+    return pack(head, b"".join(np.asarray(c.pcm, np.float32).tobytes() for c in chunks))
 
 
 def _decode_reply(body: bytes) -> tuple[dict, list[_Chunk] | None]:
-    (n,) = _LEN.unpack_from(body)
-    head = json.loads(body[_LEN.size:_LEN.size + n])
+    head, payload = unpack(body)
     if head.get("chunks") is None:
         return head, None
-    pcm = np.frombuffer(body, np.float32, offset=_LEN.size + n)
+    pcm = np.frombuffer(payload, np.float32)
     chunks, at = [], 0
     for samples, start_s, words in head["chunks"]:
         chunks.append(_Chunk(pcm[at:at + samples], start_s, tuple((w, t) for w, t in words)))
@@ -160,6 +160,12 @@ class VoiceProcess:
             proc.kill()
             proc.wait()
         self._reader.join(timeout_s)
+
+    @property
+    def workers_up(self) -> int:
+        """1 while the child runs and answers, else 0 (dead, restarting or closed)."""
+        with self._lock:
+            return int(self._sock is not None and self._proc is not None and self._proc.poll() is None)
 
     @property
     def pid(self) -> int:
@@ -273,8 +279,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
                 pass  # the server is gone: the read loop below ends on EOF
 
     def error(rid: int, exc: BaseException) -> bytes:
-        raw = json.dumps({"id": rid, "error": type(exc).__name__, "message": str(exc)}).encode()
-        return _LEN.pack(len(raw)) + raw
+        return pack({"id": rid, "error": type(exc).__name__, "message": str(exc)})
 
     t0 = time.perf_counter()
     try:
@@ -282,8 +287,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
     except PipelineError as exc:
         send(error(0, exc))
         return 1
-    ready = json.dumps({"ready": time.perf_counter() - t0, "rate": engine.sample_rate_hz}).encode()
-    send(_LEN.pack(len(ready)) + ready)
+    send(pack({"ready": time.perf_counter() - t0, "rate": engine.sample_rate_hz}))
     utts: dict[int, SSMUtterance] = {}
 
     def reply(rid: int, uid: int, fut: Future) -> None:
