@@ -187,6 +187,24 @@ def _proc_count(text: str) -> int:
     return n
 
 
+def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
+    """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
+    if sphinx_procs is not None:
+        metrics.register_engine("pocketsphinx", lambda: len(sphinx_procs.worker_pids()),
+                                lambda: sphinx_procs.restarts)
+    if voice_proc is not None:
+        metrics.register_engine("ssm-voice", lambda: voice_proc.workers_up, lambda: voice_proc.restarts)
+    if ssm_stt_procs:  # the recognizer's process starts with the first call
+        from pipeline.engines.runner_procs import RunnerProcess
+        from pipeline.services.ssm_stt import SSMSTTEngine
+
+        def runners() -> list[RunnerProcess]:
+            return [e.runner for e in SSMSTTEngine.shared_engines() if isinstance(e.runner, RunnerProcess)]
+
+        metrics.register_engine("ssm-stt", lambda: sum(r.workers_up for r in runners()),
+                                lambda: sum(r.restarts for r in runners()))
+
+
 def _serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
@@ -258,6 +276,8 @@ def _serve(args: argparse.Namespace) -> int:
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
                                          where, time.perf_counter() - t0)
     server = CallServer(config, agent_factory=agent_factory, store=store)
+    _register_engines(server.metrics, sphinx_procs, voice_proc,
+                      ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
     sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
     try:
         asyncio.run(serve_forever(server, sip=sip))

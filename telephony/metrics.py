@@ -10,6 +10,11 @@
     parley_audio_frames_missed_total{transport,direction,reason}
                                                         counter, frames not delivered on time:
                                                         in: lost | late, out: underrun | late
+    parley_engine_workers{engine}                       gauge, speech-engine worker processes up
+    parley_engine_restarts_total{engine}                counter, workers replaced after dying
+
+Engine workers are whatever ``register_engine`` was given (``parley serve`` registers its
+pocketsphinx workers, SSM recognizer and SSM voice processes); each is asked at every scrape.
 
 ``mark`` is one of the latency observer's marks (vad_stop, stt_final, first_text,
 tts_first_audio, transport_first_byte); transport_first_byte is the server's voice-to-voice.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 from pipeline.latency import MARKS
 from telephony.audio_meter import FrameCounts
@@ -68,6 +74,12 @@ class Metrics:
         self._frames_done: dict[str, FrameCounts] = defaultdict(FrameCounts)  # by transport
         self._frames_live: dict[int, tuple[str, FrameCounts]] = {}
         self._loop_lag = _Histogram(LAG_BUCKETS_MS)
+        self._engines: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {}
+
+    def register_engine(self, name: str, workers: Callable[[], int], restarts: Callable[[], int]) -> None:
+        """Report an engine's worker processes: how many are up, how many were replaced so far."""
+        with self._lock:
+            self._engines[name] = (workers, restarts)
 
     def call_started(self, transport: str, frames: FrameCounts | None = None) -> None:
         with self._lock:
@@ -151,4 +163,13 @@ class Metrics:
                     if reason is not None:
                         lines.append(f'parley_audio_frames_missed_total{{transport="{t}",direction="{direction}",'
                                      f'reason="{reason}"}} {getattr(totals[t], name)}')
+            engines = dict(self._engines)
+        if engines:  # asked outside the lock: the callbacks take their own locks
+            up = [f'parley_engine_workers{{engine="{n}"}} {workers()}' for n, (workers, _) in sorted(engines.items())]
+            again = [f'parley_engine_restarts_total{{engine="{n}"}} {restarts()}'
+                     for n, (_, restarts) in sorted(engines.items())]
+            lines += ["# HELP parley_engine_workers Speech-engine worker processes running.",
+                      "# TYPE parley_engine_workers gauge", *up,
+                      "# HELP parley_engine_restarts_total Engine workers replaced after they died.",
+                      "# TYPE parley_engine_restarts_total counter", *again]
         return "\n".join(lines) + "\n"

@@ -60,6 +60,7 @@ _ERRORS: dict[str, type[PipelineError]] = {
     "EngineUnavailableError": EngineUnavailableError,
 }
 
+
 class _Worker:
     """One worker process and its control socket (main side)."""
 
@@ -225,6 +226,8 @@ class SphinxProcessPool:
         self.built = 0
         self._workers: list[_Worker] = []
         self._started = 0
+        self.restarts = 0
+        """Workers replaced after they died."""
         self._idle: dict[int, list[RemoteSphinxEngine]] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -324,6 +327,7 @@ class SphinxProcessPool:
                 logger.warning("%s: starting a replacement", worker.describe())
                 self._workers.remove(worker)
                 worker.close()
+                self.restarts += 1
             if len(self._workers) < self.procs:
                 self._workers.append(_Worker(self._started))
                 self._started += 1

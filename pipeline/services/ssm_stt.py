@@ -216,6 +216,12 @@ class SSMSTTEngine:
                 engine = cls._shared[key] = cls(key[0], decoder=decoder, runner=cls.shared_runner)
             return engine
 
+    @classmethod
+    def shared_engines(cls) -> list[SSMSTTEngine]:
+        """The engines ``shared()`` has built so far (``/metrics`` asks their runners)."""
+        with cls._shared_lock:
+            return list(cls._shared.values())
+
     def open(self, sample_rate_hz: int) -> SSMUtterance:
         if sample_rate_hz not in SUPPORTED_RATES_HZ:
             raise AudioFormatError(f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_RATES_HZ}")

@@ -1,4 +1,5 @@
-"""`parley serve` as a real process: killed mid-call, the turns so far stay readable."""
+"""`parley serve` as a real process: killed mid-call, the turns so far stay readable and its engine
+worker processes go with it; a dead engine worker is replaced, and /metrics says so."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import aiohttp
 
 from pipeline.records_sqlite import SQLiteCallStore
 from telephony.caller import CallerConfig, Utterance, run_call
@@ -45,6 +49,71 @@ def _serve(port: int, db: Path, *extra: str) -> subprocess.Popen:
     )
 
 
+def _children(pid: int) -> dict[int, str]:
+    """Live child processes of ``pid``: their command lines."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out[int(entry)] = cmd
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+async def _engine_series(port: int) -> dict[str, int]:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+            text = await r.text()
+    return {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
+            if line.startswith(("parley_engine_workers{", "parley_engine_restarts_total{"))}
+
+
+async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
+    port, db = _free_port(), tmp_path / "calls.db"
+    proc = _serve(port, db, "--stt-warm", "1:0")
+    try:
+        await _wait_listening(port, proc)
+        series = await _engine_series(port)
+        assert series == {'parley_engine_workers{engine="pocketsphinx"}': 1,
+                          'parley_engine_workers{engine="ssm-voice"}': 1,
+                          'parley_engine_restarts_total{engine="pocketsphinx"}': 0,
+                          'parley_engine_restarts_total{engine="ssm-voice"}': 0}
+        voice = [pid for pid, cmd in _children(proc.pid).items() if "voice_procs" in cmd]
+        assert len(voice) == 1
+        os.kill(voice[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            series = await _engine_series(port)
+            if series['parley_engine_restarts_total{engine="ssm-voice"}'] == 1 and \
+                    series['parley_engine_workers{engine="ssm-voice"}'] == 1:
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"the voice worker was not replaced: {series}")
+        # the replacement speaks: a call gets its greeting and a reply
+        report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
+                                             timeout_s=60, utterances=(Utterance(text="hello how are you"),)))
+        assert report.turns and report.turns[0].agent_audio_bytes > 0
+        assert proc.poll() is None  # the server never went down
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stderr.close()
+
+
 async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
     port, db = _free_port(), tmp_path / "calls.db"
     proc = _serve(port, db)
@@ -72,8 +141,15 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
                 if calls[0].turns and calls[0].turns[0].agent_text_heard:  # the reply played out
                     break
         assert sid is not None
+        engines = _children(proc.pid)  # the pocketsphinx worker and the voice
+        assert sum("sphinx_procs" in c for c in engines.values()) == 1, engines
+        assert sum("voice_procs" in c for c in engines.values()) == 1, engines
         proc.send_signal(signal.SIGKILL)  # no clean-up of any kind
         proc.wait(10)
+        deadline = time.monotonic() + 30  # they see their socket close and exit: no orphans
+        while any(_alive(pid) for pid in engines) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert not [pid for pid in engines if _alive(pid)], "engine workers outlived the server"
         report = await asyncio.wait_for(call, 60)  # the caller sees the socket drop and ends cleanly
         assert report.call_sid == sid
     finally:

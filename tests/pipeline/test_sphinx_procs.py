@@ -224,12 +224,13 @@ def test_a_killed_worker_fails_its_engines_and_is_replaced(pool, lent, speech):
         out.start_utt()
     lent.remove(out)
     pool.release(out)  # dropped, not kept idle
-    built = pool.built
+    built, restarts = pool.built, pool.restarts
 
     new = pool.acquire(PHONE)  # the idle engine died with its worker: a new build, a new worker
     lent.append(new)
     assert new is not idle and new is not out and pool.built == built + 1
     assert new.worker_pid != pid and pool.worker_pids() == [new.worker_pid]
+    assert pool.restarts == restarts + 1  # what /metrics reports as parley_engine_restarts_total
     assert pool.idle_count(PHONE) == 0
     assert "hello" in new.transcribe(speech)
 
