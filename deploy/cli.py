@@ -84,11 +84,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "Each costs ~0.4 s of start-up and ~90 MB; a call that finds none idle builds "
                    "one, which stalls every live call for ~0.4 s (pocketsphinx holds Python's "
                    "GIL). Finished calls give theirs back (default 4:1)")
-    p.add_argument("--stt-procs", type=_proc_count, default=1, metavar="N",
+    p.add_argument("--stt-procs", type=_proc_count, default=DEFAULT_STT_PROCS, metavar="N",
                    help="worker processes for the recognizer, so its work never waits for Python's "
                    "GIL behind the calls' event loop (pocketsphinx holds the GIL while it decodes): "
                    "pocketsphinx decoders are spread over N; the SSM recognizer's batched model "
-                   "runs in one. 0 runs it all in the server process (default %(default)s)")
+                   "runs in one. 0 runs it all in the server process (default: one per core but "
+                   "one, at least 1, at most 8: %(default)s here)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
@@ -174,6 +175,11 @@ def _warm_counts(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"counts must be 0..{SPHINX_MAX_IDLE} (the pool keeps "
                                          f"at most that many idle), got {text!r}")
     return counts
+
+
+DEFAULT_STT_PROCS = min(8, max(1, (os.cpu_count() or 2) - 1))
+"""pocketsphinx decoding takes ~0.28 core per caller speaking: a worker per core, one core left
+to the server's event loop."""
 
 
 def _proc_count(text: str) -> int:

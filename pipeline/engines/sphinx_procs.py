@@ -53,7 +53,10 @@ from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineEr
 
 logger = logging.getLogger(__name__)
 
-_REPLY_TIMEOUT_S = 20.0  # a decode that takes this long means a hung worker
+# A reply this late means a hung worker (it is killed and replaced). Not sooner: a worker
+# overloaded by many callers speaking at once falls seconds behind, and killing it would cost
+# every call on it its utterance.
+_REPLY_TIMEOUT_S = 120.0
 _BUILD_TIMEOUT_S = 60.0  # building a decoder: ~0.4 s each, queued behind the worker's others
 _ERRORS: dict[str, type[PipelineError]] = {
     "AudioFormatError": AudioFormatError,

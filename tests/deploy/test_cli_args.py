@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from deploy.cli import build_parser
@@ -32,8 +34,11 @@ def test_stt_warm_rejects_what_is_not_two_small_counts(text, capsys):
 
 
 def test_engines_run_in_worker_processes_by_default():
+    from deploy.cli import DEFAULT_STT_PROCS
+
     args = build_parser().parse_args(["serve"])
-    assert (args.stt_procs, args.tts_procs) == (1, 1)
+    assert (args.stt_procs, args.tts_procs) == (DEFAULT_STT_PROCS, 1)
+    assert DEFAULT_STT_PROCS == min(8, max(1, (os.cpu_count() or 2) - 1))
     args = build_parser().parse_args(["serve", "--stt-procs", "0", "--tts-procs", "0"])
     assert (args.stt_procs, args.tts_procs) == (0, 0)
     assert build_parser().parse_args(["serve", "--stt-procs", "8"]).stt_procs == 8
