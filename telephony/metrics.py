@@ -165,7 +165,8 @@ class Metrics:
                                      f'reason="{reason}"}} {getattr(totals[t], name)}')
             engines = dict(self._engines)
         if engines:  # asked outside the lock: the callbacks take their own locks
-            up = [f'parley_engine_workers{{engine="{n}"}} {workers()}' for n, (workers, _) in sorted(engines.items())]
+            up = [f'parley_engine_workers{{engine="{n}"}} {workers()}'
+                  for n, (workers, _) in sorted(engines.items())]
             again = [f'parley_engine_restarts_total{{engine="{n}"}} {restarts()}'
                      for n, (_, restarts) in sorted(engines.items())]
             lines += ["# HELP parley_engine_workers Speech-engine worker processes running.",

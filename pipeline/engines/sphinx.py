@@ -9,11 +9,12 @@ The en-us acoustic model shipped in the wheel is 16 kHz only, so input at any ot
 phone audio above all) is resampled with a streaming soxr resampler, flushed at ``end_utt``.
 The search runs with ``fwdflat=False, bestpath=False``: the final hypothesis is the first-pass
 one, which cuts ``end_utt`` from ~155 ms to ~36 ms (FACTS.md; 31 ms p50 at 16 kHz and 46 ms at
-8 kHz measured here) for a small loss in accuracy. Capping the search at 3000 active HMMs a frame would halve the
-decoding cost (real-time factor 0.28 -> 0.14 at 8 kHz) but costs accuracy (held-out WER 0.795 ->
-0.822), so it is not done: the SSM recognizer is the answer to many calls at once. For 8 kHz input the cepstral mean
-normalization starts from a value measured on upsampled narrowband speech (see
-``_CMNINIT_NARROWBAND``); it then adapts live, utterance by utterance, as usual.
+8 kHz measured here) for a small loss in accuracy. Capping the search at 3000 active HMMs a
+frame would halve the decoding cost (real-time factor 0.28 -> 0.14 at 8 kHz) but costs accuracy
+(held-out WER 0.795 -> 0.822), so it is not done: the SSM recognizer is the answer to many calls
+at once. For 8 kHz input the cepstral mean normalization starts from a value measured on
+upsampled narrowband speech (see ``_CMNINIT_NARROWBAND``); it then adapts live, utterance by
+utterance, as usual.
 
 The decoder is synchronous and owned by one engine; one engine serves one stream, utterance
 after utterance, and runs ``feed``/``end_utt`` off the event loop. Building one loads the model:
@@ -134,7 +135,8 @@ class SphinxEngine:
     def reset(self) -> None:
         """Make the engine as good as new for another stream: discard an open utterance, drop the
         resampler, rebuild the feature front end and restore the cepstral mean the decoder
-        started with (live CMN adapts to each caller's channel). Raises pocketsphinx's ``RuntimeError`` if the decoder is broken."""
+        started with (live CMN adapts to each caller's channel). Raises pocketsphinx's
+        ``RuntimeError`` if the decoder is broken."""
         in_utt, self._in_utt = self._in_utt, False
         self._resampler = None
         self._since_partial = 0

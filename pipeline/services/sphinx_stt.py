@@ -8,9 +8,10 @@ How it follows the user's speech:
 * Audio is decoded as it arrives, on one worker thread that owns the ``SphinxEngine``; the event
   loop only queues it, so audio passes through this service without waiting on the decoder.
 * The engine is taken from a pool (``pipeline.engines.sphinx.default_pool()`` unless one is
-  given: in-process, or worker processes under ``parley serve``) in ``start()`` and handed back on the same worker thread in ``stop()``/``cancel()``, after the
-  decode work already queued there, so it is never in two calls at once. Building an engine
-  takes ~0.4 s; prewarm the pool at server start so a new call never builds one.
+  given: in-process, or worker processes under ``parley serve``) in ``start()`` and handed back
+  on the same worker thread in ``stop()``/``cancel()``, after the decode work already queued
+  there, so it is never in two calls at once. Building an engine takes ~0.4 s; prewarm the pool
+  at server start so a new call never builds one.
 * If the engine's worker process dies, the error is pushed as an ``ErrorFrame``, the utterance
   in progress is lost, and the call goes on with a fresh engine (the pool starts a new worker).
 * Between utterances the last ``preroll_s`` of audio is kept, not decoded. pipecat's VAD reports
