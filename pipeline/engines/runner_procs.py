@@ -17,7 +17,8 @@ Per stream, commands reach the child in the order they were made, so ``BatchRunn
 holds. Frames and outputs travel as float32. Errors come back as the same ``ssm_engine``
 exceptions. If the child dies, every pending future fails with ``RunnerClosedError``, the
 streams it held are forgotten (``UnknownStreamError`` from then on; a recognizer opens a new
-stream per utterance, so the next one works) and a replacement starts in the background.
+stream per utterance, so the next one works) and a replacement starts in the background
+(``child.ChildClient``, shared with the voice's process).
 
 Wire format (framing.py frames): requests are a 4-byte JSON length, JSON ``{"op": "open" |
 "submit" | "close" | "export", "sid": s, "id": r, "n": rows, "d": cols}`` and a payload (frames,
@@ -28,7 +29,6 @@ payload), ``{"id": r, "bytes": true}``, ``{"id": r, "ok": null}`` or ``{"id": r,
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import itertools
 import logging
@@ -41,6 +41,7 @@ from concurrent.futures import Future
 import numpy as np
 import torch
 
+from pipeline.engines.child import ChildClient
 from pipeline.engines.framing import (
     ignore_stop_signals,
     pack,
@@ -68,87 +69,29 @@ def _remote_error(name: str, message: str) -> SSMEngineError:
         return SSMEngineError(f"{name}: {message}")
 
 
-class RunnerProcess:
+class RunnerProcess(ChildClient):
     """``BatchRunner``'s API over a child process (see the module docstring)."""
+
+    unavailable = RunnerClosedError
+    closed_word = "stopped"
 
     def __init__(self, loader: str, args: list[str] | None = None, *,
                  name: str = "ssm-runner") -> None:
-        self._loader, self._args, self.name = loader, [str(a) for a in args or []], name
-        self._ids = itertools.count(1)
+        super().__init__([loader, *(str(a) for a in args or [])])
+        self.name = name
+        self.label = f"{name} process"
         self._sids = itertools.count(1)
-        self._lock = threading.Lock()       # sock, open ids, pending; one writer at a time
-        self._sock: socket.socket | None = None
-        self._proc: subprocess.Popen | None = None
         self._open_ids: set[int] = set()
-        self._pending: dict[int, tuple[Future, str]] = {}
-        self._stopping = False
-        self.restarts = 0
-        self.load_s = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the child and wait until it has built the model (``RunnerClosedError`` with
         the child's reason if it cannot)."""
-        sock, proc = spawn_child("pipeline.engines.runner_procs", [self._loader, *self._args])
-        try:
-            sock.settimeout(_LOAD_TIMEOUT_S)
-            head, _ = unpack(recv_frame(sock))
-            sock.settimeout(None)
-        except (OSError, ValueError) as exc:
-            sock.close()
-            if isinstance(exc, TimeoutError):
-                proc.kill()                   # it hung
-            try:
-                proc.wait(timeout=5.0)        # reaped, with its exit code: no zombie
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise RunnerClosedError(f"{self.name} process did not start ({exc}; exit code "
-                                    f"{proc.returncode})") from exc
-        if "error" in head:
-            sock.close()
-            proc.wait()
-            raise RunnerClosedError(f"{self.name} process failed: {head['message']}")
-        self.load_s = float(head["ok"])
-        with self._lock:
-            stopping = self._stopping
-            if not stopping:
-                self._sock, self._proc = sock, proc
-        if stopping:  # stop() came while this (replacement) child started: it goes too
-            sock.close()
-            proc.wait()
-            raise RunnerClosedError(f"{self.name} process is stopped")
-        threading.Thread(target=self._read, args=(sock, proc), name=f"{self.name}-reader",
-                         daemon=True).start()
+        self._start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the child (queued work is dropped: its futures are cancelled)."""
-        with self._lock:
-            self._stopping = True
-            sock, self._sock = self._sock, None
-            proc = self._proc
-        if sock is not None:
-            # shutdown, not only close: the reader thread's recv() holds the socket open, so
-            # close() alone sends the child no EOF
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        if proc is not None:
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    @property
-    def workers_up(self) -> int:
-        """1 while the child runs and answers, else 0 (dead, restarting or closed)."""
-        with self._lock:
-            return int(self._sock is not None and self._proc is not None and self._proc.poll() is None)
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        self.close(timeout_s)
 
     @property
     def open_streams(self) -> frozenset[int]:
@@ -165,7 +108,8 @@ class RunnerProcess:
                 self._send({"op": "open", "sid": sid})
                 self._open_ids.add(sid)
             return sid
-        fut = self._request({"op": "open", "sid": sid}, bytes(state_bytes), "ok", new_sid=sid)
+        fut = self._request({"op": "open", "sid": sid}, bytes(state_bytes), "ok",
+                            sent=lambda: self._open_ids.add(sid))
         try:
             fut.result()
         except SSMEngineError:
@@ -180,101 +124,44 @@ class RunnerProcess:
                               f"{tuple(frames.shape) if isinstance(frames, torch.Tensor) else type(frames)}")
         data = frames.detach().to(torch.float32).contiguous().numpy().tobytes()
         n, d = frames.shape
-        return self._request({"op": "submit", "sid": stream_id, "n": n, "d": d}, data, "tensor")
+        return self._request({"op": "submit", "sid": stream_id, "n": n, "d": d}, data, "tensor",
+                             check=lambda: self._check_open(stream_id))
 
     def export_state(self, stream_id: int) -> Future:
-        return self._request({"op": "export", "sid": stream_id}, b"", "bytes")
+        return self._request({"op": "export", "sid": stream_id}, b"", "bytes",
+                             check=lambda: self._check_open(stream_id))
 
     def close_stream(self, stream_id: int) -> Future:
-        return self._request({"op": "close", "sid": stream_id}, b"", "ok", closing=True)
+        return self._request({"op": "close", "sid": stream_id}, b"", "ok",
+                             check=lambda: self._check_open(stream_id),
+                             sent=lambda: self._open_ids.discard(stream_id))
 
-    # -- internals ------------------------------------------------------------------------------
-    def _not_running(self) -> RunnerClosedError:
-        return RunnerClosedError(f"{self.name} process is " + (
-            "stopped" if self._stopping else "restarting after a crash" if self._proc is not None
-            else "not started"))
+    # -- ChildClient ----------------------------------------------------------------------------
+    def _check_open(self, stream_id: int) -> None:
+        if stream_id not in self._open_ids:
+            raise UnknownStreamError(stream_id)
 
-    def _send(self, head: dict, payload: bytes = b"") -> None:
-        """Send one request (the caller holds the lock)."""
-        if self._stopping or self._sock is None:
-            raise self._not_running()
-        try:
-            send_frame(self._sock, pack(head, payload))
-        except OSError as exc:
-            raise RunnerClosedError(f"{self.name} process is gone ({exc})") from exc
+    def _spawn(self) -> tuple[socket.socket, subprocess.Popen]:
+        return spawn_child("pipeline.engines.runner_procs", self._args)
 
-    def _request(self, head: dict, payload: bytes, kind: str, *, closing: bool = False,
-                 new_sid: int | None = None) -> Future:
-        fut: Future = Future()
-        rid = next(self._ids)
-        with self._lock:
-            if new_sid is None and head["sid"] not in self._open_ids:
-                if self._stopping or self._sock is None:
-                    raise self._not_running()
-                raise UnknownStreamError(head["sid"])
-            self._pending[rid] = (fut, kind)
-            try:
-                self._send({**head, "id": rid}, payload)
-            except RunnerClosedError:
-                del self._pending[rid]
-                raise
-            if closing:
-                self._open_ids.discard(head["sid"])
-            if new_sid is not None:
-                self._open_ids.add(new_sid)
-        return fut
+    def _load_timeout_s(self) -> float:
+        return _LOAD_TIMEOUT_S
 
-    def _read(self, sock: socket.socket, proc: subprocess.Popen) -> None:
-        while True:
-            try:
-                head, payload = unpack(recv_frame(sock))
-            except (OSError, ValueError) as exc:
-                self._lost(sock, proc, exc)
-                return
-            with self._lock:
-                fut, kind = self._pending.pop(head["id"], (None, ""))
-            if fut is None or not fut.set_running_or_notify_cancel():
-                continue
-            if "error" in head:
-                fut.set_exception(_remote_error(head["error"], head["message"]))
-            elif kind == "tensor":
-                n, d = head["shape"]
-                fut.set_result(torch.from_numpy(np.frombuffer(payload, np.float32).reshape(n, d)
-                                                .copy()))
-            elif kind == "bytes":
-                fut.set_result(bytes(payload))
-            else:
-                fut.set_result(None)
+    def _deliver(self, fut: Future, kind: str, head: dict, payload: memoryview) -> None:
+        if kind == "tensor":
+            n, d = head["shape"]
+            fut.set_result(torch.from_numpy(np.frombuffer(payload, np.float32).reshape(n, d).copy()))
+        elif kind == "bytes":
+            fut.set_result(bytes(payload))
+        else:
+            fut.set_result(None)
 
-    def _lost(self, sock: socket.socket, proc: subprocess.Popen, exc: Exception) -> None:
-        with self._lock:
-            stopping = self._stopping
-            if self._sock is sock:
-                self._sock = None
-            pending, self._pending = self._pending, {}
-            lost_streams = len(self._open_ids)
-            self._open_ids.clear()
-        sock.close()
-        if stopping:
-            for fut, _ in pending.values():
-                fut.cancel()
-            return
-        proc.wait()
-        error = RunnerClosedError(f"{self.name} process (pid {proc.pid}) exited with code "
-                                  f"{proc.returncode} ({exc})")
-        logger.error("%s; %d request(s) and %d stream(s) lost; starting a new one", error,
-                     len(pending), lost_streams)
-        for fut, _ in pending.values():
-            if fut.set_running_or_notify_cancel():
-                fut.set_exception(error)
-        try:
-            self.start()
-            self.restarts += 1
-            logger.warning("%s process is back (pid %s, loaded in %.2f s)", self.name, self.pid,
-                           self.load_s)
-        except RunnerClosedError:
-            if not self._stopping:
-                logger.error("%s process could not be restarted", self.name, exc_info=True)
+    def _error(self, head: dict) -> Exception:
+        return _remote_error(head["error"], head["message"])
+
+    def _on_lost(self) -> str:
+        lost, self._open_ids = len(self._open_ids), set()
+        return f" and {lost} stream(s) lost"
 
 
 # ---- the child ------------------------------------------------------------------------------

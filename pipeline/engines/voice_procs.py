@@ -13,25 +13,23 @@ its interface, so ``SSMUtterance`` and ``SSMTTSService`` work with either:
         play(chunk.pcm)
     voice.close()
 
-Requests go to the child over a Unix socket; one reader thread here completes their futures.
-Rate conversion (16 -> 8 kHz) stays in this process, in ``SSMUtterance.speak``. A cancelled
+Requests go to the child over a Unix socket, and the reply of each completes its future
+(``child.ChildClient``: start-up, the reader thread, a dead child's replacement). Rate
+conversion (16 -> 8 kHz) stays in this process, in ``SSMUtterance.speak``. A cancelled
 utterance is cancelled in the child too. If the child dies, every pending and later request
 fails with ``EngineUnavailableError`` (the TTS service turns that into an ``ErrorFrame`` and
 the call goes on) while a replacement starts in the background.
 
-Wire format: frames of a 4-byte big-endian length and a body. Requests are JSON:
-``{"op": "req", "id": n, "utt": u, "seed": s, "deadline": t, "text": str | null}`` and
-``{"op": "cancel", "utt": u}``. Replies are a 4-byte JSON length, JSON ``{"id": n, "chunks":
-[[samples, start_s, words], ...] | null}`` or ``{"id": n, "error": cls, "message": m}``, then
-the chunks' float32 samples back to back. The child's first frame is ``{"ready": load_s,
-"rate": hz}`` or an error.
+Wire format (``framing.pack`` bodies: a JSON head, then a payload): requests ``{"op": "req",
+"id": n, "utt": u, "seed": s, "deadline": t, "text": str | null}`` and ``{"op": "cancel",
+"utt": u}``; replies ``{"id": n, "chunks": [[samples, start_s, words], ...] | null}`` with the
+chunks' float32 samples back to back as payload, or ``{"id": n, "error": cls, "message": m}``.
+The child's first frame is ``{"id": 0, "ok": load_s, "rate": hz}`` or an error.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import logging
 import socket
 import subprocess
@@ -42,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.engines.child import ChildClient
 from pipeline.engines.framing import (
     ignore_stop_signals,
     pack,
@@ -75,22 +74,24 @@ def _encode_reply(rid: int, chunks: list | None) -> bytes:
     return pack(head, b"".join(np.asarray(c.pcm, np.float32).tobytes() for c in chunks))
 
 
-def _decode_reply(body: bytes) -> tuple[dict, list[_Chunk] | None]:
-    head, payload = unpack(body)
+def _decode_chunks(head: dict, payload: memoryview) -> list[_Chunk] | None:
     if head.get("chunks") is None:
-        return head, None
+        return None
     pcm = np.frombuffer(payload, np.float32)
     chunks, at = [], 0
     for samples, start_s, words in head["chunks"]:
         chunks.append(_Chunk(pcm[at:at + samples], start_s, tuple((w, t) for w, t in words)))
         at += samples
-    return head, chunks
+    return chunks
 
 
-class VoiceProcess:
+class VoiceProcess(ChildClient):
     """``SSMVoiceEngine``'s ``open``/``request``/``close`` over a child process (see the module
     docstring). Blocks in ``__init__`` until the voice has loaded (``EngineUnavailableError``
     if it cannot: the child's reason is in the message)."""
+
+    label = "the SSM voice process"
+    unavailable = EngineUnavailableError
 
     def __init__(self, model_dir: str | Path = DEFAULT_MODEL_DIR, *, lead_chunks: int = 5,
                  max_batch: int = 32) -> None:
@@ -98,13 +99,9 @@ class VoiceProcess:
             raise ValueError(f"lead_chunks and max_batch must be >= 1, got {lead_chunks}, "
                              f"{max_batch}")
         self.model_dir = check_voice_dir(model_dir)
-        self._args = [str(self.model_dir), str(lead_chunks), str(max_batch)]
-        self._ids = itertools.count(1)
+        super().__init__([str(self.model_dir), str(lead_chunks), str(max_batch)])
         self._utt_ids = itertools.count(1)
-        self._lock = threading.Lock()          # pending, sock and proc; one writer at a time
-        self._pending: dict[int, Future] = {}
-        self._closed = False
-        self.restarts = 0
+        self.sample_rate_hz = 0
         self._start()
 
     # -- SSMVoiceEngine's interface -----------------------------------------------------------
@@ -116,144 +113,30 @@ class VoiceProcess:
         return utt
 
     def request(self, utt: SSMUtterance, deadline_s: float, text: str | None = None) -> Future:
-        fut: Future = Future()
-        rid = next(self._ids)
-        msg = {"op": "req", "id": rid, "utt": utt._remote_id, "seed": utt._seed,
-               "deadline": deadline_s, "text": text}
-        with self._lock:
-            if self._closed:
-                raise EngineUnavailableError("the SSM voice process is closed")
-            if self._sock is None:
-                raise EngineUnavailableError("the SSM voice process died and is restarting")
-            self._pending[rid] = fut
-            try:
-                send_frame(self._sock, json.dumps(msg).encode())
-            except OSError as exc:
-                del self._pending[rid]
-                raise EngineUnavailableError(f"the SSM voice process is gone ({exc})") from exc
-        return fut
+        return self._request({"op": "req", "utt": utt._remote_id, "seed": utt._seed,
+                              "deadline": deadline_s, "text": text})
 
     def _on_cancel(self, utt: SSMUtterance) -> None:
         """``utt.cancel()``: stop its steps in the child too."""
-        with self._lock:
-            if self._sock is None:
-                return
-            try:
-                send_frame(self._sock, json.dumps({"op": "cancel", "utt": utt._remote_id}).encode())
-            except OSError:
-                pass  # the reader thread sees the child's death and reports it
+        self._notify({"op": "cancel", "utt": utt._remote_id})
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        with self._lock:
-            self._closed = True
-            sock, self._sock = self._sock, None
-            proc = self._proc
-        if sock is not None:
-            # shutdown, not only close: the reader thread's recv() holds the socket open, so
-            # close() alone sends no EOF and the child was killed after timeout_s
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()  # the child exits on EOF
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        self._reader.join(timeout_s)
+    # -- ChildClient ----------------------------------------------------------------------------
+    def _spawn(self) -> tuple[socket.socket, subprocess.Popen]:
+        return spawn_child("pipeline.engines.voice_procs", self._args)
 
-    @property
-    def workers_up(self) -> int:
-        """1 while the child runs and answers, else 0 (dead, restarting or closed)."""
-        with self._lock:
-            return int(self._sock is not None and self._proc is not None and self._proc.poll() is None)
+    def _load_timeout_s(self) -> float:
+        return _LOAD_TIMEOUT_S
 
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    # -- the child and its reader --------------------------------------------------------------
-    def _start(self) -> None:
-        mine, proc = spawn_child("pipeline.engines.voice_procs", self._args)
-        try:
-            mine.settimeout(_LOAD_TIMEOUT_S)
-            head, _ = _decode_reply(recv_frame(mine))
-            mine.settimeout(None)
-        except (OSError, ValueError) as exc:
-            mine.close()
-            if isinstance(exc, TimeoutError):
-                proc.kill()               # it hung
-            try:
-                proc.wait(timeout=5.0)    # reaped, with its exit code: no zombie
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise EngineUnavailableError(f"the SSM voice process did not start ({exc}; exit "
-                                         f"code {proc.returncode})") from exc
-        if "error" in head:
-            mine.close()
-            proc.wait()
-            raise EngineUnavailableError(f"the SSM voice process failed: {head['message']}")
-        self.load_s = float(head["ready"])
+    def _on_ready(self, head: dict) -> None:
         self.sample_rate_hz = int(head["rate"])
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._sock, self._proc = mine, proc
-        if closed:  # close() came while this (replacement) child started: it goes too
-            mine.close()
-            proc.wait()
-            raise EngineUnavailableError("the SSM voice process is closed")
-        self._reader = threading.Thread(target=self._read, args=(mine, proc),
-                                        name="ssm-voice-reader", daemon=True)
-        self._reader.start()
 
-    def _read(self, sock: socket.socket, proc: subprocess.Popen) -> None:
-        while True:
-            try:
-                head, chunks = _decode_reply(recv_frame(sock))
-            except (OSError, ValueError) as exc:
-                self._lost(sock, proc, exc)
-                return
-            with self._lock:
-                fut = self._pending.pop(head["id"], None)
-            if fut is None or not fut.set_running_or_notify_cancel():
-                continue  # the asker gave up (barge-in): nothing to deliver
-            if "error" in head:
-                cls = {"AudioFormatError": AudioFormatError,
-                       "EngineUnavailableError": EngineUnavailableError}.get(head["error"],
-                                                                             PipelineError)
-                fut.set_exception(cls(head["message"]))
-            else:
-                fut.set_result(chunks)
+    def _deliver(self, fut: Future, kind: str, head: dict, payload: memoryview) -> None:
+        fut.set_result(_decode_chunks(head, payload))
 
-    def _lost(self, sock: socket.socket, proc: subprocess.Popen, exc: Exception) -> None:
-        with self._lock:
-            closing = self._closed
-            if self._sock is sock:
-                self._sock = None
-            pending, self._pending = self._pending, {}
-        sock.close()
-        if closing:
-            for fut in pending.values():
-                fut.cancel()
-            return
-        proc.wait()
-        error = EngineUnavailableError(f"the SSM voice process (pid {proc.pid}) exited with code "
-                                       f"{proc.returncode} ({exc})")
-        logger.error("%s; %d request(s) failed; starting a new one", error, len(pending))
-        for fut in pending.values():
-            if fut.set_running_or_notify_cancel():
-                fut.set_exception(error)
-        try:
-            self._start()
-            self.restarts += 1
-            logger.warning("the SSM voice process is back (pid %d, loaded in %.2f s)",
-                           self._proc.pid, self.load_s)
-        except EngineUnavailableError:
-            if self._closed:
-                return
-            logger.error("the SSM voice process could not be restarted: calls go on without "
-                         "the voice", exc_info=True)
+    def _error(self, head: dict) -> Exception:
+        cls = {"AudioFormatError": AudioFormatError,
+               "EngineUnavailableError": EngineUnavailableError}.get(head["error"], PipelineError)
+        return cls(head["message"])
 
 
 # ---- the child ------------------------------------------------------------------------------
@@ -287,7 +170,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
     except PipelineError as exc:
         send(error(0, exc))
         return 1
-    send(pack({"ready": time.perf_counter() - t0, "rate": engine.sample_rate_hz}))
+    send(pack({"id": 0, "ok": time.perf_counter() - t0, "rate": engine.sample_rate_hz}))
     utts: dict[int, SSMUtterance] = {}
 
     def reply(rid: int, uid: int, fut: Future) -> None:
@@ -304,7 +187,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
 
     while True:
         try:
-            msg = json.loads(recv_frame(sock))
+            msg, _ = unpack(recv_frame(sock))
         except (OSError, ValueError):
             engine.close()
             return 0
