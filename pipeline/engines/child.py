@@ -17,8 +17,9 @@ futures of the requests in flight. What they share lives here:
 
 The child's first frame is ``{"id": 0, "ok": load_s, ...}`` (``_on_ready`` sees it) or an error.
 If the child dies, every pending future fails with ``unavailable`` naming its exit code, and a
-replacement starts at once on the reader thread (``restarts`` counts them; requests meanwhile
-raise ``unavailable``). A child that never answers its first frame within ``_load_timeout_s()``
+replacement starts on the reader thread (``restarts`` counts them; requests meanwhile raise
+``unavailable``): at once, unless the child died young (``restart_delay_s``: a child that keeps
+dying right after it starts is restarted 1, 2, 4 ... 30 s apart, not in a tight loop). A child that never answers its first frame within ``_load_timeout_s()``
 is killed; every child is reaped, so none is left a zombie.
 """
 
@@ -30,12 +31,25 @@ import logging
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
 from pipeline.engines.framing import pack, recv_frame, send_frame, unpack
 
 logger = logging.getLogger(__name__)
+
+
+YOUNG_S = 10.0      # a child that dies sooner than this after its start died young
+MAX_DELAY_S = 30.0
+
+
+def restart_delay_s(lived_s: float, previous_s: float) -> float:
+    """How long to wait before restarting a child that lived ``lived_s`` (the last wait was
+    ``previous_s``): none after a full life, else 1 s, then twice the last wait, at most 30 s."""
+    if lived_s >= YOUNG_S:
+        return 0.0
+    return min(MAX_DELAY_S, max(1.0, 2 * previous_s))
 
 
 class ChildClient:
@@ -55,6 +69,9 @@ class ChildClient:
         self.restarts = 0
         """Children replaced after they died."""
         self.load_s = 0.0
+        self._started_at = 0.0
+        self._delay_s = 0.0               # the wait before the next restart, if it dies young
+        self._closing = threading.Event()  # wakes a restart that is waiting out its delay
 
     # -- for subclasses -------------------------------------------------------------------------
     def _spawn(self) -> tuple[socket.socket, subprocess.Popen]:
@@ -94,6 +111,7 @@ class ChildClient:
             self._closed = True
             sock, self._sock = self._sock, None
             proc = self._proc
+        self._closing.set()
         if sock is not None:
             # shutdown, not only close: the reader thread's recv() holds the socket open, so
             # close() alone sends the child no EOF
@@ -142,6 +160,7 @@ class ChildClient:
             sock.close()
             proc.wait()
             raise self.unavailable(f"{self.label} is {self.closed_word}")
+        self._started_at = time.monotonic()
         self._reader = threading.Thread(target=self._read, args=(sock, proc),
                                         name=f"{self.label} reader", daemon=True)
         self._reader.start()
@@ -230,6 +249,12 @@ class ChildClient:
         for fut, _ in pending.values():
             if fut.set_running_or_notify_cancel():
                 fut.set_exception(error)
+        self._delay_s = restart_delay_s(time.monotonic() - self._started_at, self._delay_s)
+        if self._delay_s:
+            logger.warning("%s died %.1f s after it started: the next one starts in %.0f s",
+                           self.label, time.monotonic() - self._started_at, self._delay_s)
+            if self._closing.wait(self._delay_s):
+                return  # closed meanwhile
         try:
             self._start()
         except Exception:  # noqa: BLE001 - logged: the server goes on without this engine
