@@ -32,10 +32,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
-from pipeline.engines.framing import pack, recv_frame, send_frame, unpack
+from pipeline.engines.framing import ignore_stop_signals, pack, recv_frame, send_frame, unpack
 
 logger = logging.getLogger(__name__)
 
@@ -264,3 +264,38 @@ class ChildClient:
             return
         self.restarts += 1
         logger.warning("%s is back (pid %s, loaded in %.2f s)", self.label, self.pid, self.load_s)
+
+
+class ChildEnd:
+    """The child's side of the socket: requests in order, replies from any thread.
+
+        end = ChildEnd(fd)                       # also leaves SIGINT/SIGTERM to the server
+        end.ready(load_s, rate=16000)            # the first frame: {"id": 0, "ok": load_s, ...}
+        for head, payload in end.requests():     # until the server closes the socket
+            end.send({"id": head["id"], ...}, b"payload")    # or end.fail(head["id"], exc)
+    """
+
+    def __init__(self, fd: int) -> None:
+        ignore_stop_signals()
+        self.sock = socket.socket(fileno=fd)
+        self._write = threading.Lock()
+
+    def send(self, head: dict, payload: bytes = b"") -> None:
+        with self._write:
+            try:
+                send_frame(self.sock, pack(head, payload))
+            except OSError:
+                pass  # the server is gone: requests() ends on EOF
+
+    def fail(self, rid: int, exc: BaseException) -> None:
+        self.send({"id": rid, "error": type(exc).__name__, "message": str(exc)})
+
+    def ready(self, load_s: float, **extra: object) -> None:
+        self.send({"id": 0, "ok": load_s, **extra})
+
+    def requests(self) -> Iterator[tuple[dict, memoryview]]:
+        while True:
+            try:
+                yield unpack(recv_frame(self.sock))
+            except (OSError, ValueError):
+                return

@@ -35,21 +35,13 @@ import logging
 import socket
 import subprocess
 import sys
-import threading
 from concurrent.futures import Future
 
 import numpy as np
 import torch
 
-from pipeline.engines.child import ChildClient
-from pipeline.engines.framing import (
-    ignore_stop_signals,
-    pack,
-    recv_frame,
-    send_frame,
-    spawn_child,
-    unpack,
-)
+from pipeline.engines.child import ChildClient, ChildEnd
+from pipeline.engines.framing import spawn_child
 from ssm_engine import errors as engine_errors
 from ssm_engine.errors import RunnerClosedError, SSMEngineError, StreamError, UnknownStreamError
 
@@ -172,21 +164,8 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
 
     from ssm_engine import BatchRunner
 
-    ignore_stop_signals()
+    end = ChildEnd(fd)
     torch.set_num_threads(1)
-    sock = socket.socket(fileno=fd)
-    write = threading.Lock()
-
-    def send(body: bytes) -> None:
-        with write:
-            try:
-                send_frame(sock, body)
-            except OSError:
-                pass  # the server is gone: the read loop ends on EOF
-
-    def fail(rid: int, exc: BaseException) -> None:
-        send(pack({"id": rid, "error": type(exc).__name__, "message": str(exc)}))
-
     t0 = time.perf_counter()
     try:
         module, _, func = loader.partition(":")
@@ -194,9 +173,9 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
         runner = BatchRunner(model)
         runner.start()
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it
-        fail(0, exc)
+        end.fail(0, exc)
         return 1
-    send(pack({"id": 0, "ok": time.perf_counter() - t0}))
+    end.ready(time.perf_counter() - t0)
     sids: dict[int, int] = {}  # the server's stream ids -> the runner's
 
     def reply(rid: int, fut: Future) -> None:
@@ -204,29 +183,24 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
             return
         exc = fut.exception()
         if exc is not None:
-            fail(rid, exc)
+            end.fail(rid, exc)
             return
         out = fut.result()
         if isinstance(out, torch.Tensor):
             y = out.detach().to(torch.float32).contiguous()
-            send(pack({"id": rid, "shape": list(y.shape)}, y.numpy().tobytes()))
+            end.send({"id": rid, "shape": list(y.shape)}, y.numpy().tobytes())
         elif isinstance(out, bytes):
-            send(pack({"id": rid, "bytes": True}, out))
+            end.send({"id": rid, "bytes": True}, out)
         else:
-            send(pack({"id": rid, "ok": None}))
+            end.send({"id": rid, "ok": None})
 
-    while True:
-        try:
-            head, payload = unpack(recv_frame(sock))
-        except (OSError, ValueError):
-            runner.stop()
-            return 0
+    for head, payload in end.requests():
         op, rid = head.get("op"), head.get("id", 0)
         try:
             if op == "open":
                 sids[head["sid"]] = runner.open_stream(bytes(payload) if rid else None)
                 if rid:
-                    send(pack({"id": rid, "ok": None}))
+                    end.send({"id": rid, "ok": None})
                 continue
             sid = sids.get(head["sid"])
             if sid is None:
@@ -244,11 +218,13 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
                 raise StreamError(f"unknown request {op!r}")
         except SSMEngineError as exc:
             if rid:
-                fail(rid, exc)
+                end.fail(rid, exc)
             else:
                 logger.warning("dropped a request the server expects no reply to: %s", exc)
             continue
         fut.add_done_callback(lambda f, rid=rid: reply(rid, f))
+    runner.stop()
+    return 0
 
 
 if __name__ == "__main__":

@@ -34,21 +34,13 @@ import logging
 import socket
 import subprocess
 import sys
-import threading
 from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.engines.child import ChildClient
-from pipeline.engines.framing import (
-    ignore_stop_signals,
-    pack,
-    recv_frame,
-    send_frame,
-    spawn_child,
-    unpack,
-)
+from pipeline.engines.child import ChildClient, ChildEnd
+from pipeline.engines.framing import spawn_child
 from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMUtterance, check_voice_dir
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 
@@ -66,12 +58,13 @@ class _Chunk:
         self.pcm, self.start_s, self.words = pcm, start_s, words
 
 
-def _encode_reply(rid: int, chunks: list | None) -> bytes:
+def _reply(rid: int, chunks: list | None) -> tuple[dict, bytes]:
+    """The child's reply to a request: the chunks' layout as the head, their samples after."""
     if chunks is None:
-        return pack({"id": rid, "chunks": None})
+        return {"id": rid, "chunks": None}, b""
     head = {"id": rid, "chunks": [[len(c.pcm), c.start_s, [list(w) for w in c.words]]
                                   for c in chunks]}
-    return pack(head, b"".join(np.asarray(c.pcm, np.float32).tobytes() for c in chunks))
+    return head, b"".join(np.asarray(c.pcm, np.float32).tobytes() for c in chunks)
 
 
 def _decode_chunks(head: dict, payload: memoryview) -> list[_Chunk] | None:
@@ -149,28 +142,15 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
 
     from pipeline.engines.ssm_voice import SSMVoiceEngine
 
-    ignore_stop_signals()
+    end = ChildEnd(fd)
     torch.set_num_threads(1)
-    sock = socket.socket(fileno=fd)
-    write = threading.Lock()
-
-    def send(body: bytes) -> None:
-        with write:
-            try:
-                send_frame(sock, body)
-            except OSError:
-                pass  # the server is gone: the read loop below ends on EOF
-
-    def error(rid: int, exc: BaseException) -> bytes:
-        return pack({"id": rid, "error": type(exc).__name__, "message": str(exc)})
-
     t0 = time.perf_counter()
     try:
         engine = SSMVoiceEngine(model_dir, lead_chunks=lead_chunks, max_batch=max_batch)
     except PipelineError as exc:
-        send(error(0, exc))
+        end.fail(0, exc)
         return 1
-    send(pack({"id": 0, "ok": time.perf_counter() - t0, "rate": engine.sample_rate_hz}))
+    end.ready(time.perf_counter() - t0, rate=engine.sample_rate_hz)
     utts: dict[int, SSMUtterance] = {}
 
     def reply(rid: int, uid: int, fut: Future) -> None:
@@ -178,19 +158,14 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
             return
         exc = fut.exception()
         if exc is not None:
-            send(error(rid, exc))
+            end.fail(rid, exc)
             return
         chunks = fut.result()
         if chunks is None:
             utts.pop(uid, None)
-        send(_encode_reply(rid, chunks))
+        end.send(*_reply(rid, chunks))
 
-    while True:
-        try:
-            msg, _ = unpack(recv_frame(sock))
-        except (OSError, ValueError):
-            engine.close()
-            return 0
+    for msg, _ in end.requests():
         if msg.get("op") == "cancel":
             utt = utts.pop(msg["utt"], None)
             if utt is not None:
@@ -203,9 +178,11 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
         try:
             fut = engine.request(utt, float(msg["deadline"]), msg.get("text"))
         except PipelineError as exc:
-            send(error(rid, exc))
+            end.fail(rid, exc)
             continue
         fut.add_done_callback(lambda f, rid=rid, uid=uid: reply(rid, uid, f))
+    engine.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
+from pipeline.engines import child as child_client
 from pipeline.engines import runner_procs
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
@@ -214,7 +215,7 @@ def test_misuse_is_refused_here_without_a_round_trip(runner, monkeypatch):
         def no_round_trip(sock, body: bytes) -> None:
             raise AssertionError(f"a refused request reached the child: {bytes(body[:40])!r}")
 
-        patch.setattr(runner_procs, "send_frame", no_round_trip)
+        patch.setattr(child_client, "send_frame", no_round_trip)  # where every request leaves
         for stream_id in (sid, 10**6):
             with pytest.raises(UnknownStreamError, match=f"stream {stream_id} is not open"):
                 runner.submit(stream_id, noise(1, 0))
