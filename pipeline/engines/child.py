@@ -272,7 +272,8 @@ class ChildEnd:
         end = ChildEnd(fd)                       # also leaves SIGINT/SIGTERM to the server
         end.ready(load_s, rate=16000)            # the first frame: {"id": 0, "ok": load_s, ...}
         for head, payload in end.requests():     # until the server closes the socket
-            end.send({"id": head["id"], ...}, b"payload")    # or end.fail(head["id"], exc)
+            end.send({"id": head["id"], ...}, b"payload")    # or end.fail(head["id"], exc),
+            end.answer(head["id"], future, encode)           # or once a future is done
     """
 
     def __init__(self, fd: int) -> None:
@@ -289,6 +290,21 @@ class ChildEnd:
 
     def fail(self, rid: int, exc: BaseException) -> None:
         self.send({"id": rid, "error": type(exc).__name__, "message": str(exc)})
+
+    def answer(self, rid: int, fut: Future, encode: Callable[[object], tuple[dict, bytes]]) -> None:
+        """When ``fut`` is done, reply to request ``rid``: ``encode(result)`` as (head, payload),
+        or its exception; nothing if it was cancelled."""
+        def done(f: Future) -> None:
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is not None:
+                self.fail(rid, exc)
+                return
+            head, payload = encode(f.result())
+            self.send({"id": rid, **head}, payload)
+
+        fut.add_done_callback(done)
 
     def ready(self, load_s: float, **extra: object) -> None:
         self.send({"id": 0, "ok": load_s, **extra})

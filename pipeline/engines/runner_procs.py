@@ -178,21 +178,13 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
     end.ready(time.perf_counter() - t0)
     sids: dict[int, int] = {}  # the server's stream ids -> the runner's
 
-    def reply(rid: int, fut: Future) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            end.fail(rid, exc)
-            return
-        out = fut.result()
+    def encode(out: object) -> tuple[dict, bytes]:
         if isinstance(out, torch.Tensor):
             y = out.detach().to(torch.float32).contiguous()
-            end.send({"id": rid, "shape": list(y.shape)}, y.numpy().tobytes())
-        elif isinstance(out, bytes):
-            end.send({"id": rid, "bytes": True}, out)
-        else:
-            end.send({"id": rid, "ok": None})
+            return {"shape": list(y.shape)}, y.numpy().tobytes()
+        if isinstance(out, bytes):
+            return {"bytes": True}, out
+        return {"ok": None}, b""
 
     for head, payload in end.requests():
         op, rid = head.get("op"), head.get("id", 0)
@@ -222,7 +214,7 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
             else:
                 logger.warning("dropped a request the server expects no reply to: %s", exc)
             continue
-        fut.add_done_callback(lambda f, rid=rid: reply(rid, f))
+        end.answer(rid, fut, encode)
     runner.stop()
     return 0
 

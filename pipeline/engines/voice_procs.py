@@ -58,12 +58,11 @@ class _Chunk:
         self.pcm, self.start_s, self.words = pcm, start_s, words
 
 
-def _reply(rid: int, chunks: list | None) -> tuple[dict, bytes]:
+def _reply(chunks: list | None) -> tuple[dict, bytes]:
     """The child's reply to a request: the chunks' layout as the head, their samples after."""
     if chunks is None:
-        return {"id": rid, "chunks": None}, b""
-    head = {"id": rid, "chunks": [[len(c.pcm), c.start_s, [list(w) for w in c.words]]
-                                  for c in chunks]}
+        return {"chunks": None}, b""
+    head = {"chunks": [[len(c.pcm), c.start_s, [list(w) for w in c.words]] for c in chunks]}
     return head, b"".join(np.asarray(c.pcm, np.float32).tobytes() for c in chunks)
 
 
@@ -153,17 +152,10 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
     end.ready(time.perf_counter() - t0, rate=engine.sample_rate_hz)
     utts: dict[int, SSMUtterance] = {}
 
-    def reply(rid: int, uid: int, fut: Future) -> None:
-        if fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            end.fail(rid, exc)
-            return
-        chunks = fut.result()
-        if chunks is None:
+    def encode(chunks: list | None, uid: int) -> tuple[dict, bytes]:
+        if chunks is None:  # the utterance is done
             utts.pop(uid, None)
-        end.send(*_reply(rid, chunks))
+        return _reply(chunks)
 
     for msg, _ in end.requests():
         if msg.get("op") == "cancel":
@@ -180,7 +172,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
         except PipelineError as exc:
             end.fail(rid, exc)
             continue
-        fut.add_done_callback(lambda f, rid=rid, uid=uid: reply(rid, uid, f))
+        end.answer(rid, fut, lambda chunks, uid=uid: encode(chunks, uid))
     engine.close()
     return 0
 
