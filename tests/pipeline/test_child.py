@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
 from concurrent.futures import Future
 
 import pytest
 
 from pipeline.engines.child import MAX_DELAY_S, ChildClient, restart_delay_s
 from pipeline.engines.framing import pack, recv_frame, send_frame, spawn_child, unpack
+from tests.pipeline.child_procs import wait_until
 
 
 class Unavailable(Exception):
@@ -37,14 +37,6 @@ class Echo(ChildClient):
 
     def _deliver(self, fut: Future, kind: str, head: dict, payload: memoryview) -> None:
         fut.set_result(head["echo"])
-
-
-def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def exited(pid: int) -> bool:

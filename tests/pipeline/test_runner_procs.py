@@ -24,7 +24,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -46,6 +46,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipeline.engines import child as child_client
 from pipeline.engines import runner_procs
 from pipeline.engines.runner_procs import RunnerProcess
+from tests.pipeline.child_procs import record_spawns, wait_until
 from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
 from ssm_engine import BatchRunner
 from ssm_engine.errors import (
@@ -101,29 +102,12 @@ def local() -> Iterator[BatchRunner]:
 @pytest.fixture
 def spawned(monkeypatch) -> list[subprocess.Popen]:
     """Every child the runners of a test start (replacements too), in order."""
-    procs: list[subprocess.Popen] = []
-    real = runner_procs.spawn_child
-
-    def spawn(module: str, args: list[str]):
-        sock, proc = real(module, args)
-        procs.append(proc)
-        return sock, proc
-
-    monkeypatch.setattr(runner_procs, "spawn_child", spawn)
-    return procs
+    return record_spawns(monkeypatch, runner_procs)
 
 
 def noise(n: int, seed: int) -> torch.Tensor:
     """n frames of quiet noise: (n, 160) float32."""
     return torch.randn(n, STEP, generator=torch.Generator().manual_seed(seed)) * 0.1
-
-
-def wait_until(ready: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def freeze(pid: int) -> None:

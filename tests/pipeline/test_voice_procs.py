@@ -50,6 +50,7 @@ from pipeline.errors import EngineUnavailableError
 from pipeline.services.ssm_tts import SSMTTSService
 from ssm_engine.tts.synth import TTSVoice
 
+from .child_procs import record_spawns
 from .test_services import of
 from .test_ssm_tts import assert_same_speech, random_voice_dir
 
@@ -85,15 +86,7 @@ def vp(voice_dir) -> Iterator[VoiceProcess]:
 def children(monkeypatch) -> list:
     """Every child process the test's VoiceProcesses start (the ``Popen``s); any still running
     at the end is killed, so a leak fails its test and not the next ones."""
-    procs: list = []
-    real = voice_procs.spawn_child
-
-    def recording(module: str, args: list[str]):
-        sock, proc = real(module, args)
-        procs.append(proc)
-        return sock, proc
-
-    monkeypatch.setattr(voice_procs, "spawn_child", recording)
+    procs = record_spawns(monkeypatch, voice_procs)
     yield procs
     for proc in procs:
         if proc.poll() is None:
