@@ -1,6 +1,6 @@
 """Is a backlog of STT frames cheaper as one ``prefill`` pass than as n ``step``s?
 
-``StreamBatcher`` sends a stream's chunk of ``DEFAULT_PREFILL_MIN`` (8) frames or more through
+``StreamBatcher`` sends a stream's chunk of ``DEFAULT_PREFILL_MIN`` (2) frames or more through
 ``STTModel.prefill`` (the chunked scan) instead of stepping it frame by frame: a pre-roll (25
 frames) and a runner that fell behind both make such chunks. One run, the shipped model
 (models/stt), one thread, batch 1, both ways alternating per repetition, for n frames:

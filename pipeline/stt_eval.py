@@ -68,11 +68,13 @@ class EvalResult:
 
 class _SSM:
     def __init__(self, rate_hz: int, model_dir: str | None, decoder: str = "beam",
-                 lm_path: str | None = None) -> None:
-        from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine
+                 lm_path: str | None = None, stride: int | None = None,
+                 compile: bool | None = None) -> None:
+        from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, DEFAULT_STRIDE, SSMSTTEngine
 
         self.engine = SSMSTTEngine(model_dir or DEFAULT_MODEL_DIR, lm_path=lm_path,
-                                   decoder=decoder)  # type: ignore[arg-type]
+                                   decoder=decoder,  # type: ignore[arg-type]
+                                   stride=stride or DEFAULT_STRIDE, compile=compile)
         self.rate_hz = rate_hz
 
     def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
@@ -133,9 +135,10 @@ ENGINES = ("ssm", "pocketsphinx", "whisper")
 
 
 def make_engine(name: str, rate_hz: int, model_dir: str | None = None, decoder: str = "beam",
-                lm_path: str | None = None) -> _Streamer:
+                lm_path: str | None = None, stride: int | None = None,
+                compile: bool | None = None) -> _Streamer:
     if name == "ssm":
-        return _SSM(rate_hz, model_dir, decoder, lm_path)
+        return _SSM(rate_hz, model_dir, decoder, lm_path, stride, compile)
     if name == "pocketsphinx":
         return _Sphinx(rate_hz)
     if name == "whisper":
@@ -152,14 +155,15 @@ def phone_channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.
 def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
              decoder: str = "beam", lm_path: str | None = None,
-             progress: bool = False) -> EvalResult:
+             progress: bool = False, stride: int | None = None,
+             compile: bool | None = None) -> EvalResult:
     """Run one engine over a manifest; see the module docstring for what is measured."""
     if rate_hz not in (8000, 16000):
         raise PipelineError(f"--rate must be 8000 or 16000, got {rate_hz}")
     rows = read_manifest(manifest)
     if limit is not None and len(rows) > limit:
-        stride = len(rows) / limit
-        rows = [rows[int(i * stride)] for i in range(limit)]
+        every = len(rows) / limit
+        rows = [rows[int(i * every)] for i in range(limit)]
     voice_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
     voice_of = ({p: v for p, v in read_manifest(voice_file)} if voice_file.exists() else {})
     clips, voices = [], []
@@ -167,7 +171,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         pcm, rate = read_wav(path)
         clips.append((phone_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
         voices.append(voice_of.get(path, ""))
-    engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path)
+    engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path, stride, compile)
     refs, hyps, finals = [], [], []
     busy_s = audio_s = 0.0
     it = clips
@@ -218,6 +222,12 @@ def register_cli(subparsers) -> None:
                    help="SSM finals: beam search with lexicon + LM, or greedy "
                    "(default %(default)s)")
     p.add_argument("--lm", default=None, help="SSM beam LM (default MODEL/lm.arpa.gz)")
+    p.add_argument("--stride", type=int, default=None, metavar="K",
+                   help="SSM: run the model every K 20 ms steps, as one K-frame pass (default 5; "
+                   "1 steps every frame)")
+    p.add_argument("--compile", choices=["on", "off"], default=None,
+                   help="SSM: compile the K-frame pass with torch.compile (default on, unless "
+                   "PARLEY_STT_COMPILE=0)")
     p.add_argument("--out", default=None, help="also write the JSON object to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object (no progress bar)")
     p.set_defaults(func=_run)
@@ -229,7 +239,8 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     res = evaluate(args.engine, args.manifest, rate_hz=args.rate, codec=args.codec,
                    limit=args.limit, model_dir=args.model, decoder=args.decoder, lm_path=args.lm,
-                   progress=not args.json)
+                   progress=not args.json, stride=args.stride,
+                   compile=None if args.compile is None else args.compile == "on")
     report(asdict(res), out=args.out, as_json=args.json)
     return 0
 

@@ -65,10 +65,11 @@ class SupportsPrefill(Protocol):
     def prefill(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]: ...  # (b, n, d_in)
 
 
-DEFAULT_PREFILL_MIN = 8
-"""Frames from which a chunk goes through ``prefill``: on the STT model (1 thread,
-``benchmarks/bench_stt_prefill.py``) 4 frames cost the same either way, 8 frames 12.8 ms as one
-pass against 33.5 ms as steps (p50), 25 frames 11.7 ms against 75.6 ms."""
+DEFAULT_PREFILL_MIN = 2
+"""Frames from which a chunk goes through ``prefill``: on the STT model (1 thread, batch 1,
+``benchmarks/bench_stt_prefill.py``, p50) 2 frames took 4.7 ms as one pass against 5.7 ms as
+steps, 4 frames 5.0 against 11.1 ms, 8 frames 5.7 against 22.8 ms, 25 frames 8.7 against 74 ms.
+(It was 8 while a short prefill padded to a whole 64-frame chunk and ran the library's conv.)"""
 
 
 class StreamBatcher:
@@ -195,10 +196,14 @@ class StreamBatcher:
             by_len.setdefault(c.shape[0], []).append(s)
         out = {}
         for group in by_len.values():
-            due = torch.tensor([self._rows[s] for s in group], dtype=torch.long)
-            sub = self._state.select(due)
-            y, sub = self.model.prefill(torch.stack([chunks[s] for s in group]), sub)
-            self._state.put(due, sub)
+            x = torch.stack([chunks[s] for s in group])
+            if len(group) == len(self._ids) == 1:   # the only live stream: no gather/scatter
+                y, self._state = self.model.prefill(x, self._state)
+            else:
+                due = torch.tensor([self._rows[s] for s in group], dtype=torch.long)
+                sub = self._state.select(due)
+                y, sub = self.model.prefill(x, sub)
+                self._state.put(due, sub)
             out.update({s: y[i] for i, s in enumerate(group)})
         return out
 

@@ -73,6 +73,7 @@ from .config import SSMConfig
 __all__ = ["RMSNorm", "Mamba2Block", "ssd_scan", "segsum", "RENORM_LOG_SCALE"]
 
 RENORM_LOG_SCALE = 20.0   # step() folds exp(s) back into g once s < -20 (|g| grows <= e^20 ~ 5e8)
+SHORT_PREFILL = 16        # forward() of this many frames or fewer runs the conv as a sum of taps
 
 
 class RMSNorm(nn.Module):
@@ -125,11 +126,17 @@ def ssd_scan(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     # 2. state each chunk contributes at its end: sum_s exp(a_cum[-1]-a_cum[s]) B_s x_s^T
     decay_in = torch.exp(a_cum[..., -1:] - a_cum)        # (b, G, H/G, k, Q)
     states = b.transpose(-1, -2) @ (x * decay_in[..., None])   # (b, G, H/G, k, N, P)
-    # 3. recurrence between chunks (quadratic in k; callers keep k small)
-    states = torch.cat([h0.reshape(bs, g, nh // g, 1, n, p), states], dim=3)
-    chunk_decay = torch.exp(segsum(F.pad(a_cum[..., -1], (1, 0))))   # (b, G, H/G, k+1, k+1)
-    states = torch.einsum("bghzc,bghcnp->bghznp", chunk_decay, states)
-    prev, h_final = states[:, :, :, :-1], states[:, :, :, -1]
+    h0 = h0.reshape(bs, g, nh // g, 1, n, p)
+    if k == 1:   # one chunk (a short prefill): the state entering it is h0
+        prev = h0
+        h_final = (states[:, :, :, 0]
+                   + h0[:, :, :, 0] * torch.exp(a_cum[:, :, :, 0, -1])[..., None, None])
+    else:
+        # 3. recurrence between chunks (quadratic in k; callers keep k small)
+        states = torch.cat([h0, states], dim=3)
+        chunk_decay = torch.exp(segsum(F.pad(a_cum[..., -1], (1, 0))))  # (b, G, H/G, k+1, k+1)
+        states = torch.einsum("bghzc,bghcnp->bghznp", chunk_decay, states)
+        prev, h_final = states[:, :, :, :-1], states[:, :, :, -1]
     # 4. contribution of the state entering each chunk: exp(a_cum[t]) C_t^T h_prev
     y_off = (c @ prev) * torch.exp(a_cum)[..., None]    # (b, G, H/G, k, Q, P)
     y = (y_diag + y_off).reshape(bs, nh, length, p)
@@ -175,10 +182,21 @@ class Mamba2Block(nn.Module):
         cfg = self.cfg
         bs, length, _ = u.shape
         z, xbc, dt = self._split(self.in_proj(u))
-        xbc_in = torch.cat([conv, xbc], dim=1).transpose(1, 2)     # (b, conv_dim, d_conv-1+l)
-        new_conv = xbc_in[:, :, xbc_in.shape[-1] - (cfg.d_conv - 1):].transpose(1, 2)
-        xbc = F.silu(F.conv1d(xbc_in, self.conv1d.weight, self.conv1d.bias,
-                              groups=cfg.conv_dim))                 # (b, conv_dim, l)
+        xbc_cat = torch.cat([conv, xbc], dim=1)                    # (b, d_conv-1+l, conv_dim)
+        new_conv = xbc_cat[:, xbc_cat.shape[1] - (cfg.d_conv - 1):]
+        if length <= SHORT_PREFILL:
+            # a few frames: the conv as a sum over its taps, channels last (the library conv
+            # costs ~0.2 ms a call on such small inputs, most of a short prefill)
+            w = self.conv1d.weight[:, 0]                            # (conv_dim, d_conv)
+            xbc = xbc_cat[:, :length] * w[:, 0]
+            for k in range(1, cfg.d_conv):
+                xbc = xbc + xbc_cat[:, k:k + length] * w[:, k]
+            if self.conv1d.bias is not None:
+                xbc = xbc + self.conv1d.bias
+            xbc = F.silu(xbc).transpose(1, 2)                       # (b, conv_dim, l)
+        else:
+            xbc = F.silu(F.conv1d(xbc_cat.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
+                                  groups=cfg.conv_dim))             # (b, conv_dim, l)
         x, b, c = torch.split(xbc, [cfg.d_inner, cfg.ngroups * cfg.d_state,
                                     cfg.ngroups * cfg.d_state], dim=1)
         x = x.reshape(bs, cfg.nheads, cfg.headdim, length).transpose(-1, -2)  # (b, H, l, P)
@@ -186,12 +204,15 @@ class Mamba2Block(nn.Module):
         c = c.reshape(bs, cfg.ngroups, cfg.d_state, length).transpose(-1, -2)
         dt = F.softplus(dt + self.dt_bias).transpose(1, 2)          # (b, H, l)
         a = dt * -torch.exp(self.A_log)[:, None]                    # (b, H, l)
-        pad = (-length) % cfg.chunk_size   # padded frames: dt = 0 -> no input, no decay
+        # a sequence shorter than a chunk is one chunk of its own length (a short prefill would
+        # otherwise pay for chunk_size frames of quadratic form)
+        chunk = min(cfg.chunk_size, length)
+        pad = (-length) % chunk            # padded frames: dt = 0 -> no input, no decay
         xdt = x * dt[..., None]
         if pad:
             xdt, a = F.pad(xdt, (0, 0, 0, pad)), F.pad(a, (0, pad))
             b, c = F.pad(b, (0, 0, 0, pad)), F.pad(c, (0, 0, 0, pad))
-        y, new_h = ssd_scan(xdt, a, b, c, cfg.chunk_size, h)
+        y, new_h = ssd_scan(xdt, a, b, c, chunk, h)
         new_conv, new_h = new_conv.contiguous(), new_h.contiguous()
         y = y[:, :, :length] + x * self.D[:, None, None]            # (b, H, l, P)
         y = y.transpose(1, 2).reshape(bs, length, cfg.d_inner)

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .batcher import StreamBatcher, StreamingModel
+from .batcher import DEFAULT_PREFILL_MIN, StreamBatcher, StreamingModel
 from .errors import RunnerClosedError, StateError, StreamError, UnknownStreamError
 
 __all__ = ["BatchRunner"]
@@ -68,9 +68,10 @@ class _Export:
 class BatchRunner:
     """Owns ``model`` on one worker thread; thread-safe methods return ``concurrent.futures.Future``."""
 
-    def __init__(self, model: StreamingModel, *, name: str = "ssm-batch-runner") -> None:
+    def __init__(self, model: StreamingModel, *, name: str = "ssm-batch-runner",
+                 prefill_min: int | None = DEFAULT_PREFILL_MIN) -> None:
         self._model = model
-        self._batcher = StreamBatcher(model)
+        self._batcher = StreamBatcher(model, prefill_min=prefill_min)
         self._name = name
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)

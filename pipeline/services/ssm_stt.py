@@ -12,9 +12,12 @@ model has seen, so a short flush suffices), pushes the final ``TranscriptionFram
 ``finalized=True`` and records the time from the stop signal in ``final_latencies_s``.
 
 Model steps never run on the event loop: every call of the process shares one ``SSMSTTEngine``
-per model directory, whose ``BatchRunner`` thread steps all open utterances together, one
-batched 20 ms step per tick; the service awaits the runner's futures. 16 kHz input is resampled
-to the model's 8 kHz with a streaming soxr resampler per utterance.
+per model directory, whose ``BatchRunner`` thread steps all open utterances together; the service
+awaits the runner's futures. Each utterance runs the model every ``stride`` 20 ms steps (5 by
+default: partials every 100 ms), as one k-frame prefill, which ``torch.compile`` makes ~3x cheaper
+for a lone stream (``compile=True``, the default; ~30 s of compiling when the engine starts
+cold, a few seconds from inductor's cache). 16 kHz input is resampled to the model's 8 kHz with
+a streaming soxr resampler per utterance.
 
 Decoding: interim transcripts are greedy CTC. The final one comes from a CTC prefix beam search
 with the word lexicon and trigram LM shipped beside the model (``models/stt/lm.arpa.gz``, see
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -68,6 +72,11 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
 LM_FILE = "lm.arpa.gz"
 SUPPORTED_RATES_HZ = (8000, 16000)
 Decoder = Literal["greedy", "beam"]
+DEFAULT_STRIDE = 5
+"""20 ms steps per model run of an utterance (partials every 100 ms); 1 runs every frame."""
+DEFAULT_COMPILE = os.environ.get("PARLEY_STT_COMPILE", "1") != "0"
+"""Whether engines compile their k-frame prefill: yes unless PARLEY_STT_COMPILE=0 (tests that only
+need a working recogniser skip the compile that way; ``parley serve --stt-compile off`` too)."""
 DEFAULT_DECODER: Decoder = "beam"
 """How services decode finals unless told otherwise (set before the server starts to change
 it process-wide, as ``benchmarks/bench_stt_live.py`` does for its greedy server)."""
@@ -92,7 +101,7 @@ class SSMUtterance:
                                                quality="HQ")
                            if sample_rate_hz != model_rate else None)
         self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s,
-                                        beam=engine.beam)
+                                        beam=engine.beam, stride=engine.stride)
 
     @property
     def text(self) -> str:
@@ -168,11 +177,17 @@ class SSMSTTEngine:
     def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
                  flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
                  beam_config: BeamConfig | None = None,
-                 runner: Literal["thread", "process"] = "thread") -> None:
+                 runner: Literal["thread", "process"] = "thread",
+                 stride: int = DEFAULT_STRIDE, compile: bool | None = None) -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
         (or in models/stt when ``model`` is an STTModel object). ``runner="process"`` steps the
         model in a child process (``runner_procs.RunnerProcess``: its own GIL) instead of a
-        thread of this one; it needs ``model`` as a folder."""
+        thread of this one; it needs ``model`` as a folder. ``stride``: 20 ms steps per model
+        run of an utterance. ``compile`` (default ``DEFAULT_COMPILE``): compile the
+        ``stride``-frame prefill before taking traffic (``STTModel.compile_prefill``)."""
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+            raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
+        compile = DEFAULT_COMPILE if compile is None else compile
         if runner not in ("thread", "process"):
             raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
         if runner == "process" and isinstance(model, STTModel):
@@ -195,10 +210,22 @@ class SSMSTTEngine:
                                              f"with `parley train stt`)") from exc
         self.model = model.eval()
         self.flush_s = flush_s
+        self.stride = stride
+        compile_frames = stride if compile and stride > 1 else 0
         if runner == "process":
-            self.runner = RunnerProcess("ssm_engine.stt.model:load_stt", [str(folder_of_model)],
-                                        name="ssm-stt")
+            self.runner = RunnerProcess("ssm_engine.stt.model:load_stt_compiled",
+                                        [str(folder_of_model), str(compile_frames)], name="ssm-stt")
         else:
+            if compile_frames and self.model.compiled_frames != compile_frames:
+                t1 = time.perf_counter()
+                try:
+                    self.model.compile_prefill(compile_frames)
+                except Exception as exc:  # inductor raises its own types (no compiler, ...)
+                    raise EngineUnavailableError(f"SSM STT: compiling the {compile_frames}-frame "
+                                                 f"prefill failed: {exc} (compile=False runs "
+                                                 f"it eagerly)") from exc
+                logger.info("SSM STT: %d-frame prefill compiled in %.1f s", compile_frames,
+                            time.perf_counter() - t1)
             self.runner = BatchRunner(self.model, name="ssm-stt-runner")
         try:
             self.runner.start()

@@ -17,6 +17,7 @@ BatchRunner like any StreamingModel (d_in = step_samples, d_out = vocabulary siz
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,8 @@ from .errors import AudioInputError
 from .frontend import LogMelFrontEnd
 from .text import VOCAB
 
-__all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt", "prepare_audio",
-           "CHECKPOINT_KIND"]
+__all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt", "load_stt_compiled",
+           "prepare_audio", "CHECKPOINT_KIND"]
 
 CHECKPOINT_KIND = "STTModel"
 
@@ -116,6 +117,8 @@ class STTModel(nn.Module):
             n_mels=config.n_mels, channels=config.conv_channels, d_out=ssm.d_model)
         self.stack = SSMStack(ssm)
         self.head = nn.Linear(ssm.d_model, config.vocab_size)
+        self._compiled: Callable[..., Any] | None = None
+        self._compiled_frames = 0
 
     # -- checks -------------------------------------------------------------------------------
     def _check_audio(self, audio: torch.Tensor, *, step: bool) -> None:
@@ -163,16 +166,48 @@ class STTModel(nn.Module):
                                   f"got {frames.shape[2]}")
         audio = frames.reshape(frames.shape[0], -1)
         self._check_audio(audio, step=False)
-        x, fe = self.frontend.prefill(audio, state.tensors)
-        y, stack_state = self.stack.forward(x, state.stack_state())
-        state.tensors.update(fe)
-        state.tensors.update(stack_state.tensors)
-        return torch.log_softmax(self.head(y), dim=-1), state
+        run = self._prefill_tensors
+        if self._compiled is not None and frames.shape[:2] == (1, self._compiled_frames):
+            run = self._compiled
+        y, tensors = run(audio, dict(state.tensors))
+        state.tensors.update(tensors)
+        return y, state
 
-    def forward(self, audio: torch.Tensor) -> torch.Tensor:
-        """audio (b, n*step_samples) -> logits (b, n, V) (unnormalised; CTC takes log_softmax)."""
+    def _prefill_tensors(self, audio: torch.Tensor, tensors: dict[str, torch.Tensor]
+                         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The pure core of ``prefill`` (what ``compile_prefill`` compiles): audio (b, n*step)
+        and the state's tensors -> (log-probs (b, n, V), the new state's tensors)."""
+        x, fe = self.frontend.prefill(audio, tensors)
+        stack = StackState({k: v for k, v in tensors.items() if not k.startswith("fe_")})
+        y, stack = self.stack.forward(x, stack)
+        return torch.log_softmax(self.head(y), dim=-1), {**fe, **stack.tensors}
+
+    def compile_prefill(self, frames: int) -> None:
+        """Compile ``prefill`` of one stream and exactly ``frames`` frames with torch.compile
+        (inductor, C++ on CPU) and compile it now. A lone stream stepped ``frames`` at a time
+        (RecognizerStream's ``stride``) then costs ~0.5 ms a frame instead of ~1.5 ms eager (1
+        thread; benchmarks/bench_stt_stride.py). Batches of streams and other lengths stay eager:
+        batching already spreads the per-call cost, and a graph per batch size would mean a
+        compile (~30 s) whenever a new size turned up. Compiling takes ~30 s cold, a few seconds
+        from inductor's on-disk cache. Needs a C++ compiler (g++)."""
+        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+            raise ConfigError(f"compile_prefill takes a positive frame count, got {frames!r}")
+        self._compiled_frames = frames
+        self._compiled = torch.compile(self._prefill_tensors, dynamic=False)
+        self.prefill(torch.zeros(1, frames, self.config.step_samples), self.init_state(1))
+
+    @property
+    def compiled_frames(self) -> int:
+        """The frame count ``compile_prefill`` compiled for (0: not compiled)."""
+        return self._compiled_frames if self._compiled is not None else 0
+
+    def forward(self, audio: torch.Tensor,
+                feature_augment: Callable[[torch.Tensor], torch.Tensor] | None = None
+                ) -> torch.Tensor:
+        """audio (b, n*step_samples) -> logits (b, n, V) (unnormalised; CTC takes log_softmax).
+        ``feature_augment`` (training only) rewrites the normalised log-mel features first."""
         self._check_audio(audio, step=False)
-        x = self.frontend(audio)
+        x = self.frontend(audio, feature_augment)
         y, _ = self.stack(x)
         return self.head(y)
 
@@ -206,6 +241,15 @@ def prepare_audio(samples: np.ndarray, sample_rate_hz: int, config: STTConfig) -
 def save_stt(model: STTModel, directory: str | Path) -> Path:
     """Weights (with the feature statistics) + config -> directory."""
     return write_checkpoint(directory, model, CHECKPOINT_KIND, model.config.to_dict())
+
+
+def load_stt_compiled(directory: str | Path, frames: str | int = "0") -> STTModel:
+    """``load_stt`` then, for ``frames`` > 0, ``compile_prefill(frames)`` (a loader for a child
+    process, whose arguments come as strings)."""
+    model = load_stt(directory)
+    if int(frames) > 0:
+        model.compile_prefill(int(frames))
+    return model
 
 
 def load_stt(directory: str | Path) -> STTModel:

@@ -10,6 +10,10 @@
 
 The stream keeps the samples that do not fill a whole 20 ms step until the next push. Results
 must be taken in the order the futures were made (the runner runs them in that order anyway).
+With ``stride=k`` a push runs the model only once k steps (k x 20 ms) are queued, and then on a
+multiple of k: partials come every k x 20 ms, and each run is one k-frame ``prefill``, several
+times cheaper a frame than k single steps (and compiled, see ``STTModel.compile_prefill``).
+The transcript is the same: only when the frames are computed changes.
 
 Decoding: partials (``text`` while the stream is open) are greedy CTC. Given a ``beam``
 (``CTCBeamSearch``: lexicon + word LM), every frame taken also advances a prefix beam search,
@@ -54,9 +58,12 @@ class RecognizerStream:
     """See the module docstring. Not thread-safe: one owner (an asyncio task, a loop)."""
 
     def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2,
-                 beam: CTCBeamSearch | None = None) -> None:
+                 beam: CTCBeamSearch | None = None, stride: int = 1) -> None:
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+            raise AudioInputError(f"stride must be a positive number of steps, got {stride!r}")
         self._runner = runner
         self._step = config.step_samples
+        self._stride = stride
         self._flush_steps = max(1, round(flush_s * config.frame_rate_hz))
         self._rest = np.zeros(0, np.float32)
         self._sid: int | None = runner.open_stream()
@@ -77,13 +84,14 @@ class RecognizerStream:
         return self._sid is None
 
     def push(self, samples: np.ndarray | bytes) -> Future | None:
-        """Queue audio at the model's rate. -> Future of (n, V) log-probs, or None (< one step)."""
+        """Queue audio at the model's rate. -> Future of (n, V) log-probs, or None (less than
+        ``stride`` steps queued)."""
         if self._sid is None:
             raise AudioInputError("push() after finish(): this stream is closed")
         x = as_float(samples)
         self.samples_in += x.size
         buf = np.concatenate([self._rest, x]) if self._rest.size else x
-        n = buf.size // self._step
+        n = buf.size // (self._step * self._stride) * self._stride
         self._rest = buf[n * self._step:].copy()
         if n == 0:
             return None
@@ -96,10 +104,10 @@ class RecognizerStream:
         -> Future of the last (n, V) log-probs."""
         if self._sid is None:
             raise AudioInputError("finish() called twice")
-        tail = np.zeros((self._flush_steps + 1) * self._step, np.float32)
-        tail[: self._rest.size] = self._rest
         n = (self._rest.size + self._flush_steps * self._step + self._step - 1) // self._step
-        frames = torch.from_numpy(tail[: n * self._step]).view(n, self._step)
+        tail = np.zeros(n * self._step, np.float32)        # the rest (< stride steps), then silence
+        tail[: self._rest.size] = self._rest
+        frames = torch.from_numpy(tail).view(n, self._step)
         fut = self._runner.submit(self._sid, frames)
         self._submitted += 1
         self._runner.close_stream(self._sid)

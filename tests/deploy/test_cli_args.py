@@ -1,4 +1,5 @@
-"""parley serve's argument parsing that needs no server: --stt-warm, --stt-procs, --tts-procs."""
+"""parley serve's argument parsing that needs no server: --stt-warm, --stt-procs, --tts-procs,
+--stt-compile."""
 
 from __future__ import annotations
 
@@ -50,3 +51,12 @@ def test_process_counts_out_of_range_are_refused(flag, text, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", flag, text])
     assert flag in capsys.readouterr().err
+
+
+def test_stt_compile_is_on_unless_the_environment_turns_it_off(monkeypatch):
+    monkeypatch.delenv("PARLEY_STT_COMPILE", raising=False)
+    assert build_parser().parse_args(["serve"]).stt_compile == "on"
+    assert build_parser().parse_args(["serve", "--stt-compile", "off"]).stt_compile == "off"
+    monkeypatch.setenv("PARLEY_STT_COMPILE", "0")                # as the test suite runs
+    assert build_parser().parse_args(["serve"]).stt_compile == "off"
+    assert build_parser().parse_args(["serve", "--stt-compile", "on"]).stt_compile == "on"

@@ -19,7 +19,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipeline.audio.wav import write_wav
-from pipeline.errors import AudioFormatError, EngineUnavailableError
+from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
 from pipeline.stt_eval import evaluate
 from ssm_engine.stt.decode import cer
@@ -116,6 +116,33 @@ def test_engine_refuses_bad_rates_and_audio(engine, tmp_path):
         SSMSTTEngine(_saying_h(), lm_path=tmp_path / "no-lm.arpa.gz")
 
 
+def test_engine_stride_and_compile_hear_the_same_as_every_frame():
+    # a strided, compiled engine (the serving default) transcribes exactly like the plain one;
+    # the rigged model says "h" on every frame, so compare the log-probs of a real stream too
+    from ssm_engine.stt.stream import RecognizerStream
+
+    with pytest.raises(PipelineError, match="stride"):
+        SSMSTTEngine(_saying_h(), decoder="greedy", stride=0)
+    torch.manual_seed(1)
+    model = STTModel(STTConfig(n_mels=16, conv_channels=16, ssm=dict(
+        d_model=32, n_layers=1, d_state=16, headdim=16, expand=2))).eval()
+    plain = SSMSTTEngine(model, decoder="greedy", stride=1, compile=False)
+    fast = SSMSTTEngine(model, decoder="greedy", stride=4, compile=True)
+    try:
+        assert (plain.stride, fast.stride, model.compiled_frames) == (1, 4, 4)
+        pcm = (np.random.default_rng(5).standard_normal(8000) * 4000).astype(np.int16)
+        assert fast.transcribe(pcm, 8000) == plain.transcribe(pcm, 8000)
+        outs = []
+        for eng in (plain, fast):
+            rs = RecognizerStream(eng.runner, model.config, stride=eng.stride)
+            got = [f.result() for i in range(0, 8000, 160) if (f := rs.push(pcm[i:i + 160]))]
+            outs.append(torch.cat(got + [rs.finish().result()]))
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
+    finally:
+        plain.close()
+        fast.close()
+
+
 def test_transcribe_16k_and_8k_the_same_way(engine):
     pcm = (np.random.default_rng(1).standard_normal(16000) * 2000).astype(np.int16)
     assert engine.transcribe(pcm, 16000) == "h"
@@ -171,5 +198,9 @@ def test_eval_cli_registers_beside_other_commands():
     args = parser.parse_args(["eval", "stt", "--engine", "pocketsphinx", "--manifest", "m.tsv",
                               "--rate", "16000", "--codec", "none", "--json"])
     assert (args.engine, args.rate, args.codec, args.json) == ("pocketsphinx", 16000, "none", True)
+    assert (args.stride, args.compile) == (None, None)          # the engine's defaults
+    args = parser.parse_args(["eval", "stt", "--manifest", "m.tsv", "--stride", "1",
+                              "--compile", "off"])
+    assert (args.stride, args.compile) == (1, "off")
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "stt", "--manifest", "m.tsv", "--rate", "44100"])

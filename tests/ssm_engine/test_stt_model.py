@@ -251,3 +251,87 @@ def test_shipped_checkpoint_loads_streams_and_fits_the_size_limit():
     state = model.init_state(1)
     stepped = torch.cat([model.step(audio[:, t * 160:(t + 1) * 160], state)[0] for t in range(25)])
     torch.testing.assert_close(stepped, full, atol=1e-3, rtol=1e-3)
+
+
+def test_log_mel_matches_an_fft_reference():
+    # the front end's windowed DFT (a matmul) gives the same features as torch.fft.rfft
+    fe = tiny_model().frontend
+    x = speechy(30, batch=2, seed=3)
+    padded = torch.cat([torch.zeros(2, fe.context), x], dim=1)
+    frames = padded.unfold(1, fe.win, fe.hop) * torch.hann_window(fe.win, periodic=False)
+    spec = torch.fft.rfft(frames, n=fe.n_fft)
+    ref = torch.log((spec.real.square() + spec.imag.square()) @ fe.melfb + 1e-6)
+    torch.testing.assert_close(fe.log_mel(padded), ref, atol=1e-3, rtol=1e-4)
+
+
+def test_a_lone_stream_prefills_in_place_and_matches_forward():
+    # one live stream: the batcher hands its state to prefill without a gather/scatter copy
+    model = tiny_model(seed=5)
+    audio = speechy(33, seed=9)
+    batcher = StreamBatcher(model, prefill_min=2)
+    sid = batcher.open()
+    outs, t = [], 0
+    for n in (5, 5, 1, 3, 12, 7):
+        outs.append(batcher.run({sid: audio[0, t * 160:(t + n) * 160].reshape(n, 160)})[sid])
+        t += n
+    full = _forward_log_probs(model, audio)[0]
+    torch.testing.assert_close(torch.cat(outs), full, atol=1e-4, rtol=1e-4)
+    other = batcher.open()                       # a second stream joins: both continue exactly
+    more = speechy(6, seed=10)
+    out = batcher.run({sid: more[0].reshape(6, 160), other: more[0].reshape(6, 160)})
+    ref = _forward_log_probs(model, torch.cat([audio, more], dim=1))[0, 33:]
+    torch.testing.assert_close(out[sid], ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out[other], _forward_log_probs(model, more)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_prefill_equals_eager_and_serves_only_its_shape():
+    from ssm_engine.errors import ConfigError
+
+    model, eager = tiny_model(seed=3), tiny_model(seed=3)
+    with pytest.raises(ConfigError, match="positive frame count"):
+        model.compile_prefill(0)
+    assert model.compiled_frames == 0
+    model.compile_prefill(3)                      # compiles now (a zero prefill)
+    assert model.compiled_frames == 3
+    calls = []
+    compiled = model._compiled
+    model._compiled = lambda *a: calls.append(a[0].shape) or compiled(*a)
+    audio = speechy(16, batch=2, seed=7)
+    s1, s2 = model.init_state(1), eager.init_state(1)
+    t = 0
+    for n in (3, 3, 4, 3, 1, 2):                 # 3-frame chunks compiled, the others eager
+        chunk = audio[:1, t * 160:(t + n) * 160].reshape(1, n, 160)
+        y1, s1 = model.prefill(chunk, s1)
+        y2, s2 = eager.prefill(chunk, s2)
+        torch.testing.assert_close(y1, y2, atol=1e-4, rtol=1e-4)
+        t += n
+    assert calls == [(1, 480)] * 3
+    for k in s1.tensors:
+        torch.testing.assert_close(s1.tensors[k], s2.tensors[k], atol=1e-4, rtol=1e-4)
+    y1, _ = model.prefill(audio[:, :480].reshape(2, 3, 160), model.init_state(2))  # a batch: eager
+    y2, _ = eager.prefill(audio[:, :480].reshape(2, 3, 160), eager.init_state(2))
+    torch.testing.assert_close(y1, y2, atol=1e-4, rtol=1e-4)
+    assert len(calls) == 3
+
+
+def test_recognizer_stream_with_a_stride_runs_every_k_steps_and_hears_the_same():
+    model = tiny_model(seed=4)
+    audio = (speechy(23, seed=2)[0].numpy() * 32767).astype(np.int16)
+    with pytest.raises(AudioInputError, match="stride"):
+        RecognizerStream(None, model.config, stride=0)        # type: ignore[arg-type]
+    with BatchRunner(model, prefill_min=2) as runner:
+        every = RecognizerStream(runner, model.config, flush_s=0.1)
+        strided = RecognizerStream(runner, model.config, flush_s=0.1, stride=3)
+        got: dict[str, list] = {"every": [], "strided": []}
+        for i in range(0, audio.size, 160):               # 20 ms pushes
+            for name, rs in (("every", every), ("strided", strided)):
+                fut = rs.push(audio[i:i + 160])
+                if fut is not None:
+                    got[name].append(fut.result())
+        assert [r.shape[0] for r in got["strided"]] == [3] * 7   # 21 of 23 steps run so far
+        assert len(got["every"]) == 23
+        for name, rs in (("every", every), ("strided", strided)):
+            got[name].append(rs.finish().result())
+        assert got["strided"][-1].shape[0] == 2 + 5              # the 2 left + 100 ms of silence
+    torch.testing.assert_close(torch.cat(got["strided"]), torch.cat(got["every"]),
+                               atol=1e-4, rtol=1e-4)
