@@ -58,3 +58,15 @@ def microphone_wav(speech, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("mic") / "caller.wav"
     write_wav(path, np.concatenate([silence(4.5), pcm, silence(4.0)]), rate_hz)
     return path
+
+
+async def assert_caller_hung_up(server: CallServer, call_id: str) -> None:
+    """The call's record: a WebRTC call that the caller ended, with its first turn heard."""
+    record = server.store.get(call_id)
+    assert record is not None and record.transport == "webrtc"
+    for _ in range(50):
+        if record.ended:
+            break
+        await asyncio.sleep(0.1)
+    assert record.ended and record.end_reason == "caller hung up", record.end_reason
+    assert record.turns and record.turns[0].user_text

@@ -28,7 +28,7 @@ import pytest
 
 from telephony.webrtc import ice
 
-from .conftest import SAID
+from .conftest import SAID, assert_caller_hung_up
 
 marionette = pytest.importorskip("marionette_driver.marionette",
                                  reason="marionette-driver is not installed (the test extra)")
@@ -218,11 +218,4 @@ async def test_page_call_in_firefox(webrtc_server, pulse, speech, tmp_path):
     pair = page["selectedPair"]
     assert pair and pair["remote"] in addresses and pair["local"] in addresses, pair
 
-    record = webrtc_server.store.get(call_id)
-    assert record is not None and record.transport == "webrtc"
-    for _ in range(50):
-        if record.ended:
-            break
-        await asyncio.sleep(0.1)
-    assert record.ended and record.end_reason == "caller hung up", record.end_reason
-    assert record.turns and record.turns[0].user_text
+    await assert_caller_hung_up(webrtc_server, call_id)

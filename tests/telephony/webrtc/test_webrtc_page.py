@@ -6,13 +6,12 @@ Skipped (with the reason) where Chromium or Playwright is missing; CI installs b
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 
 import jiwer
 import pytest
 
-from .conftest import SAID
+from .conftest import SAID, assert_caller_hung_up
 
 async_api = pytest.importorskip("playwright.async_api",
                                 reason="playwright is not installed (pip install playwright)")
@@ -92,11 +91,4 @@ async def test_page_call_in_chromium(webrtc_server, microphone_wav):
             assert errors == []
         finally:
             await browser.close()
-    record = webrtc_server.store.get(call_id)
-    assert record is not None and record.transport == "webrtc"
-    for _ in range(50):
-        if record.ended:
-            break
-        await asyncio.sleep(0.1)
-    assert record.ended and record.end_reason == "caller hung up", record.end_reason
-    assert record.turns and record.turns[0].user_text
+    await assert_caller_hung_up(webrtc_server, call_id)
