@@ -24,8 +24,9 @@ windows every 10 ms, fixed normalisation), two causal convolutions down to 50 fr
 {n_layers} Mamba-2 layers (ssm_engine, d_model {d_model}), a linear CTC head over
 {vocab} characters (blank, space, a-z, apostrophe); greedy partials, finals from a CTC beam
 search with a word lexicon and a trigram LM (`lm.arpa.gz`, `parley train stt-lm`). {n_params:,} parameters,
-{size_mb:.1f} MB (float32 safetensors). One 20 ms step per stream through ssm_engine's
-StreamBatcher/BatchRunner; 16 kHz input is resampled to 8 kHz by the caller.
+{size_mb:.1f} MB (float32 safetensors). Served through ssm_engine's StreamBatcher/BatchRunner, each
+stream run every 5 frames (100 ms) as one prefill, compiled for a lone stream; 16 kHz input is
+resampled to 8 kHz by the caller.
 
 ## Data
 Synthetic speech only (no recordings of people): `parley data stt`, offline voices with
@@ -51,7 +52,7 @@ Commands (``python -m ssm_engine.stt.cli`` is ``parley`` before the commands are
 
 - Steps {step}, epochs ~{epoch}, {train_min:.0f} min of one CPU thread (torch.set_num_threads(1)),
   AdamW lr {lr} (warm-up {warmup} steps, cosine over the time budget), {batch_s:.0f} s of audio
-  per batch, CTC loss. Log: `training.log`.
+  per batch, CTC loss{augment}. Log: `training.log`.
 
 ## Held-out results (voices never trained on)
 Training-time check (greedy, {tn} clips, 8 kHz mu-law): CER {tcer:.3f}, WER {twer:.3f}.
@@ -74,6 +75,20 @@ Training-time check (greedy, {tn} clips, 8 kHz mu-law): CER {tcer:.3f}, WER {twe
 
 def _voices(d: dict[str, float]) -> str:
     return "\n".join(f"  - `{k}`: {v:.2f} h" for k, v in d.items())
+
+
+def _augment(cfg: dict) -> str:
+    """The run's on-the-fly augmentation, as the card's training line says it."""
+    parts = []
+    if cfg.get("speed"):
+        parts.append(f"speed +-{cfg['speed'] * 100:.0f} %")
+    if cfg.get("freq_masks") or cfg.get("time_mask_every_s"):
+        parts.append(f"SpecAugment ({cfg.get('freq_masks', 0)} frequency masks of <= "
+                     f"{cfg.get('freq_mask_mels')} mels, a {cfg.get('time_mask_ms')} ms time mask "
+                     f"per {cfg.get('time_mask_every_s')} s)")
+    if cfg.get("init_from"):
+        parts.append(f"started from {cfg['init_from']}")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def _evals(out: Path) -> str:
@@ -137,6 +152,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path
         command=command, step=metrics["step"], epoch=metrics["epoch"],
         train_min=metrics["elapsed_min"], lr=last_cfg.get("lr"), warmup=last_cfg.get("warmup_steps"),
         batch_s=last_cfg.get("batch_audio_s", 0.0), tn=metrics["n"], tcer=metrics["cer"],
-        twer=metrics["wer"], evals=_evals(out))
+        twer=metrics["wer"], evals=_evals(out), augment=_augment(last_cfg))
     (out / "MODEL_CARD.md").write_text(card)
     return out

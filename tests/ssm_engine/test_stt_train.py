@@ -117,6 +117,9 @@ def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_dat
     # a 1e-9 learning rate leaves the starting weights (and their feature statistics) in place
     for (name, a), b in zip(start.state_dict().items(), after.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6), name
+    card = (export_run(tmp_path / "b", tmp_path / "out", data_dir=tiny_data) / "MODEL_CARD.md").read_text()
+    assert "speed +-10 %" in card and "SpecAugment (2 frequency masks" in card
+    assert f"started from {tmp_path / 'a' / 'best'}" in card
     bad = dataclasses.replace(cfg, run_dir=str(tmp_path / "c"), d_model=48, conv_channels=48,
                               headdim=16)
     with pytest.raises(ValueError, match="differs"):
