@@ -186,7 +186,7 @@ class STTModel(nn.Module):
         """Compile ``prefill`` of one stream and exactly ``frames`` frames with torch.compile
         (inductor, C++ on CPU) and compile it now. A lone stream stepped ``frames`` at a time
         (RecognizerStream's ``stride``) then costs ~0.5 ms a frame instead of ~1.5 ms eager (1
-        thread; benchmarks/bench_stt_stride.py). Batches of streams and other lengths stay eager:
+        thread; benchmarks/bench_stt_rtf.py). Batches of streams and other lengths stay eager:
         batching already spreads the per-call cost, and a graph per batch size would mean a
         compile (~30 s) whenever a new size turned up. Compiling takes ~30 s cold, a few seconds
         from inductor's on-disk cache. Needs a C++ compiler (g++)."""
