@@ -19,8 +19,9 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
+import sys
 import time
+from pathlib import Path
 
 import jiwer
 import numpy as np
@@ -44,7 +45,7 @@ pytestmark = [
 ]
 
 RATE_HZ = 16000
-FRAME = RATE_HZ // 50                     # 20 ms of 16-bit mono
+ROOT = Path(__file__).resolve().parents[3]
 PREFS = {
     "media.navigator.permission.disabled": True,      # no microphone prompt
     "media.navigator.streams.fake": False,            # the real (PulseAudio) microphone
@@ -71,54 +72,33 @@ def free_port() -> int:
 
 
 class Microphone:
-    """Feeds the PulseAudio pipe source in real time: silence, and a clip when ``say`` is called."""
+    """The browser's microphone: ``mic_feeder`` in a process of its own, fed through a FIFO."""
 
-    def __init__(self, fifo: str) -> None:
-        self._fifo = fifo
-        self._queue: list[np.ndarray] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="test-microphone", daemon=True)
+    def __init__(self, fifo: str, clip: np.ndarray, tmp_path) -> None:
+        raw = tmp_path / "clip.raw"
+        raw.write_bytes(clip.astype("<i2").tobytes())
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.telephony.webrtc.mic_feeder", fifo, str(raw)],
+            stdin=subprocess.PIPE, cwd=ROOT, text=True)
 
-    def start(self) -> Microphone:
-        self._thread.start()
-        return self
-
-    def say(self, pcm: np.ndarray) -> None:
-        with self._lock:
-            self._queue.append(pcm.astype("<i2"))
+    def say(self) -> None:
+        """Queue the clip: the browser hears it after what is already queued (<= 0.2 s)."""
+        self._proc.stdin.write("say\n")
+        self._proc.stdin.flush()
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        silence = np.zeros(FRAME, "<i2")
-        pending = np.zeros(0, "<i2")
-        fd = os.open(self._fifo, os.O_WRONLY)
+        self._proc.stdin.close()
         try:
-            t0 = time.monotonic()
-            sent = 0
-            while not self._stop.is_set():
-                with self._lock:
-                    if self._queue:
-                        pending = np.concatenate([pending, *self._queue])
-                        self._queue.clear()
-                chunk, pending = (pending[:FRAME], pending[FRAME:]) if pending.size else (silence, pending)
-                if chunk.size < FRAME:
-                    chunk = np.concatenate([chunk, silence[: FRAME - chunk.size]])
-                os.write(fd, chunk.tobytes())
-                sent += 1
-                time.sleep(max(0.0, t0 + sent * 0.02 - time.monotonic()))
-        except BrokenPipeError:
-            pass
-        finally:
-            os.close(fd)
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
 
 @pytest.fixture
-def pulse(tmp_path, monkeypatch):
-    """A private PulseAudio daemon: source ``mic`` (a FIFO), sink ``speaker`` (discards)."""
+def pulse(tmp_path, monkeypatch, speech):
+    """A private PulseAudio daemon: source ``mic`` (a FIFO that says ``speech`` on cue), sink
+    ``speaker`` (discards)."""
     runtime = tmp_path / "pulse"
     runtime.mkdir()
     fifo = runtime / "mic.fifo"
@@ -135,7 +115,7 @@ def pulse(tmp_path, monkeypatch):
         subprocess.run(["pactl", "set-default-source", "mic"], env=env, check=True, timeout=10)
         subprocess.run(["pactl", "set-default-sink", "speaker"], env=env, check=True, timeout=10)
         monkeypatch.setenv("PULSE_SERVER", f"unix:{runtime}/native")
-        mic = Microphone(str(fifo)).start()
+        mic = Microphone(str(fifo), speech[0], tmp_path)
         yield mic
         mic.close()
     finally:
@@ -164,8 +144,7 @@ def _agent_final(turn: int):
                          and m["turn"] == turn for m in p["messages"])
 
 
-def drive_call(base: str, mic: Microphone, speech: np.ndarray, gecko_log: str
-               ) -> tuple[dict, str]:
+def drive_call(base: str, mic: Microphone, gecko_log: str) -> tuple[dict, str]:
     """The page's whole call in Firefox. -> (the page's state at the end of turn 1, call id)."""
     from marionette_driver.by import By
 
@@ -177,7 +156,7 @@ def drive_call(base: str, mic: Microphone, speech: np.ndarray, gecko_log: str
         assert client.find_element(By.ID, "status").text == "Ready to call."
         client.find_element(By.ID, "call").click()
         _wait(client, _agent_final(0), "the greeting")           # played to the end
-        mic.say(speech)
+        mic.say()
         state = _wait(client, lambda p: _agent_final(1)(p) and any(
             m["type"] == "latency" and m["turn"] == 1 for m in p["messages"]), "turn 1's answer")
         user_line = client.find_element(
@@ -195,11 +174,10 @@ async def test_page_call_in_firefox(webrtc_server, pulse, speech, tmp_path):
     addresses = machine_addresses()
     if not addresses:
         pytest.skip("no non-loopback IPv4 address: Firefox gathers no loopback ICE candidates")
-    pcm, rate_hz = speech
-    assert rate_hz == RATE_HZ
+    assert speech[1] == RATE_HZ                         # the feeder's rate
     base = f"http://127.0.0.1:{webrtc_server.port}"
     with ice.host_addresses(addresses):                 # this machine's own, never the loopback
-        state, call_id = await asyncio.to_thread(drive_call, base, pulse, pcm,
+        state, call_id = await asyncio.to_thread(drive_call, base, pulse,
                                                  str(tmp_path / "gecko.log"))
     page = state["parley"]
     assert state["status"] == "live"
