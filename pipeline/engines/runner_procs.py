@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import logging
+import re
 import socket
 import subprocess
 import sys
@@ -55,6 +56,9 @@ def _remote_error(name: str, message: str) -> SSMEngineError:
     cls = getattr(engine_errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, SSMEngineError)):
         return SSMEngineError(f"{name}: {message}")
+    if issubclass(cls, engine_errors.UnknownStreamError):   # built from the id, not a message
+        found = re.fullmatch(r"stream (\d+) is not open", message)
+        return cls(int(found.group(1))) if found else SSMEngineError(f"{name}: {message}")
     try:
         return cls(message)
     except TypeError:  # CheckpointError(path, message): raised here, it would end the reader

@@ -437,3 +437,15 @@ async def test_service_reports_a_killed_child_once_and_hears_the_next_utterance(
     assert len(finals) == 1 and cer([second_text], finals) < 0.3, finals
     assert runner.restarts == restarts + 1 and runner.pid != pid and alive(runner.pid)
     assert runner.open_streams == frozenset()  # the new utterance's stream was closed
+
+
+def test_a_child_error_comes_back_as_its_own_class_and_message():
+    from pipeline.engines.runner_procs import _remote_error
+
+    err = _remote_error("UnknownStreamError", "stream 7 is not open")
+    assert type(err) is UnknownStreamError and err.stream_id == 7
+    assert str(err) == "stream 7 is not open"                 # not "stream stream 7 ... is not open"
+    odd = _remote_error("UnknownStreamError", "something else")
+    assert type(odd) is SSMEngineError and str(odd) == "UnknownStreamError: something else"
+    assert str(_remote_error("StreamError", "bad frames")) == "bad frames"
+    assert type(_remote_error("NoSuchError", "x")) is SSMEngineError
