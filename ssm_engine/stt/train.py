@@ -270,12 +270,13 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
             audio, frames = _pad(clips, step_samples)
             augment = None
             if cfg.freq_masks or cfg.time_mask_every_s:
-                mel_lengths = [2 * int(n) for n in frames]          # two mel frames per step
+                mels_per_step = step_samples // mcfg.hop_samples
+                mel_ms = 1000.0 * mcfg.hop_samples / rate
                 augment = functools.partial(
-                    spec_augment, lengths=mel_lengths, rng=rng, freq_masks=cfg.freq_masks,
-                    freq_mask_mels=cfg.freq_mask_mels,
-                    time_mask_every=int(cfg.time_mask_every_s * 100),
-                    time_mask_frames=cfg.time_mask_ms // 10)
+                    spec_augment, lengths=[mels_per_step * int(n) for n in frames], rng=rng,
+                    freq_masks=cfg.freq_masks, freq_mask_mels=cfg.freq_mask_mels,
+                    time_mask_every=round(cfg.time_mask_every_s * 1000.0 / mel_ms),
+                    time_mask_frames=round(cfg.time_mask_ms / mel_ms))
             tgt = [targets[i] for i in idx]
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * cosine_lr_scale(
