@@ -166,10 +166,15 @@ class STTModel(nn.Module):
                                   f"got {frames.shape[2]}")
         audio = frames.reshape(frames.shape[0], -1)
         self._check_audio(audio, step=False)
-        run = self._prefill_tensors
+        run, tensors = self._prefill_tensors, dict(state.tensors)
         if self._compiled is not None and frames.shape[:2] == (1, self._compiled_frames):
+            # the compiled graph is specialised to contiguous inputs: a state tensor with other
+            # strides (a slice the last pass returned, a row picked from a batch) would make
+            # torch.compile recompile (seconds) in the middle of a call
             run = self._compiled
-        y, tensors = run(audio, dict(state.tensors))
+            audio = audio.contiguous()
+            tensors = {k: v.contiguous() for k, v in tensors.items()}
+        y, tensors = run(audio, tensors)
         state.tensors.update(tensors)
         return y, state
 
@@ -194,7 +199,11 @@ class STTModel(nn.Module):
             raise ConfigError(f"compile_prefill takes a positive frame count, got {frames!r}")
         self._compiled_frames = frames
         self._compiled = torch.compile(self._prefill_tensors, dynamic=False)
-        self.prefill(torch.zeros(1, frames, self.config.step_samples), self.init_state(1))
+        # twice: a fresh state and the state a pass returns differ in layout (views at an
+        # offset), and each gets a graph; compiling both now keeps the recompile out of a call
+        state = self.init_state(1)
+        for _ in range(2):
+            _, state = self.prefill(torch.zeros(1, frames, self.config.step_samples), state)
 
     @property
     def compiled_frames(self) -> int:
