@@ -168,12 +168,12 @@ class STTModel(nn.Module):
         self._check_audio(audio, step=False)
         run, tensors = self._prefill_tensors, dict(state.tensors)
         if self._compiled is not None and frames.shape[:2] == (1, self._compiled_frames):
-            # the compiled graph is specialised to contiguous inputs: a state tensor with other
-            # strides (a slice the last pass returned, a row picked from a batch) would make
+            # the compiled graph is specialised to its inputs' layout: a state tensor with other
+            # strides or at an offset in its storage (a slice a pass returned) would make
             # torch.compile recompile (seconds) in the middle of a call
             run = self._compiled
-            audio = audio.contiguous()
-            tensors = {k: v.contiguous() for k, v in tensors.items()}
+            audio = _plain(audio)
+            tensors = {k: _plain(v) for k, v in tensors.items()}
         y, tensors = run(audio, tensors)
         state.tensors.update(tensors)
         return y, state
@@ -199,8 +199,8 @@ class STTModel(nn.Module):
             raise ConfigError(f"compile_prefill takes a positive frame count, got {frames!r}")
         self._compiled_frames = frames
         self._compiled = torch.compile(self._prefill_tensors, dynamic=False)
-        # twice: a fresh state and the state a pass returns differ in layout (views at an
-        # offset), and each gets a graph; compiling both now keeps the recompile out of a call
+        # twice, from a fresh state and from the state a pass returns: any second graph is
+        # compiled now, not in a call (prefill hands the graph contiguous inputs, see _plain)
         state = self.init_state(1)
         for _ in range(2):
             _, state = self.prefill(torch.zeros(1, frames, self.config.step_samples), state)
@@ -245,6 +245,13 @@ def prepare_audio(samples: np.ndarray, sample_rate_hz: int, config: STTConfig) -
                               f"{config.sample_rate_hz} or {2 * config.sample_rate_hz})")
     pad = (-x.size) % config.step_samples
     return torch.from_numpy(np.concatenate([x, np.zeros(pad, np.float32)]))[None]
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself if contiguous from the start of its storage, else such a copy."""
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def save_stt(model: STTModel, directory: str | Path) -> Path:

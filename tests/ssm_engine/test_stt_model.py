@@ -291,8 +291,11 @@ def test_compiled_prefill_equals_eager_and_serves_only_its_shape():
     with pytest.raises(ConfigError, match="positive frame count"):
         model.compile_prefill(0)
     assert model.compiled_frames == 0
-    model.compile_prefill(3)                      # compiles now (a zero prefill)
+    from torch._dynamo.utils import counters
+
+    model.compile_prefill(3)                      # compiles now (both graphs it needs)
     assert model.compiled_frames == 3
+    graphs = counters["stats"]["unique_graphs"]
     calls = []
     compiled = model._compiled
     model._compiled = lambda *a: calls.append(a[0].shape) or compiled(*a)
@@ -306,6 +309,7 @@ def test_compiled_prefill_equals_eager_and_serves_only_its_shape():
         torch.testing.assert_close(y1, y2, atol=1e-4, rtol=1e-4)
         t += n
     assert calls == [(1, 480)] * 3
+    assert counters["stats"]["unique_graphs"] == graphs        # nothing compiled mid-stream
     for k in s1.tensors:
         torch.testing.assert_close(s1.tensors[k], s2.tensors[k], atol=1e-4, rtol=1e-4)
     y1, _ = model.prefill(audio[:, :480].reshape(2, 3, 160), model.init_state(2))  # a batch: eager
