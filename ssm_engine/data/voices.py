@@ -27,7 +27,7 @@ from .audio import read_wav
 from .errors import SynthesisError, VoiceUnavailableError
 
 __all__ = ["Voice", "voice", "TRAIN_VOICES", "EXTRA_TRAIN_VOICES", "PIPER_TRAIN_VOICES",
-           "HELDOUT_VOICES", "available"]
+           "ALL_TRAIN_VOICES", "HELDOUT_VOICES", "available"]
 
 # Weights set how often a voice is drawn: the more human-sounding voices get more of the data.
 TRAIN_VOICES: dict[str, float] = {
@@ -54,6 +54,9 @@ PIPER_TRAIN_VOICES: dict[str, float] = {
     "espeak:en-us+m3": 0.5, "espeak:en-us+m5": 0.5, "espeak:en-us+f5": 0.5,
     "espeak:en-gb+f2": 0.5, "espeak:en-gb-x-gbclan+m2": 0.5, "espeak:en-gb-x-gbcwmd+f4": 0.5,
 }
+
+# Every training speaker at once (the fourth data set: fresh sentences over all of them).
+ALL_TRAIN_VOICES: dict[str, float] = {**TRAIN_VOICES, **EXTRA_TRAIN_VOICES, **PIPER_TRAIN_VOICES}
 
 _PROGRAMS = {"flite": "flite", "espeak": "espeak-ng", "mbrola": "espeak-ng", "pico": "pico2wave",
              "rhvoice": "RHVoice-test", "festival": "text2wave", "piper": None}
