@@ -134,7 +134,7 @@ class ServerAddress:
 class Server(ServeProcess, ServerAddress):
     """One ``parley serve --agent echo`` answering Twilio, WebRTC and SIP."""
 
-    def __init__(self, db_dir: str, stt: str = "sphinx", tts: str = "ssm", stt_warm: str = "4:1",
+    def __init__(self, db_dir: str, stt: str = "ssm", tts: str = "ssm", stt_warm: str = "4:1",
                  vad: str = "silero", engine_procs: int = 1):
         port, self.sip_port = free_port(), free_port(socket.SOCK_DGRAM)
         ServeProcess.__init__(self, "parley", ["-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(port),
@@ -344,8 +344,9 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="3 turns per transport, 3 mixed calls of 2 turns")
     ap.add_argument("--tts", choices=["ssm", "espeak"], default="ssm",
                     help="the server's voice (parley serve's default: ssm)")
-    ap.add_argument("--stt", choices=["sphinx", "ssm"], default="sphinx",
-                    help="the server's recogniser (ssm: one batched model for all calls)")
+    ap.add_argument("--stt", choices=["ssm", "sphinx"], default="ssm",
+                    help="the server's recogniser (parley serve's default: ssm, one batched model "
+                    "for all calls; sphinx: pocketsphinx decoders)")
     ap.add_argument("--vad", choices=["silero", "webrtc"], default="silero",
                     help="the server's voice activity detector (parley serve's default: silero)")
     ap.add_argument("--mixed-only", action="store_true", help="skip the one-call-at-a-time phase")

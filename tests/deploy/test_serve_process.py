@@ -83,7 +83,7 @@ async def _engine_series(port: int) -> dict[str, int]:
 
 async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
     port, db = _free_port(), tmp_path / "calls.db"
-    proc = _serve(port, db, "--stt-warm", "1:0")
+    proc = _serve(port, db, "--stt", "sphinx", "--stt-warm", "1:0")
     try:
         await _wait_listening(port, proc)
         series = await _engine_series(port)
@@ -141,8 +141,8 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
                 if calls[0].turns and calls[0].turns[0].agent_text_heard:  # the reply played out
                     break
         assert sid is not None
-        engines = _children(proc.pid)  # the pocketsphinx worker and the voice
-        assert sum("sphinx_procs" in c for c in engines.values()) == 1, engines
+        engines = _children(proc.pid)  # the SSM recognizer's worker (the default) and the voice
+        assert sum("runner_procs" in c for c in engines.values()) == 1, engines
         assert sum("voice_procs" in c for c in engines.values()) == 1, engines
         proc.send_signal(signal.SIGKILL)  # no clean-up of any kind
         proc.wait(10)
