@@ -96,7 +96,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    default="off" if os.environ.get("PARLEY_STT_COMPILE") == "0" else "on",
                    help="with --stt ssm: compile the recognizer's 5-frame step with torch.compile "
                    "(~3x less CPU per lone call; ~30 s at the first start, a few seconds later from "
-                   "the compile cache). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
+                   "the compile cache; needs a C++ compiler: without one the server logs why and runs the step "
+                   "eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
@@ -270,16 +271,28 @@ def _serve(args: argparse.Namespace) -> int:
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
         import pipeline.services.ssm_stt as ssm_stt
+        from pipeline.errors import EngineUnavailableError
 
         ssm_stt.DEFAULT_COMPILE = args.stt_compile == "on"
         if args.stt_procs > 0:
             ssm_stt.SSMSTTEngine.shared_runner = "process"
         t0 = time.perf_counter()
-        ssm_stt.SSMSTTEngine.shared(ssm_stt.DEFAULT_MODEL_DIR, ssm_stt.DEFAULT_DECODER)
+        try:
+            ssm_stt.SSMSTTEngine.shared(ssm_stt.DEFAULT_MODEL_DIR, ssm_stt.DEFAULT_DECODER)
+        except EngineUnavailableError as exc:
+            if not ssm_stt.DEFAULT_COMPILE:
+                raise
+            # e.g. no C++ compiler for torch.compile: serve eagerly (about twice the CPU per
+            # call) rather than not at all; a model that fails to load fails again below
+            logging.getLogger("parley").warning(
+                "SSM recognizer: the compiled step is unavailable (%s); running it eagerly "
+                "instead (--stt-compile off skips the attempt)", exc)
+            ssm_stt.DEFAULT_COMPILE = False
+            ssm_stt.SSMSTTEngine.shared(ssm_stt.DEFAULT_MODEL_DIR, ssm_stt.DEFAULT_DECODER)
         logging.getLogger("parley").info(
             "SSM recognizer ready %s in %.1f s (step %s)",
             "in a worker process" if args.stt_procs > 0 else "in the server process",
-            time.perf_counter() - t0, "compiled" if args.stt_compile == "on" else "eager")
+            time.perf_counter() - t0, "compiled" if ssm_stt.DEFAULT_COMPILE else "eager")
     if config.pipeline.stt == "sphinx":
         from pipeline.engines.sphinx import SPHINX_POOL, set_default_pool
 

@@ -40,8 +40,8 @@ async def _wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 
     raise TimeoutError("parley serve did not start")
 
 
-def _serve(port: int, db: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN}
+def _serve(port: int, db: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN, **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "deploy.cli", "serve", "--port", str(port), "--db", str(db), "--agent", "echo",
          "--log-level", "WARNING", *extra],
@@ -165,3 +165,24 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
     assert record["turns"] and record["turns"][0]["user_text"]  # what was said so far is there
     assert record["turns"][0]["agent_text"].startswith("You said")
     assert record["greeting"]
+
+
+async def test_without_a_cxx_compiler_the_recognizer_serves_eagerly_and_says_why(tmp_path):
+    """torch.compile needs a C++ compiler; a machine without one still answers calls."""
+    port, db = _free_port(), tmp_path / "calls.db"
+    proc = _serve(port, db, "--stt", "ssm", "--stt-compile", "on",
+                  env={"CXX": str(tmp_path / "no-such-g++"),
+                       "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})  # no cached kernels
+    try:
+        await _wait_listening(port, proc, timeout_s=120)
+        report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
+                                             timeout_s=60, utterances=(Utterance(text="hello how are you"),)))
+        assert report.turns and report.turns[0].agent_audio_bytes > 0
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert "the compiled step is unavailable" in log and "No working C++ compiler" in log, log[-3000:]
+    assert "running it eagerly instead" in log
