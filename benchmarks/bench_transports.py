@@ -158,6 +158,18 @@ class Server(ServeProcess, ServerAddress):
             out[transport][direction + (f"_{reason}" if reason else "")] = int(n)
         return dict(out)
 
+    async def loop_lag_buckets(self) -> dict[str, int]:
+        """The server's event-loop lag histogram (``parley_event_loop_lag_ms``, cumulative), by
+        bucket bound: {"1": n, ..., "+Inf": n}; {} if /metrics cannot be read."""
+        series = re.compile(r'parley_event_loop_lag_ms_bucket\{le="([^"]+)"\} (\d+)')
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+                async with http.get(f"{self.base}/metrics") as r:
+                    text = await r.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return {}
+        return {le: int(n) for le, n in series.findall(text)}
+
     def warnings(self) -> tuple[int, list[str]]:
         """How many lines the server logged at WARNING or above, and the three commonest (digits
         masked, so one message about many calls counts as one)."""
@@ -433,6 +445,7 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
                     await one_call(kind, server, phrases, single[kind], voice, args.webrtc_lead_s)
             calls = [(kinds[i % len(kinds)], rng.sample(PHRASES, args.mixed_turns)) for i in range(args.mixed)]
             load_before = os.getloadavg()[0]
+            lag_before = await server.loop_lag_buckets()
             cpu_before, wall_before = cpu_seconds(server.proc.pid), time.monotonic()
             if args.caller_procs:
                 mixed, caller_lags = await calls_in_processes(calls, server, args.mixed_webrtc_lead_s)
@@ -441,6 +454,7 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
                 caller_lags = {"all": lags}
             server_cores = (cpu_seconds(server.proc.pid) - cpu_before) / (time.monotonic() - wall_before)
             load_after = os.getloadavg()[0]
+            lag_after = await server.loop_lag_buckets()
             metrics_frames = await server.metrics_frames()
         finally:
             server.stop()
@@ -458,7 +472,22 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
     for who, lags in caller_lags.items():  # the callers' own clocks: trustworthy while these are small
         p = pct(lags)
         out[f"{prefix}mixed{args.mixed}_caller_loop_lag_ms_{who}"] = {k: p[k] for k in ("p50", "p95", "p99")}
+    out[f"{prefix}mixed{args.mixed}_server_loop_lag"] = lag_during(lag_before, lag_after)
     out[f"{prefix}metrics_frames_all_calls"] = metrics_frames  # warm-up and phase 1 included
+
+
+def lag_during(before: dict[str, int], after: dict[str, int]) -> dict[str, object]:
+    """The server's event-loop wakes during the mixed load (its probe wakes every 50 ms), from two
+    reads of the cumulative histogram: how many, how many woke over 50 / 100 ms late, and the
+    bucket bound under which 99 % fell (a stall of the loop delays every call's audio at once)."""
+    if not before or not after:
+        return {}
+    count = {le: after[le] - before.get(le, 0) for le in after}
+    n = count.get("+Inf", 0)
+    bounds = sorted((float(le), c) for le, c in count.items() if le != "+Inf")
+    p99 = next((b for b, c in bounds if c >= 0.99 * n), None) if n else None
+    return {"wakes": n, "late_over_50ms": n - count.get("50", n), "late_over_100ms": n - count.get("100", n),
+            "p99_le_ms": p99 if p99 is not None else (">" + str(bounds[-1][0]) if bounds and n else None)}
 
 
 async def caller_process_main(args: argparse.Namespace) -> None:
