@@ -277,8 +277,10 @@ class SipCall:
         """Progress of a transfer we asked for (REFER): the body is a sipfrag status line."""
         self.server.respond(req, addr, 200, to_tag=self.local_tag)
         line = req.body.split(b"\r\n", 1)[0].decode("utf-8", "replace").split(" ")
-        if len(line) >= 2 and line[1].isdigit() and self._notify is not None and not self._notify.done():
-            status = int(line[1])
+        code = line[1] if len(line) >= 2 else ""
+        if len(code) == 3 and code.isascii() and code.isdigit() and self._notify is not None \
+                and not self._notify.done():
+            status = int(code)
             if status >= 200:
                 self._notify.set_result(status)
 

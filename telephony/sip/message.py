@@ -115,7 +115,7 @@ class _Base:
         """(sequence number, method) of the CSeq header."""
         value = self.header("cseq") or ""
         parts = value.split()
-        if len(parts) != 2 or not parts[0].isdigit() or len(parts[0]) > 10:
+        if len(parts) != 2 or not (parts[0].isascii() and parts[0].isdigit()) or len(parts[0]) > 10:
             raise SipParseError(f"bad CSeq {value!r}")
         return int(parts[0]), parts[1].upper()
 

@@ -68,7 +68,7 @@ class Registration:
         if not 200 <= resp.status < 300:
             raise RegistrationError(f"REGISTER refused: {resp.status} {resp.reason}")
         granted = resp.header("expires")
-        return int(granted) if granted and granted.isdigit() else expires
+        return int(granted) if granted and granted.isascii() and granted.isdigit() and len(granted) <= 10 else expires
 
     async def run(self) -> None:
         while not self._stopping:

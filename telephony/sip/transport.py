@@ -44,7 +44,7 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
-from telephony.pacer import OutputPacer
+from telephony.pacer import OutputPacer, paced_transport_params
 from telephony.playout import PlayoutTracker
 
 log = logging.getLogger(__name__)
@@ -183,13 +183,7 @@ class SipTransport(BaseTransport):
     def __init__(self, session: RtpSession, *, on_transfer: Callable[[TransferCallFrame], Awaitable[None]],
                  params: TransportParams | None = None):
         super().__init__()
-        params = params or TransportParams(
-            audio_in_enabled=True,
-            audio_in_sample_rate=SAMPLE_RATE_HZ,
-            audio_out_enabled=True,
-            audio_out_sample_rate=SAMPLE_RATE_HZ,
-            audio_out_10ms_chunks=2,
-        )
+        params = params or paced_transport_params(SAMPLE_RATE_HZ)
         self.session = session
         self.tracker = PlayoutTracker()
         self._input = SipInputTransport(session, on_transfer, params, name=f"sip-in-{session.call_id}")

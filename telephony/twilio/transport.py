@@ -47,7 +47,7 @@ from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.audio_meter import FrameCounts, InboundMeter
 from telephony.errors import ProtocolError
-from telephony.pacer import OutputPacer
+from telephony.pacer import OutputPacer, paced_transport_params
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
 from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
@@ -314,13 +314,7 @@ class TwilioTransport(BaseTransport):
     def __init__(self, ws: web.WebSocketResponse, start: Start, *, call_id: str,
                  on_closed: Callable[[str], Awaitable[None]], params: TransportParams | None = None):
         super().__init__()
-        params = params or TransportParams(
-            audio_in_enabled=True,
-            audio_in_sample_rate=SAMPLE_RATE_HZ,
-            audio_out_enabled=True,
-            audio_out_sample_rate=SAMPLE_RATE_HZ,
-            audio_out_10ms_chunks=2,
-        )
+        params = params or paced_transport_params(SAMPLE_RATE_HZ)
         self.link = _Link(ws, start, call_id, on_closed)
         self._input = TwilioInputTransport(self, self.link, params, name=f"twilio-in-{call_id}")
         self._output = TwilioOutputTransport(self, self.link, params, name=f"twilio-out-{call_id}")

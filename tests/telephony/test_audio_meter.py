@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
+from pipecat.frames.frames import EndFrame, OutputAudioRawFrame, StartFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import TransportParams
+from pipecat.workers.runner import WorkerRunner
 
 from telephony.audio_meter import FrameCounts, InboundMeter
 from telephony.metrics import Metrics
-from telephony.pacer import OutputPacer
+from telephony.pacer import OutputPacer, paced_transport_params
 from telephony.playout import PlayoutTracker, UtteranceState
 from telephony.webrtc.media import PlayoutTrack
 
@@ -163,3 +171,37 @@ async def test_pacer_survives_the_utterance_ending_while_a_chunk_waits():
     await pacer.wait(0.02)
     await pacer.wait(0.02)        # sleeps 20 ms; the utterance is cut meanwhile
     assert pacer.speaking and c.out_frames == 2
+
+
+async def _write_tasks(params) -> list[asyncio.Task]:
+    """Run 5 agent frames through pipecat's output machinery; the task each write ran in."""
+    tasks: list[asyncio.Task] = []
+
+    class Out(BaseOutputTransport):
+        async def start(self, frame: StartFrame):
+            await super().start(frame)
+            await self.set_transport_ready(frame)
+
+        async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+            tasks.append(asyncio.current_task())
+            return True
+
+    out = Out(params)
+    worker = PipelineWorker(Pipeline([out]), params=PipelineParams(audio_out_sample_rate=8000),
+                            enable_rtvi=False)
+    await worker.queue_frames([OutputAudioRawFrame(bytes(320), 8000, 1) for _ in range(5)] + [EndFrame()])
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await asyncio.wait_for(runner.run(), 20)
+    return tasks
+
+
+async def test_paced_transports_write_frames_without_a_task_per_frame():
+    """pipecat wraps each write in wait_for, a task per 20 ms frame on Python 3.11 (two more loop
+    turns a frame, which starved calls' output under load); the paced transports' params do not."""
+    default = await _write_tasks(TransportParams(audio_out_enabled=True, audio_out_sample_rate=8000,
+                                                 audio_out_10ms_chunks=2))
+    paced = await _write_tasks(paced_transport_params(8000))
+    assert len(default) >= 5 and len(paced) >= 5
+    assert len(set(paced)) == 1, "every write ran in the media sender's own task"
+    assert len(set(default)) == len(default), "pipecat's guarded write: a task per frame"
