@@ -81,8 +81,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "~10 ms after the caller stops), or the pocketsphinx baseline (default "
                    "%(default)s)")
     p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
-                   help="with --stt sphinx: pocketsphinx decoders built before the first call, for phone calls "
-                   "(8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "
+                   help="with --stt sphinx: pocketsphinx decoders built before the first call, "
+                   "for phone calls (8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "
                    "Each costs ~0.4 s of start-up and ~90 MB; a call that finds none idle builds "
                    "one, which stalls every live call for ~0.4 s (pocketsphinx holds Python's "
                    "GIL). Finished calls give theirs back (default 4:1)")
@@ -96,8 +96,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    default="off" if os.environ.get("PARLEY_STT_COMPILE") == "0" else "on",
                    help="with --stt ssm: compile the recognizer's 5-frame step with torch.compile "
                    "(~3x less CPU per lone call; ~30 s at the first start, a few seconds later from "
-                   "the compile cache; needs a C++ compiler: without one the server logs why and runs the step "
-                   "eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
+                   "the compile cache; needs a C++ compiler: without one the server logs why and "
+                   "runs the step eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
@@ -283,7 +283,7 @@ def _serve(args: argparse.Namespace) -> int:
             if not ssm_stt.DEFAULT_COMPILE:
                 raise
             # e.g. no C++ compiler for torch.compile: serve eagerly (about twice the CPU per
-            # call) rather than not at all; a model that fails to load fails again below
+            # call) rather than not at all. A model that cannot load raises again here.
             logging.getLogger("parley").warning(
                 "SSM recognizer: the compiled step is unavailable (%s); running it eagerly "
                 "instead (--stt-compile off skips the attempt)", exc)

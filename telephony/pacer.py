@@ -70,7 +70,7 @@ class OutputPacer:
 
 
 def paced_transport_params(sample_rate_hz: int) -> TransportParams:
-    """8 kHz-style telephone I/O in 20 ms chunks, without pipecat's per-write timeout.
+    """Mono audio in and out at ``sample_rate_hz``, 20 ms chunks, no pipecat per-write timeout.
 
     pipecat guards each ``write_audio_frame`` with ``asyncio.wait_for(..., timeout)``, which on
     Python 3.11 wraps every 20 ms write in a task of its own: two more event-loop turns per frame

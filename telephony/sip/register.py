@@ -68,7 +68,9 @@ class Registration:
         if not 200 <= resp.status < 300:
             raise RegistrationError(f"REGISTER refused: {resp.status} {resp.reason}")
         granted = resp.header("expires")
-        return int(granted) if granted and granted.isascii() and granted.isdigit() and len(granted) <= 10 else expires
+        if granted and granted.isascii() and granted.isdigit() and len(granted) <= 10:
+            return int(granted)
+        return expires
 
     async def run(self) -> None:
         while not self._stopping:
