@@ -76,7 +76,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vad", choices=["webrtc", "silero"], default="silero",
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
     p.add_argument("--stt", choices=["ssm", "sphinx"], default="ssm",
-                   help="speech recognizer: parley's streaming SSM model (models/stt; WER 0.20 on "
+                   help="speech recognizer: parley's streaming SSM model (models/stt; WER 0.17 on "
                    "voices it never trained on against pocketsphinx's 0.80, ~6x less CPU, finals "
                    "~10 ms after the caller stops), or the pocketsphinx baseline (default "
                    "%(default)s)")
