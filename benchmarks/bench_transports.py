@@ -143,15 +143,21 @@ class Server(ServeProcess, ServerAddress):
                                     "--vad", vad, "--stt-procs", str(engine_procs), "--tts-procs", str(engine_procs)],
                               port=port, log_path=Path(db_dir) / "server.log", env={"TWILIO_AUTH_TOKEN": TOKEN})
 
+    async def metrics_text(self) -> str | None:
+        """The server's ``/metrics`` page, or None if it cannot be read."""
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+                async with http.get(f"{self.base}/metrics") as r:
+                    return await r.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
     async def metrics_frames(self) -> dict[str, dict[str, int]]:
         """The audio-frame counters of ``/metrics``, by transport: {"sip": {"in": .., "in_lost": ..}}."""
         series = re.compile(r'parley_audio_frames(?:_missed)?_total\{transport="(\w+)",direction="(\w+)"'
                             r'(?:,reason="(\w+)")?\} (\d+)')
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-                async with http.get(f"{self.base}/metrics") as r:
-                    text = await r.text()
-        except (aiohttp.ClientError, TimeoutError):
+        text = await self.metrics_text()
+        if text is None:
             return {}
         out: dict[str, dict[str, int]] = collections.defaultdict(dict)
         for transport, direction, reason, n in series.findall(text):
@@ -162,11 +168,8 @@ class Server(ServeProcess, ServerAddress):
         """The server's event-loop lag histogram (``parley_event_loop_lag_ms``, cumulative), by
         bucket bound: {"1": n, ..., "+Inf": n}; {} if /metrics cannot be read."""
         series = re.compile(r'parley_event_loop_lag_ms_bucket\{le="([^"]+)"\} (\d+)')
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-                async with http.get(f"{self.base}/metrics") as r:
-                    text = await r.text()
-        except (aiohttp.ClientError, TimeoutError):
+        text = await self.metrics_text()
+        if text is None:
             return {}
         return {le: int(n) for le, n in series.findall(text)}
 
