@@ -181,7 +181,7 @@ class Server(ServeProcess, ServerAddress):
         levels = re.compile(r"WARNING|ERROR|CRITICAL")
         kinds = collections.Counter(re.sub(r"[0-9a-f]{8,}|\d+", "#", ln[levels.search(ln).start():])[:160]  # type: ignore[union-attr]
                                     for ln in lines)
-        return len(lines), [f"{n}x {k}" for k, n in kinds.most_common(3)]
+        return len(lines), [f"{n}x {k}" for k, n in kinds.most_common(12)]
 
 
 class Voice:

@@ -2,7 +2,7 @@
 
     engine = SSMVoiceEngine.shared("models/tts")   # one per voice folder, for every call
     utt = engine.open(8000)
-    async for chunk in utt.speak("Your order ships on Tuesday."):   # SpeechChunk, 20 ms each
+    async for chunk in utt.speak("Your order ships on Tuesday."):   # SpeechChunk, 20 ms or more
         play(chunk.pcm)                            # int16 at 8 kHz; chunk.words: (word, start_s)
     utt.cancel()                                   # barge-in: nothing more is computed or yielded
 
@@ -320,8 +320,12 @@ class SSMUtterance:
             self._engine._on_cancel(self)
 
     async def speak(self, text: str) -> AsyncIterator[SpeechChunk]:
-        """Speak ``text`` (one whole phrase; one call per utterance); yields each chunk as soon
-        as it exists."""
+        """Speak ``text`` (one whole phrase; one call per utterance); yields the audio as soon
+        as it exists: one ``SpeechChunk`` per answer of the voice's thread, every 20 ms chunk it
+        made since the last (up to ``lead_chunks``). One frame for each answer rather than for
+        each 20 ms is a fifth of the frames through a call's pipeline on the event loop: with
+        many calls, each frame's hops from processor to processor took long enough that the
+        transports ran out of audio the voice had already made (bench_transports, 16 SIP calls)."""
         t0 = time.perf_counter()
         made_s = 0.0
         fut = self._engine.request(self, t0, text)
@@ -330,9 +334,11 @@ class SSMUtterance:
             while (chunks := await asyncio.wrap_future(fut)) is not None:
                 made_s += sum(len(c.pcm) for c in chunks) / self._engine.sample_rate_hz
                 fut = self._engine.request(self, t0 + made_s)
-                for chunk in chunks:
-                    yield SpeechChunk(self._convert(chunk.pcm, last=False), chunk.start_s,
-                                      chunk.words)
+                if not chunks:
+                    continue
+                pcm = chunks[0].pcm if len(chunks) == 1 else np.concatenate([c.pcm for c in chunks])
+                yield SpeechChunk(self._convert(pcm, last=False), chunks[0].start_s,
+                                  tuple(w for c in chunks for w in c.words))
             if self._soxr is not None and not self._cancelled:
                 tail = self._convert(np.zeros(0, np.float32), last=True)
                 if tail.size:

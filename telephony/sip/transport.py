@@ -5,8 +5,9 @@ In: decoded 20 ms packets become ``InputAudioRawFrame`` (8 kHz), RFC 4733 key pr
 transport and is handed to the call (``on_transfer``: a SIP REFER).
 
 Out: agent audio leaves as 20 ms RTP packets paced on an absolute clock
-(:class:`~telephony.pacer.OutputPacer`: each packet's slot is 20 ms after the last, we sleep until
-it, never summing sleeps; it counts underruns and late packets into ``session.stats.frames``); an
+(:class:`~telephony.pacer.OutputPacer`: each packet's slot is 20 ms after the last, we send it
+60 ms before its slot, for the caller's jitter buffer to hold, and sleep until then, never summing
+sleeps; it counts underruns and late packets into ``session.stats.frames``); an
 interruption drops the queued audio (pipecat's output base class) and restarts the clock. RTP has
 no playout echo, so audio is heard as it is sent: the :class:`PlayoutTracker` is fed that way
 (words timed by the TTS's word timestamps), and a barge-in reports the words already played
@@ -44,7 +45,7 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
-from telephony.pacer import OutputPacer, paced_transport_params
+from telephony.pacer import LEAD_S, OutputPacer, paced_transport_params
 from telephony.playout import PlayoutTracker
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class SipOutputTransport(BaseOutputTransport):
         super().__init__(params, **kwargs)
         self._session = session
         self._tracker = tracker
-        self._pacer = OutputPacer(session.stats.frames)
+        self._pacer = OutputPacer(session.stats.frames, lead_s=LEAD_S)
         # After an interruption the media sender may still hand over the chunk it had taken;
         # nothing may reach the caller until the next utterance starts.
         self._muted = False

@@ -6,11 +6,11 @@ A malformed or oversized message is logged with the call id and skipped: the cal
 Gaps in the ``chunk`` numbers count as lost frames, media arriving 60 ms or more behind its
 ``timestamp`` as late ones (:mod:`telephony.audio_meter`).
 
-Out: agent audio leaves as mu-law ``media`` paced at real time against an absolute clock, 40 ms
-ahead of Twilio's playout (:class:`~telephony.pacer.OutputPacer`, which counts underruns and late
-frames), with a progress ``mark`` every 200 ms of audio and an end mark after each utterance; an
-interruption sends ``clear`` at once, and the tracker's verdict goes upstream as
-``AgentSpeechHeardFrame``.
+Out: agent audio leaves as mu-law ``media`` (100 ms a message) paced at real time against an
+absolute clock, 60 ms ahead of Twilio's playout (:class:`~telephony.pacer.OutputPacer`, which
+counts underruns and late frames), with a progress ``mark`` every 200 ms of audio and an end mark
+after each utterance; an interruption sends ``clear`` at once, and the tracker's verdict goes
+upstream as ``AgentSpeechHeardFrame``.
 """
 
 from __future__ import annotations
@@ -47,14 +47,13 @@ from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.audio_meter import FrameCounts, InboundMeter
 from telephony.errors import ProtocolError
-from telephony.pacer import OutputPacer, paced_transport_params
+from telephony.pacer import LEAD_S, OutputPacer, paced_transport_params
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
 from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE_HZ = 8000
-LEAD_S = 0.04  # how far ahead of Twilio's playout the pacer keeps its buffer
 
 
 class TwilioCallStats:

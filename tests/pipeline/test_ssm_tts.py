@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 import asyncio
+import contextlib
 import math
 
 import numpy as np
@@ -105,20 +106,47 @@ def test_half_rate_filter_is_sample_exact_for_any_split():
     assert rms(aliased) < 0.01  # above 4 kHz is removed before it folds into the band
 
 
-async def test_pipeline_gets_20ms_frames_at_8khz_with_word_timestamps(engine):
+async def test_pipeline_gets_whole_20ms_chunks_at_8khz_with_word_timestamps(engine):
     text = "Hello there, how are you today?"
     down, _ = await run_test(SSMTTSService(engine=engine, sample_rate=8000),
                              frames_to_send=[TTSSpeakFrame(text), SleepFrame()])
     audio = of(down, TTSAudioRawFrame)
     assert of(down, TTSStartedFrame) and of(down, TTSStoppedFrame)
     assert all(f.sample_rate == 8000 and f.num_channels == 1 for f in audio)
-    assert all(len(f.audio) == 320 for f in audio[:-1]) and 0 < len(audio[-1].audio) <= 320
+    # each frame is what one answer of the voice held: whole 20 ms chunks, at most lead_chunks
+    most = 320 * engine.lead_chunks
+    assert all(len(f.audio) % 320 == 0 and 0 < len(f.audio) <= most for f in audio[:-1])
+    assert 0 < len(audio[-1].audio) <= most
     assert len(audio_of(down)) == len(engine.voice.synthesize(text).pcm) // 2
     words = of(down, TTSTextFrame)
     assert [w.text for w in words] == text.split()  # as written, each at its spoken time
     pts = [w.pts for w in words]
     assert all(pts) and pts == sorted(pts) and len(set(pts)) == len(pts)
     assert down.index(audio[0]) < down.index(words[-1])
+
+
+async def test_speak_yields_every_chunk_made_ahead_as_one(engine):
+    """One frame per answer of the voice's thread, not one per 20 ms: a fifth of the frames
+    through a call's pipeline when the voice runs ahead (the usual case)."""
+    text = "This sentence goes on for a while so that the voice has plenty to make ahead."
+    utt = engine.open(8000)
+    got = []
+    async with asyncio.timeout(60), contextlib.aclosing(utt.speak(text)) as chunks:
+        async for chunk in chunks:
+            got.append(chunk)
+            if len(got) == 1:
+                # speak() asked again before yielding: that request takes the next chunk made,
+                # the one after it every chunk the voice's thread ran ahead meanwhile
+                while len(utt._ready) < engine.lead_chunks:
+                    await asyncio.sleep(0.005)
+            elif len(got) == 3:
+                break
+    assert len(got[2].pcm) >= 160 * engine.lead_chunks and len(got[2].pcm) % 160 == 0
+    for before, after in zip(got, got[1:]):
+        assert after.start_s == pytest.approx(before.start_s + len(before.pcm) / 8000)
+    assert all(c.start_s <= t < c.start_s + len(c.pcm) / 8000 for c in got for _, t in c.words)
+    words = [w for c in got for w, _ in c.words]
+    assert words and words == text.lower().split()[:len(words)]  # none lost in the merge
 
 
 async def test_streamed_audio_is_the_offline_synthesis_sample_for_sample(engine):
@@ -139,7 +167,7 @@ async def test_barge_in_stops_the_audio_within_a_chunk_and_the_synthesis_with_it
 
     monkeypatch.setattr(engine.voice, "pull_many", counting)
     long_text = " ".join(["This sentence goes on and on so that it takes a while to speak."] * 40)
-    barge_in = BargeIn(after_frames=5)
+    barge_in = BargeIn(after_frames=1)  # a frame is up to lead_chunks (5) of the voice's chunks
     down, _ = await run_test(
         Pipeline([SSMTTSService(engine=engine, sample_rate=8000, aggregation="sentence"), barge_in]),
         frames_to_send=[TTSSpeakFrame(long_text), SleepFrame(sleep=1.0)],

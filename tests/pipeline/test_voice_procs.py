@@ -156,9 +156,14 @@ async def test_the_child_speaks_the_in_process_samples_and_word_times(vp, local,
     words = [w for c in remote for w in c.words]
     assert words == [w for c in here for w in c.words]
     assert [w for w, _ in words[:3]] == ["your", "order", "ships"]
-    # chunk by chunk: the same 20 ms pieces at the same offsets
-    assert [(len(c.pcm), c.start_s, c.words) for c in remote] == \
-           [(len(c.pcm), c.start_s, c.words) for c in here]
+    # the pieces (whole 20 ms chunks, as many as each answer held: timing decides) tile the
+    # utterance, and each word sits in the piece where it starts
+    step = rate_hz // 50
+    for chunks in (remote, here):
+        assert all(len(c.pcm) % step == 0 for c in chunks)
+        assert [c.start_s for c in chunks] == pytest.approx(
+            list(np.cumsum([0] + [len(c.pcm) / rate_hz for c in chunks[:-1]])))
+        assert all(c.start_s <= t < c.start_s + len(c.pcm) / rate_hz for c in chunks for _, t in c.words)
     assert vp.sample_rate_hz == local.sample_rate_hz
 
 

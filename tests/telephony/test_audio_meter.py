@@ -174,7 +174,7 @@ async def test_pacer_survives_the_utterance_ending_while_a_chunk_waits():
 
 
 async def _write_tasks(params) -> list[asyncio.Task]:
-    """Run 5 agent frames through pipecat's output machinery; the task each write ran in."""
+    """Run 5 agent frames of 100 ms through pipecat's output machinery; the task each write ran in."""
     tasks: list[asyncio.Task] = []
 
     class Out(BaseOutputTransport):
@@ -189,7 +189,7 @@ async def _write_tasks(params) -> list[asyncio.Task]:
     out = Out(params)
     worker = PipelineWorker(Pipeline([out]), params=PipelineParams(audio_out_sample_rate=8000),
                             enable_rtvi=False)
-    await worker.queue_frames([OutputAudioRawFrame(bytes(320), 8000, 1) for _ in range(5)] + [EndFrame()])
+    await worker.queue_frames([OutputAudioRawFrame(bytes(1600), 8000, 1) for _ in range(5)] + [EndFrame()])
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     await asyncio.wait_for(runner.run(), 20)
@@ -202,6 +202,8 @@ async def test_paced_transports_write_frames_without_a_task_per_frame():
     default = await _write_tasks(TransportParams(audio_out_enabled=True, audio_out_sample_rate=8000,
                                                  audio_out_10ms_chunks=2))
     paced = await _write_tasks(paced_transport_params(8000))
-    assert len(default) >= 5 and len(paced) >= 5
+    # 500 ms of audio, then pipecat's one write of silence at the end
+    assert len(default) == 25 + 1, "pipecat's default: 20 ms writes"
+    assert len(paced) == 5 + 1, "the paced transports write 100 ms frames"
     assert len(set(paced)) == 1, "every write ran in the media sender's own task"
     assert len(set(default)) == len(default), "pipecat's guarded write: a task per frame"
