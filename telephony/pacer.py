@@ -9,8 +9,9 @@ The Twilio and SIP output transports send each chunk after ``await pacer.wait(du
 The clock is ``next_s``: when the audio sent so far in this utterance finishes playing. A chunk is
 due ``lead_s`` before it; we sleep until then, never summing sleeps. A chunk that arrives a whole
 frame or more after ``next_s`` means the caller's playout ran dry: those frame slots count as
-``out_underrun`` and the clock restarts at now. A chunk sent a whole frame or more after it was
-due (the event loop woke us late) counts as ``out_late``. See :mod:`telephony.audio_meter`.
+``out_underrun`` and the clock restarts at now. When the event loop wakes us so late that frames
+leave a whole frame or more past their playout slot (past ``next_s``, not past the lead), those
+frames count as ``out_late``. See :mod:`telephony.audio_meter`.
 
 ``paced_transport_params(rate)`` are the pipecat ``TransportParams`` for such a transport.
 
@@ -77,10 +78,13 @@ class OutputPacer:
         due_s = self._next_s - self.lead_s
         if due_s > now:
             await self._sleep(due_s - now)
-            if self._clock() - due_s >= self.frame_s:
-                self.counts.out_late += frames
             if self._next_s is None:  # idle() ran while we slept (end of utterance, barge-in)
                 self._next_s = self._clock()
+            # woken so late that frames leave a whole frame or more past their playout slot
+            # (the lead absorbs a late wake-up shorter than itself)
+            late_s = self._clock() - self._next_s
+            if late_s >= self.frame_s:
+                self.counts.out_late += min(frames, int(late_s / self.frame_s))
         self._next_s += duration_s
         self.counts.out_frames += frames
 

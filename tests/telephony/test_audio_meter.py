@@ -64,7 +64,7 @@ class FakeClock:
         self.now += s + self.oversleep_s
 
 
-async def test_pacer_keeps_an_absolute_clock_and_counts_gaps_and_late_wakeups():
+async def test_pacer_keeps_an_absolute_clock_and_counts_gaps():
     clock, c = FakeClock(), FrameCounts()
     pacer = OutputPacer(c, lead_s=0.04, clock=clock, sleep=clock.sleep)
     for _ in range(3):  # the first 40 ms go at once (the lead), then one per 20 ms slot
@@ -78,14 +78,25 @@ async def test_pacer_keeps_an_absolute_clock_and_counts_gaps_and_late_wakeups():
     await pacer.wait(0.02)  # the clock restarts now: sent at once, with the lead
     assert c.out_underrun == 3 and clock.now == pytest.approx(50.145)
     await pacer.wait(0.02)
-    clock.oversleep_s = 0.025  # the loop wakes us a frame late
     await pacer.wait(0.02)
-    assert (c.out_frames, c.out_underrun, c.out_late) == (7, 3, 1)
+    assert (c.out_frames, c.out_underrun, c.out_late) == (7, 3, 0)
     pacer.idle()  # between utterances a pause is no underrun
     clock.now += 2.0
-    clock.oversleep_s = 0.0
     await pacer.wait(0.02)
-    assert (c.out_frames, c.out_underrun, c.out_late) == (8, 3, 1)
+    assert (c.out_frames, c.out_underrun, c.out_late) == (8, 3, 0)
+
+
+async def test_late_counts_frames_past_their_playout_slot_not_past_the_lead():
+    clock, c = FakeClock(), FrameCounts()
+    pacer = OutputPacer(c, lead_s=0.06, clock=clock, sleep=clock.sleep)
+    await pacer.wait(0.1)  # at once: its slot is 50.00
+    clock.oversleep_s = 0.05  # due at 50.04, woken at 50.09: still 10 ms before its slot
+    await pacer.wait(0.1)
+    assert clock.now == pytest.approx(50.09) and c.out_late == 0
+    clock.oversleep_s = 0.11  # due at 50.14, woken at 50.25: 50 ms past its slot (50.20)
+    await pacer.wait(0.1)
+    # of its five 20 ms frames, the first two left a whole frame or more past their slots
+    assert (c.out_frames, c.out_underrun, c.out_late) == (15, 0, 2)
 
 
 def test_tracker_words_from_pts_and_echo_less_playout():
