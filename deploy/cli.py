@@ -78,8 +78,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stt", choices=["ssm", "sphinx"], default="ssm",
                    help="speech recognizer: parley's streaming SSM model (models/stt; WER 0.17 on "
                    "voices it never trained on against pocketsphinx's 0.80, ~6x less CPU, finals "
-                   "~10 ms after the caller stops), or the pocketsphinx baseline (default "
-                   "%(default)s)")
+                   "~10 ms after the caller stops; in ten live test phrases pocketsphinx did a "
+                   "little better: WER 0.43 against 0.48, benchmarks/bench_stt_live.py), or the "
+                   "pocketsphinx baseline (default %(default)s)")
     p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
                    help="with --stt sphinx: pocketsphinx decoders built before the first call, "
                    "for phone calls (8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "
