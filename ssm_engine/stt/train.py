@@ -15,7 +15,9 @@ mu-law round trip (the phone channel), decoded greedily.
 Augmentation on the fly (each epoch hears each clip differently; the data set's own phone-channel
 augmentation is fixed per clip): a level change, speed perturbation (``speed``: the clip is
 resampled so it plays 1 +- speed times as fast, changing tempo, pitch and formants together, as a
-different speaker would) and SpecAugment on the normalised log-mel features (``freq_masks`` bands
+different speaker would), vocal-tract length perturbation (``warp``: the log-mel spectrum is read
+at frequencies scaled by 1 +- warp, moving formants without touching tempo or pitch, which speed
+perturbation ties together) and SpecAugment on the normalised log-mel features (``freq_masks`` bands
 of up to ``freq_mask_mels`` mel bins, and one time mask of up to ``time_mask_ms`` per
 ``time_mask_every_s`` of audio, set to the feature mean). ``init_from`` starts a new run from an
 exported checkpoint (weights and feature statistics) with a fresh optimiser and schedule.
@@ -32,6 +34,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -45,7 +48,7 @@ from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, load_stt, save_stt
 from .text import encode, normalize_text
 
-__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment"]
+__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,7 @@ class TrainConfig:
     checkpoint_every_s: float = 180.0
     gain_db: float = 6.0               # random level change per clip, +- this
     speed: float = 0.0                 # speed perturbation per clip, 1 +- this (0 = off)
+    warp: float = 0.0                  # vocal-tract length perturbation, 1 +- this (0 = off)
     freq_masks: int = 0                # SpecAugment: frequency masks per clip (0 = off)
     freq_mask_mels: int = 8
     time_mask_every_s: float = 0.0     # SpecAugment: one time mask per this much audio (0 = off)
@@ -157,6 +161,42 @@ def spec_augment(mel: torch.Tensor, lengths: list[int], rng: np.random.Generator
                 t0 = int(rng.integers(0, lengths[i] - w + 1))
                 keep[i, t0:t0 + w, :] = 0
     return mel * keep
+
+
+def mel_warp(mel: torch.Tensor, factors: np.ndarray, centers_hz: torch.Tensor,
+             mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Vocal-tract length perturbation on normalised log-mel (b, T, F): clip i's spectrum is
+    warped so that what sat at frequency f moves to ``factors[i] * f`` (a longer or shorter vocal
+    tract: formants move, pitch and tempo stay). Each mel bin reads the raw log-mel linearly
+    interpolated at its centre frequency over the factor (``centers_hz``, ascending, one per bin);
+    bins that would read past either end take the edge bin. Normalisation (``mean``, ``std``) is
+    undone first and applied again after. Returns a new tensor."""
+    b, _, f = mel.shape
+    if len(factors) != b or centers_hz.shape != (f,):
+        raise ValueError(f"mel_warp: {len(factors)} factors and {tuple(centers_hz.shape)} centres "
+                         f"for mel of shape {tuple(mel.shape)}")
+    raw = mel * std + mean
+    grid = torch.arange(f, dtype=torch.float64)
+    out = torch.empty_like(raw)
+    for i, a in enumerate(factors):
+        src_hz = centers_hz.to(torch.float64) / float(a)
+        pos = np.interp(src_hz.numpy(), centers_hz.to(torch.float64).numpy(), grid.numpy())
+        pos_t = torch.from_numpy(pos)
+        lo = pos_t.floor().long().clamp(0, f - 1)
+        hi = (lo + 1).clamp(max=f - 1)
+        w = (pos_t - lo.to(torch.float64)).to(raw.dtype)
+        out[i] = raw[i][:, lo] * (1 - w) + raw[i][:, hi] * w
+    return (out - mean) / std
+
+
+def _augment(mel: torch.Tensor, *, warp: tuple[np.ndarray, torch.Tensor, torch.Tensor,
+                                                 torch.Tensor] | None,
+             spec: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
+    """The training feature augmentation: VTLP (``warp``: factors, centres, mean, std), then
+    SpecAugment (``spec``)."""
+    if warp is not None:
+        mel = mel_warp(mel, *warp)
+    return spec(mel) if spec is not None else mel
 
 
 def _feature_stats(model: STTModel, clips: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -246,6 +286,7 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
 
     lengths = [c.size for c, _ in train_clips]
     budget = int(cfg.batch_audio_s * rate)
+    centers_hz = model.frontend.mel_centers_hz()
     model.train()
     bar = None
     if cfg.progress:
@@ -268,15 +309,21 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
                 speeds = rng.uniform(1 - cfg.speed, 1 + cfg.speed, len(clips))
                 clips = [speed_perturb(c, float(f)) for c, f in zip(clips, speeds)]
             audio, frames = _pad(clips, step_samples)
-            augment = None
+            spec = warp = None
             if cfg.freq_masks or cfg.time_mask_every_s:
                 mels_per_step = step_samples // mcfg.hop_samples
                 mel_ms = 1000.0 * mcfg.hop_samples / rate
-                augment = functools.partial(
+                spec = functools.partial(
                     spec_augment, lengths=[mels_per_step * int(n) for n in frames], rng=rng,
                     freq_masks=cfg.freq_masks, freq_mask_mels=cfg.freq_mask_mels,
                     time_mask_every=round(cfg.time_mask_every_s * 1000.0 / mel_ms),
                     time_mask_frames=round(cfg.time_mask_ms / mel_ms))
+            if cfg.warp > 0:
+                fe = model.frontend
+                warp = (rng.uniform(1 - cfg.warp, 1 + cfg.warp, len(clips)), centers_hz,
+                        fe.feat_mean.detach(), fe.feat_std.detach())
+            augment = (functools.partial(_augment, warp=warp, spec=spec)
+                       if spec is not None or warp is not None else None)
             tgt = [targets[i] for i in idx]
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * cosine_lr_scale(

@@ -100,6 +100,37 @@ def test_spec_augment_masks_bands_and_spans_inside_each_clip():
     assert torch.equal(off, mel)
 
 
+def test_mel_warp_moves_formants_by_the_factor_and_keeps_the_level():
+    import torch
+
+    from ssm_engine.stt.model import STTConfig, STTModel
+    from ssm_engine.stt.train import mel_warp
+
+    fe = STTModel(STTConfig()).frontend
+    centers = fe.mel_centers_hz()
+    assert centers.shape == (64,) and bool((centers.diff() > 0).all())
+    assert 60.0 < float(centers[0]) and float(centers[-1]) < 3800.0
+    # each centre sits where its filter peaks in the front end's filterbank
+    bin_hz = 4000.0 / (fe.melfb.shape[0] - 1)
+    peaks = fe.melfb.argmax(dim=0).to(torch.float64) * bin_hz
+    assert float((peaks - centers).abs().max()) <= bin_hz
+    mean, std = torch.linspace(-3, 1, 64), torch.linspace(0.5, 2, 64)
+    raw = torch.full((3, 4, 64), -2.0)
+    peak = int((centers - 1000.0).abs().argmin())                 # a "formant" at 1 kHz
+    raw[:, :, peak] = 4.0
+    mel = (raw - mean) / std
+    out = mel_warp(mel, np.array([1.0, 1.12, 0.88]), centers, mean, std)
+    assert out.shape == mel.shape and torch.equal(mel, (raw - mean) / std)   # input untouched
+    assert torch.allclose(out[0], mel[0], atol=1e-5)                          # factor 1: as is
+    back = out * std + mean
+    for i, a in ((1, 1.12), (2, 0.88)):
+        moved = float(centers[int(back[i, 0].argmax())])
+        assert abs(moved - 1000.0 * a) < 0.06 * 1000.0 * a, (a, moved)
+        assert torch.allclose(back[i].min(), torch.tensor(-2.0), atol=1e-4)   # floor kept
+    with pytest.raises(ValueError, match="factors"):
+        mel_warp(mel, np.array([1.0]), centers, mean, std)
+
+
 def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_data, tmp_path):
     import dataclasses
 
@@ -108,7 +139,7 @@ def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_dat
     train(_cfg(tiny_data, tmp_path / "a", 2))
     start = load_stt(tmp_path / "a" / "best")
     cfg = dataclasses.replace(_cfg(tiny_data, tmp_path / "b", 1), init_from=str(tmp_path / "a" / "best"),
-                              speed=0.1, freq_masks=2, time_mask_every_s=0.5, lr=1e-9,
+                              speed=0.1, warp=0.1, freq_masks=2, time_mask_every_s=0.5, lr=1e-9,
                               warmup_steps=1)
     train(cfg)
     log = (tmp_path / "b" / "train.log").read_text()
@@ -119,6 +150,7 @@ def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_dat
         assert torch.allclose(a, b, atol=1e-6), name
     card = (export_run(tmp_path / "b", tmp_path / "out", data_dir=tiny_data) / "MODEL_CARD.md").read_text()
     assert "speed +-10 %" in card and "SpecAugment (2 frequency masks" in card
+    assert "vocal-tract length perturbation +-10 %" in card
     assert f"started from {tmp_path / 'a' / 'best'}" in card
     bad = dataclasses.replace(cfg, run_dir=str(tmp_path / "c"), d_model=48, conv_channels=48,
                               headdim=16)
