@@ -16,7 +16,9 @@ speaking flite's voice in real time and measuring on their own clock:
 The mixed load runs twice (``--engine-procs both``): against a server that runs its recognizer and
 voice in worker processes (``parley serve``'s default), then against one that runs them on threads
 of its own process, the baseline (keys prefixed ``inproc_``); ``server_cpu_cores_mixed`` is the
-CPU the server and its engine processes used meanwhile. The mixed load's callers run in one
+CPU the server and its engine processes used meanwhile, ``machine_cpu_busy_mixed`` the fraction of
+the machine's CPU time that was busy (all processes; 1.0: every core saturated) and
+``other_cpu_cores_mixed`` the cores used by everything else (the callers, other work). The mixed load's callers run in one
 process per transport (``--caller-procs 0``: all in this one), each with a probe of its own event
 loop's lateness (``mixed*_caller_loop_lag_ms_*``): a caller whose loop runs late measures the
 server as slower than it is.
@@ -426,6 +428,14 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, summed over its cores, from
+    /proc/stat's first line: busy is everything but idle and iowait."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / tick, sum(fields) / tick
+
+
 async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice, rng: random.Random,
                   engine_procs: int, out: dict, prefix: str) -> None:
     """One server (engines in worker processes or not): warm-up, phase 1 (when asked), the mixed load."""
@@ -450,12 +460,17 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
             load_before = os.getloadavg()[0]
             lag_before = await server.loop_lag_buckets()
             cpu_before, wall_before = cpu_seconds(server.proc.pid), time.monotonic()
+            machine_before = machine_cpu_seconds()
             if args.caller_procs:
                 mixed, caller_lags = await calls_in_processes(calls, server, args.mixed_webrtc_lead_s)
             else:
                 mixed, lags = await calls_here(calls, server, voice, args.mixed_webrtc_lead_s)
                 caller_lags = {"all": lags}
-            server_cores = (cpu_seconds(server.proc.pid) - cpu_before) / (time.monotonic() - wall_before)
+            wall_mixed = time.monotonic() - wall_before
+            server_cores = (cpu_seconds(server.proc.pid) - cpu_before) / wall_mixed
+            machine_after = machine_cpu_seconds()
+            machine_busy = machine_after[0] - machine_before[0]
+            machine_busy_frac = machine_busy / max(1e-9, machine_after[1] - machine_before[1])
             load_after = os.getloadavg()[0]
             lag_after = await server.loop_lag_buckets()
             metrics_frames = await server.metrics_frames()
@@ -466,6 +481,10 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
         f"{prefix}stt_warm": stt_warm, f"{prefix}loadavg_1m_before_mixed": round(load_before, 2),
         f"{prefix}loadavg_1m_after_mixed": round(load_after, 2),
         f"{prefix}server_cpu_cores_mixed": round(server_cores, 2),  # the server and its engine processes
+        # the whole machine meanwhile: how busy its cores were, and the cores used by everything
+        # but the server (this bench's callers, and whatever else runs on the machine)
+        f"{prefix}machine_cpu_busy_mixed": round(machine_busy_frac, 3),
+        f"{prefix}other_cpu_cores_mixed": round(machine_busy / wall_mixed - server_cores, 2),
         f"{prefix}server_log_warnings": server_warnings, f"{prefix}server_log_warning_kinds": warning_kinds,
         f"{prefix}warmup_failed_calls": {k: w["failed_calls"] for k, w in warm.items()},
     })
