@@ -14,6 +14,7 @@ Each utterance has its own seed, so a data set is reproducible whatever the work
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import logging
 import multiprocessing
@@ -35,6 +36,11 @@ from .voices import HELDOUT_VOICES, TRAIN_VOICES, available, voice
 __all__ = ["GenerateConfig", "generate", "merge", "TRAIN_RATE_HZ", "HELDOUT_RATE_HZ"]
 
 log = logging.getLogger(__name__)
+
+# The Faker the shipped data sets were made with (pinned in the [data] extra): the sentence
+# generator draws names, places and filler sentences from it, so another version (or none)
+# writes other sentences for the same seed.
+FAKER_VERSION = "40.63.0"
 
 TRAIN_RATE_HZ = 8000
 HELDOUT_RATE_HZ = 16000
@@ -96,6 +102,14 @@ def _jobs(cfg: GenerateConfig, split: str, voices: dict[str, float], n: int, see
                  seed * 1_000_003 + i, str(wav_dir / f"{i:06d}.wav")) for i in range(n)]
 
 
+def faker_version() -> str | None:
+    """The installed Faker's version (the sentences depend on it), or None without Faker."""
+    try:
+        return importlib.metadata.version("faker")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def generate(cfg: GenerateConfig) -> dict:
     """Build the data set described by ``cfg``; returns (and writes) its summary."""
     out = Path(cfg.out_dir)
@@ -109,6 +123,11 @@ def generate(cfg: GenerateConfig) -> dict:
     if not heldout_voices and cfg.n_heldout:
         raise VoiceUnavailableError(f"none of the held-out voices is installed: {cfg.heldout_voices}")
     log.info("training voices %s; held-out voices %s", sorted(train_voices), sorted(heldout_voices))
+    faker = faker_version()
+    if faker != FAKER_VERSION:
+        log.warning("Faker %s, not %s: the sentences differ from those of the shipped model's data "
+                    "sets (and its held-out set) for the same seed; pip install -e '.[data]'",
+                    faker or "is not installed", FAKER_VERSION)
     jobs = (_jobs(cfg, "train", train_voices, cfg.n_train, cfg.seed)
             + _jobs(cfg, "heldout", heldout_voices, cfg.n_heldout, cfg.seed + 7919))
     t0 = time.monotonic()
@@ -122,7 +141,7 @@ def generate(cfg: GenerateConfig) -> dict:
         results.extend(it)
     results.sort(key=lambda r: (r[0].split, r[0].index))
     summary: dict = {"config": dataclasses.asdict(cfg), "wall_s": round(time.monotonic() - t0, 1),
-                     "splits": {}}
+                     "faker": faker, "splits": {}}
     for split, rate in (("train", TRAIN_RATE_HZ), ("heldout", HELDOUT_RATE_HZ)):
         ok = [(j, d) for j, d, err in results if j.split == split and err is None]
         failed = [err for j, d, err in results if j.split == split and err is not None]
