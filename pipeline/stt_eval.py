@@ -36,7 +36,8 @@ from ssm_engine.data.manifest import read_manifest
 from ssm_engine.stt.decode import cer, wer
 from ssm_engine.stt.text import normalize_text
 
-__all__ = ["EvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report"]
+__all__ = ["EvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report",
+           "write_hyps"]
 
 Codec = Literal["mulaw", "none"]
 CHUNK_MS = 20
@@ -64,6 +65,8 @@ class EvalResult:
     audio_s: float
     by_voice: dict[str, dict[str, float]] = field(default_factory=dict)
     examples: list[dict[str, str]] = field(default_factory=list)
+    # every clip: (path, voice, reference, hypothesis); not part of the JSON report
+    utterances: list[tuple[str, str, str, str]] = field(default_factory=list, repr=False)
 
 
 class _SSM:
@@ -166,8 +169,9 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         rows = [rows[int(i * every)] for i in range(limit)]
     voice_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
     voice_of = ({p: v for p, v in read_manifest(voice_file)} if voice_file.exists() else {})
-    clips, voices = [], []
+    clips, voices, paths = [], [], []
     for path, text in rows:
+        paths.append(str(path))
         pcm, rate = read_wav(path)
         clips.append((phone_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
         voices.append(voice_of.get(path, ""))
@@ -203,7 +207,24 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         final_latency_ms_p50=round(float(np.percentile(finals, 50)), 2),
         final_latency_ms_p95=round(float(np.percentile(finals, 95)), 2),
         audio_s=round(audio_s, 1), by_voice=by_voice,
-        examples=[{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:5]])
+        examples=[{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:5]],
+        utterances=list(zip(paths, voices, refs, hyps)))
+
+
+def write_hyps(res: EvalResult, path: str | Path) -> None:
+    """Every clip's transcript beside its reference, worst first: a TSV of path, voice, word
+    errors, reference words, reference, hypothesis (for reading what the engine gets wrong)."""
+    from ssm_engine.stt.decode import edit_distance
+
+    rows = []
+    for clip, voice, ref, hyp in res.utterances:
+        errors = edit_distance(ref.split(), hyp.split())
+        rows.append((errors, clip, voice, len(ref.split()), ref, hyp))
+    rows.sort(key=lambda r: (-r[0] / max(1, r[3]), r[1]))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("path\tvoice\tword_errors\tref_words\tref\thyp\n")
+        for errors, clip, voice, n, ref, hyp in rows:
+            f.write(f"{clip}\t{voice}\t{errors}\t{n}\t{ref}\t{hyp}\n")
 
 
 def register_cli(subparsers) -> None:
@@ -230,6 +251,9 @@ def register_cli(subparsers) -> None:
                    "PARLEY_STT_COMPILE=0)")
     p.add_argument("--out", default=None, help="also write the JSON object to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object (no progress bar)")
+    p.add_argument("--hyps", default=None, metavar="FILE.tsv",
+                   help="also write every clip's reference and transcript, worst first (path, "
+                   "voice, word errors, reference words, reference, hypothesis)")
     p.set_defaults(func=_run)
 
 
@@ -241,7 +265,11 @@ def _run(args: argparse.Namespace) -> int:
                    limit=args.limit, model_dir=args.model, decoder=args.decoder, lm_path=args.lm,
                    progress=not args.json, stride=args.stride,
                    compile=None if args.compile is None else args.compile == "on")
-    report(asdict(res), out=args.out, as_json=args.json)
+    if args.hyps:
+        write_hyps(res, args.hyps)
+    doc = asdict(res)
+    del doc["utterances"]
+    report(doc, out=args.out, as_json=args.json)
     return 0
 
 

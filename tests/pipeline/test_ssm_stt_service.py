@@ -21,7 +21,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipeline.audio.wav import write_wav
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
-from pipeline.stt_eval import evaluate
+from pipeline.stt_eval import evaluate, write_hyps
 from ssm_engine.stt.decode import cer
 from ssm_engine.stt.model import STTConfig, STTModel, save_stt
 from ssm_engine.stt.text import VOCAB
@@ -166,6 +166,12 @@ def test_eval_reports_the_agreed_keys(tmp_path, decoder):
     assert 0 < res.rtf and 0 < res.final_latency_ms_p50 <= res.final_latency_ms_p95
     doc = json.loads(json.dumps(res.__dict__))
     assert {"n", "wer", "cer", "rtf", "final_latency_ms_p50", "final_latency_ms_p95"} <= set(doc)
+    # --hyps: every clip, worst first ("hello" heard as "h": one word error of one)
+    write_hyps(res, tmp_path / "hyps.tsv")
+    head, *rows = (tmp_path / "hyps.tsv").read_text().splitlines()
+    assert head.split("\t") == ["path", "voice", "word_errors", "ref_words", "ref", "hyp"]
+    assert [r.split("\t")[2:] for r in rows] == [["1", "1", "hello", "h"], ["0", "1", "h", "h"]]
+    assert rows[0].split("\t")[0].endswith("1.wav")
 
 
 @pytest.mark.skipif(not (Path(DEFAULT_MODEL_DIR) / "config.json").exists(),
