@@ -89,6 +89,7 @@ class SentenceGenerator:
 
     def __init__(self, seed: int = 0, *, use_faker: bool = True) -> None:
         self._rng = random.Random(seed)
+        self.last_kind = ""   # what the last sentence() was: "filler" (Faker's) or "caller"
         self._faker = None
         if use_faker:
             try:
@@ -149,7 +150,9 @@ class SentenceGenerator:
         r = self._rng
         if self._faker is not None and r.random() < 0.12:
             raw = self._faker.sentence(nb_words=r.randint(4, 12))
+            self.last_kind = "filler"
             return normalize_text(raw)
+        self.last_kind = "caller"
         last = self._last()
         fields = {
             "verb": r.choice(_VERBS), "item": r.choice(_ITEMS),

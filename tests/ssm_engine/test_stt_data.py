@@ -182,6 +182,22 @@ def test_the_pinned_faker_reproduces_the_held_out_sentences_the_model_card_score
     assert [plain.sentence() for _ in refs] != refs
 
 
+def test_the_generator_says_which_kind_each_sentence_was():
+    gen = SentenceGenerator(1 + 7919)
+    kinds = []
+    for _ in range(300):
+        text = gen.sentence()
+        kinds.append(gen.last_kind)
+        if text == "experience want reality section":
+            assert gen.last_kind == "filler"
+        if text == "i've been waiting three days for my invoice":
+            assert gen.last_kind == "caller"
+    assert set(kinds) == {"caller", "filler"}
+    assert 0.06 < kinds.count("filler") / len(kinds) < 0.2          # about one in eight
+    plain = SentenceGenerator(3, use_faker=False)
+    assert {(plain.sentence(), plain.last_kind)[1] for _ in range(50)} == {"caller"}
+
+
 def test_the_summary_records_the_faker_that_wrote_the_sentences(tmp_path):
     from ssm_engine.data.generate import faker_version
 
