@@ -2,7 +2,7 @@
 
 The Twilio and SIP output transports send each chunk after ``await pacer.wait(duration_s)``::
 
-    pacer = OutputPacer(counts, lead_s=0.06)   # keep 60 ms in the far end's playout buffer
+    pacer = OutputPacer(counts, lead_s=LEAD_S)   # keep 120 ms in the far end's playout buffer
     await pacer.wait(0.02); send(chunk)
     pacer.idle()                               # the utterance ended or was cut: the next one restarts the clock
 
@@ -22,9 +22,11 @@ queue empty at most underruns, with the voice well ahead: frames were late in tr
 missing. What fixed it, measured together (interleaved runs, underrun frames of ~6,800):
 ``SSMUtterance.speak`` yielding one frame per answer of the voice (up to 100 ms) instead of one per
 20 ms, 100 ms output frames (``audio_out_10ms_chunks=10``: a fifth of the media sender's writes
-and pushes), and ``LEAD_S`` of 60 ms ahead of the far end's clock (RTP receivers' jitter buffers
+and pushes), and ``LEAD_S`` ahead of the far end's clock (60 ms then; RTP receivers' jitter buffers
 and Twilio's playout buffer hold it): 1,100-1,200 underruns before, 24-98 after. None of the three
-alone did better than ~900. What it costs: up to 60 ms sent past a barge-in on SIP (Twilio's
+alone did better than ~900. A lead of 120 ms then cut the mixed load's underruns (16 calls over
+Twilio, WebRTC and SIP) from 127 to 27 in three interleaved rounds against 60 ms, most of them on
+SIP (benchmarks/RESULTS.md). What it costs: up to 120 ms sent past a barge-in on SIP (Twilio's
 ``clear`` drops its buffer), and a reply's first frame waits until 100 ms of it is made (one call:
 v2v within noise of before, ~250-270 ms).
 """
@@ -40,7 +42,7 @@ from pipecat.transports.base_transport import TransportParams
 from telephony.audio_meter import FRAME_S, FrameCounts
 
 
-LEAD_S = 0.06  # how far ahead of the far end's playout clock the paced transports send
+LEAD_S = 0.12  # how far ahead of the far end's playout clock the paced transports send
 
 
 class OutputPacer:

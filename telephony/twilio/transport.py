@@ -7,10 +7,10 @@ Gaps in the ``chunk`` numbers count as lost frames, media arriving 60 ms or more
 ``timestamp`` as late ones (:mod:`telephony.audio_meter`).
 
 Out: agent audio leaves as mu-law ``media`` (100 ms a message) paced at real time against an
-absolute clock, 60 ms ahead of Twilio's playout (:class:`~telephony.pacer.OutputPacer`, which
-counts underruns and late frames), with a progress ``mark`` every 200 ms of audio and an end mark
-after each utterance; an interruption sends ``clear`` at once, and the tracker's verdict goes
-upstream as ``AgentSpeechHeardFrame``.
+absolute clock, 120 ms (``LEAD_S``) ahead of Twilio's playout
+(:class:`~telephony.pacer.OutputPacer`, which counts underruns and late frames), with a progress
+``mark`` every 200 ms of audio and an end mark after each utterance; an interruption sends
+``clear`` at once, and the tracker's verdict goes upstream as ``AgentSpeechHeardFrame``.
 """
 
 from __future__ import annotations
