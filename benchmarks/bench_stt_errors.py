@@ -36,7 +36,8 @@ HELDOUT_SEED_OFFSET = 7919  # generate.py: the held-out split's sentences use se
 
 
 def sentence_kinds(data_dir: Path, split: str = "heldout") -> dict[str, str]:
-    """Each sentence of the data set's ``split`` -> "caller" or "filler" (drawn again from its seed)."""
+    """Each sentence of the data set's ``split`` -> "caller" or "filler", drawn again from its
+    seed."""
     summary = json.loads((data_dir / "summary.json").read_text())
     if "merged_from" in summary:
         raise SystemExit(f"{data_dir} is a merge; pass the data set that generated the split")
@@ -59,7 +60,8 @@ def sentence_kinds(data_dir: Path, split: str = "heldout") -> dict[str, str]:
 
 
 def split_errors(rows: list[list[str]], kinds: dict[str, str]) -> dict:
-    """Rows of a --hyps file (path, voice, errors, words, ref, hyp) -> scores per kind (and voice)."""
+    """Rows of a --hyps file (path, voice, errors, words, ref, hyp) -> scores per kind and per
+    kind and voice."""
     groups: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for _path, voice, _errors, _words, ref, hyp in rows:
         kind = kinds.get(ref)

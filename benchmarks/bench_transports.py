@@ -15,13 +15,13 @@ speaking flite's voice in real time and measuring on their own clock:
 
 The mixed load runs twice (``--engine-procs both``): against a server that runs its recognizer and
 voice in worker processes (``parley serve``'s default), then against one that runs them on threads
-of its own process, the baseline (keys prefixed ``inproc_``); ``server_cpu_cores_mixed`` is the
-CPU the server and its engine processes used meanwhile, ``machine_cpu_busy_mixed`` the fraction of
-the machine's CPU time that was busy (all processes; 1.0: every core saturated) and
-``other_cpu_cores_mixed`` the cores used by everything else (the callers, other work). The mixed load's callers run in one
-process per transport (``--caller-procs 0``: all in this one), each with a probe of its own event
-loop's lateness (``mixed*_caller_loop_lag_ms_*``): a caller whose loop runs late measures the
-server as slower than it is.
+of its own process, the baseline (keys prefixed ``inproc_``); ``server_cpu_cores_mixed`` is the CPU
+the server and its engine processes used meanwhile, ``machine_cpu_busy_mixed`` the fraction of the
+machine's CPU time that was busy (all processes; 1.0: every core saturated) and
+``other_cpu_cores_mixed`` the cores used by everything else (the callers, other work). The mixed
+load's callers run in one process per transport (``--caller-procs 0``: all in this one), each with a
+probe of its own event loop's lateness (``mixed*_caller_loop_lag_ms_*``): a caller whose loop runs
+late measures the server as slower than it is.
 
 Phase 1: ``--turns`` turns per transport, calls alternating between transports so machine noise
 hits all alike (``--mixed-only`` skips it). Phase 2: ``--mixed`` calls at once, split round-robin

@@ -17,8 +17,8 @@ augmentation is fixed per clip): a level change, speed perturbation (``speed``: 
 resampled so it plays 1 +- speed times as fast, changing tempo, pitch and formants together, as a
 different speaker would), vocal-tract length perturbation (``warp``: the log-mel spectrum is read
 at frequencies scaled by 1 +- warp, moving formants without touching tempo or pitch, which speed
-perturbation ties together) and SpecAugment on the normalised log-mel features (``freq_masks`` bands
-of up to ``freq_mask_mels`` mel bins, and one time mask of up to ``time_mask_ms`` per
+perturbation ties together) and SpecAugment on the normalised log-mel features (``freq_masks``
+bands of up to ``freq_mask_mels`` mel bins, and one time mask of up to ``time_mask_ms`` per
 ``time_mask_every_s`` of audio, set to the feature mean). ``init_from`` starts a new run from an
 exported checkpoint (weights and feature statistics) with a fresh optimiser and schedule.
 """
@@ -32,9 +32,9 @@ import logging
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 
 import numpy as np
 import torch
