@@ -33,7 +33,7 @@ from pipeline.audio.g711 import resample, ulaw_decode, ulaw_encode
 from pipeline.audio.wav import read_wav
 from pipeline.errors import PipelineError
 from ssm_engine.data.manifest import read_manifest
-from ssm_engine.stt.decode import cer, wer
+from ssm_engine.stt.decode import cer, edit_distance, wer
 from ssm_engine.stt.text import normalize_text
 
 __all__ = ["EvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report",
@@ -214,8 +214,6 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
 def write_hyps(res: EvalResult, path: str | Path) -> None:
     """Every clip's transcript beside its reference, worst first: a TSV of path, voice, word
     errors, reference words, reference, hypothesis (for reading what the engine gets wrong)."""
-    from ssm_engine.stt.decode import edit_distance
-
     rows = []
     for clip, voice, ref, hyp in res.utterances:
         errors = edit_distance(ref.split(), hyp.split())
