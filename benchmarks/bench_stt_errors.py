@@ -28,11 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ssm_engine.data.generate import faker_version  # noqa: E402
+from ssm_engine.data.generate import HELDOUT_SEED_OFFSET, faker_version  # noqa: E402
 from ssm_engine.data.texts import SentenceGenerator  # noqa: E402
 from ssm_engine.stt.decode import cer, wer  # noqa: E402
-
-HELDOUT_SEED_OFFSET = 7919  # generate.py: the held-out split's sentences use seed + 7919
 
 
 def sentence_kinds(data_dir: Path, split: str = "heldout") -> dict[str, str]:

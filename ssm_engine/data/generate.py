@@ -33,7 +33,8 @@ from .manifest import read_manifest, write_manifest
 from .texts import FILLER, SentenceGenerator
 from .voices import HELDOUT_VOICES, TRAIN_VOICES, available, voice
 
-__all__ = ["GenerateConfig", "generate", "merge", "TRAIN_RATE_HZ", "HELDOUT_RATE_HZ"]
+__all__ = ["GenerateConfig", "generate", "merge", "TRAIN_RATE_HZ", "HELDOUT_RATE_HZ",
+           "HELDOUT_SEED_OFFSET", "faker_version", "FAKER_VERSION"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 FAKER_VERSION = "40.63.0"
 
 TRAIN_RATE_HZ = 8000
+HELDOUT_SEED_OFFSET = 7919   # the held-out split draws its sentences and voices from seed + this
 HELDOUT_RATE_HZ = 16000
 
 
@@ -130,7 +132,7 @@ def generate(cfg: GenerateConfig) -> dict:
                     "sets (and its held-out set) for the same seed; pip install -e '.[data]'",
                     faker or "is not installed", FAKER_VERSION)
     jobs = (_jobs(cfg, "train", train_voices, cfg.n_train, cfg.seed)
-            + _jobs(cfg, "heldout", heldout_voices, cfg.n_heldout, cfg.seed + 7919))
+            + _jobs(cfg, "heldout", heldout_voices, cfg.n_heldout, cfg.seed + HELDOUT_SEED_OFFSET))
     t0 = time.monotonic()
     results: list[tuple[_Job, float, str | None]] = []
     ctx = multiprocessing.get_context("fork")

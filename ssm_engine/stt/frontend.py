@@ -35,14 +35,19 @@ def _mel_to_hz(m: torch.Tensor) -> torch.Tensor:
     return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
 
 
+def _mel_points_hz(n_mels: int, f_min_hz: float, f_max_hz: float) -> torch.Tensor:
+    """The n_mels + 2 edge and centre frequencies of HTK mel filters, evenly spaced in mel."""
+    mel_pts = torch.linspace(float(_hz_to_mel(torch.tensor(f_min_hz))),
+                             float(_hz_to_mel(torch.tensor(f_max_hz))), n_mels + 2,
+                             dtype=torch.float64)
+    return _mel_to_hz(mel_pts)
+
+
 def mel_filterbank(n_fft: int, sample_rate_hz: int, n_mels: int, f_min_hz: float, f_max_hz: float
                    ) -> torch.Tensor:
     """HTK triangular mel filters, (n_fft // 2 + 1, n_mels)."""
     freqs = torch.linspace(0.0, sample_rate_hz / 2.0, n_fft // 2 + 1, dtype=torch.float64)
-    mel_pts = torch.linspace(float(_hz_to_mel(torch.tensor(f_min_hz))),
-                             float(_hz_to_mel(torch.tensor(f_max_hz))), n_mels + 2,
-                             dtype=torch.float64)
-    hz = _mel_to_hz(mel_pts)
+    hz = _mel_points_hz(n_mels, f_min_hz, f_max_hz)
     lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
     up = (freqs[None, :] - lo) / (mid - lo)
     down = (hi - freqs[None, :]) / (hi - mid)
@@ -86,10 +91,7 @@ class LogMelFrontEnd(nn.Module):
     # -- features ---------------------------------------------------------------------------------
     def mel_centers_hz(self) -> torch.Tensor:
         """The centre frequency of each mel filter, ascending (n_mels,), float64."""
-        m = torch.linspace(float(_hz_to_mel(torch.tensor(self.f_min_hz))),
-                           float(_hz_to_mel(torch.tensor(self.f_max_hz))), self.n_mels + 2,
-                           dtype=torch.float64)
-        return _mel_to_hz(m)[1:-1]
+        return _mel_points_hz(self.n_mels, self.f_min_hz, self.f_max_hz)[1:-1]
 
     def log_mel(self, padded: torch.Tensor) -> torch.Tensor:
         """padded audio (b, context + n*hop) -> raw log-mel (b, n, n_mels)."""

@@ -176,12 +176,11 @@ def mel_warp(mel: torch.Tensor, factors: np.ndarray, centers_hz: torch.Tensor,
         raise ValueError(f"mel_warp: {len(factors)} factors and {tuple(centers_hz.shape)} centres "
                          f"for mel of shape {tuple(mel.shape)}")
     raw = mel * std + mean
-    grid = torch.arange(f, dtype=torch.float64)
+    centers = centers_hz.to(torch.float64).numpy()
+    grid = np.arange(f, dtype=np.float64)
     out = torch.empty_like(raw)
     for i, a in enumerate(factors):
-        src_hz = centers_hz.to(torch.float64) / float(a)
-        pos = np.interp(src_hz.numpy(), centers_hz.to(torch.float64).numpy(), grid.numpy())
-        pos_t = torch.from_numpy(pos)
+        pos_t = torch.from_numpy(np.interp(centers / float(a), centers, grid))
         lo = pos_t.floor().long().clamp(0, f - 1)
         hi = (lo + 1).clamp(max=f - 1)
         w = (pos_t - lo.to(torch.float64)).to(raw.dtype)
