@@ -59,6 +59,8 @@ class GenerateConfig:
     heldout_voices: dict[str, float] = field(default_factory=lambda: dict(HELDOUT_VOICES))
     progress: bool = True
     filler: float = FILLER   # share of filler sentences in the training split (held out: FILLER)
+    wide: float = 0.0        # share of wide-vocabulary word strings in the training split (held out: 0)
+    wide_words: tuple[str, ...] = ()   # the words they are drawn from
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,10 @@ def _run_job(job: _Job) -> tuple[_Job, float, str | None]:
 
 def _jobs(cfg: GenerateConfig, split: str, voices: dict[str, float], n: int, seed: int
           ) -> list[_Job]:
-    gen = SentenceGenerator(seed, filler=cfg.filler if split == "train" else FILLER)
+    if split == "train":
+        gen = SentenceGenerator(seed, filler=cfg.filler, wide=cfg.wide, wide_words=cfg.wide_words)
+    else:
+        gen = SentenceGenerator(seed)
     rng = np.random.default_rng(seed)
     names = sorted(voices)
     p = np.array([voices[v] for v in names], dtype=np.float64)

@@ -4,6 +4,11 @@ account and order talk, spelled letters and digit strings.
     gen = SentenceGenerator(seed=1)
     gen.sentence()          # -> "my account number is four four one seven two nine"
 
+A share of sentences (``filler``) are Faker's strings of common English words, and optionally
+another share (``wide``) strings of words drawn evenly from a long list (``wide_words``, e.g.
+the 20,000 commonest words of pocketsphinx's en-us model), so that a recogniser learns to spell
+English, not only the callers' templates.
+
 Every sentence comes back already in ``normalize_text`` form, so the words a voice speaks are
 exactly the transcript the model learns. ``faker`` (optional) supplies names, streets and cities;
 without it a small built-in list is used.
@@ -12,6 +17,7 @@ without it a small built-in list is used.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from ..stt.text import normalize_text, number_to_words, ordinal_words
 
@@ -91,12 +97,20 @@ _TEMPLATES = (
 class SentenceGenerator:
     """Seeded generator of caller-style sentences, already normalised (see module docstring)."""
 
-    def __init__(self, seed: int = 0, *, use_faker: bool = True, filler: float = FILLER) -> None:
+    def __init__(self, seed: int = 0, *, use_faker: bool = True, filler: float = FILLER,
+                 wide: float = 0.0, wide_words: Sequence[str] = ()) -> None:
         if not 0.0 <= filler <= 1.0:
             raise ValueError(f"filler is a share of sentences in [0, 1], got {filler}")
+        if not 0.0 <= wide <= 1.0:
+            raise ValueError(f"wide is a share of sentences in [0, 1], got {wide}")
+        if wide > 0.0 and not wide_words:
+            raise ValueError("wide > 0 needs wide_words, the words to draw from")
         self.filler = filler  # share of Faker's filler sentences (common English words)
+        self.wide = wide      # share of strings of words drawn evenly from wide_words
+        self._wide_words = tuple(wide_words)
         self._rng = random.Random(seed)
-        self.last_kind = ""   # what the last sentence() was: "filler" (Faker's) or "caller"
+        # What the last sentence() was: "caller", "filler" (Faker's) or "wide" (wide_words).
+        self.last_kind = ""
         self._faker = None
         if use_faker:
             try:
@@ -155,6 +169,10 @@ class SentenceGenerator:
     def sentence(self) -> str:
         """One normalised sentence."""
         r = self._rng
+        # wide == 0 draws nothing here, so older data sets' sentences stay as they were.
+        if self.wide > 0.0 and r.random() < self.wide:
+            self.last_kind = "wide"
+            return " ".join(r.choice(self._wide_words) for _ in range(r.randint(4, 12)))
         if self._faker is not None and r.random() < self.filler:
             raw = self._faker.sentence(nb_words=r.randint(4, 12))
             self.last_kind = "filler"

@@ -236,3 +236,44 @@ def test_the_training_split_takes_the_filler_share_and_the_held_out_split_does_n
     gen = SentenceGenerator(3, filler=1.0)
     assert [j.text for j in train] == [gen.sentence() for _ in range(40)]
     assert gen.last_kind == "filler"
+
+
+def test_wide_vocabulary_sentences_draw_from_their_word_list_and_leave_the_rest_alone(tmp_path):
+    from ssm_engine.data.generate import _jobs
+
+    words = ("aardvark", "zephyr", "quixotic", "lantern", "marrow")
+    gen = SentenceGenerator(21, wide=0.5, wide_words=words)
+    kinds: dict[str, list[str]] = {"wide": [], "filler": [], "caller": []}
+    for _ in range(400):
+        s = gen.sentence()
+        kinds[gen.last_kind].append(s)
+    assert 0.4 < len(kinds["wide"]) / 400 < 0.6
+    assert all(4 <= len(s.split()) <= 12 and set(s.split()) <= set(words) for s in kinds["wide"])
+    assert not any(set(s.split()) <= set(words) for s in kinds["caller"] + kinds["filler"])
+    # wide=0 (the default) draws nothing extra: the published sentences stay as they were
+    assert ([SentenceGenerator(11).sentence() for _ in range(50)]
+            == [SentenceGenerator(11, wide=0.0, wide_words=words).sentence() for _ in range(50)])
+    with pytest.raises(ValueError, match="wide_words"):
+        SentenceGenerator(1, wide=0.2)
+    with pytest.raises(ValueError, match="wide"):
+        SentenceGenerator(1, wide=-0.1, wide_words=words)
+    # the training split takes them; the held-out split never does
+    cfg = GenerateConfig(out_dir=str(tmp_path), wide=1.0, wide_words=words)
+    train = _jobs(cfg, "train", {"flite:kal": 1.0}, 30, 3)
+    assert all(set(j.text.split()) <= set(words) for j in train)
+    held = _jobs(cfg, "heldout", {"flite:slt": 1.0}, 100, 1 + 7919)
+    ref = _jobs(GenerateConfig(out_dir=str(tmp_path)), "heldout", {"flite:slt": 1.0}, 100, 1 + 7919)
+    assert [j.text for j in held] == [j.text for j in ref]
+
+
+def test_wide_words_come_from_a_file_normalised_or_from_pocketsphinx(tmp_path):
+    from ssm_engine.stt.cli import _wide_words
+
+    path = tmp_path / "words.dict"
+    path.write_text("Hello HH AH L OW\nworld's W ER L D Z\n42 F AO R T IY\n\n-- --\nhello\n")
+    assert _wide_words(str(path), 0) == ("hello", "world's")   # numbers and blanks skipped
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(SystemExit, match="no words"):
+        _wide_words(str(tmp_path / "empty"), 0)
+    common = _wide_words("pocketsphinx", 500)
+    assert len(common) == 500 and {"the", "and", "you"} <= set(common)
