@@ -77,6 +77,7 @@ from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from pipeline.audio.flite import synthesize_flite  # noqa: E402
 from pipeline.audio.g711 import resample  # noqa: E402
 from pipeline.audio.wav import trim_silence  # noqa: E402
+from pipeline.gc_pauses import freeze_startup_heap  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
 from telephony.errors import CallerError  # noqa: E402
 from telephony.loop_lag import LoopLagProbe  # noqa: E402
@@ -174,6 +175,23 @@ class Server(ServeProcess, ServerAddress):
         if text is None:
             return {}
         return {le: int(n) for le, n in series.findall(text)}
+
+    async def gc_pauses(self) -> dict[str, dict[str, float]]:
+        """The server's garbage-collector pauses so far (``parley_gc_pause_ms``), by generation:
+        {"2": {"n": .., "sum_ms": .., "over_50ms": ..}}; {} if /metrics cannot be read."""
+        text = await self.metrics_text()
+        if text is None:
+            return {}
+        out: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        for gen, le, n in re.findall(r'parley_gc_pause_ms_bucket\{generation="(\d)",le="([^"]+)"\} (\d+)', text):
+            if le == "50":
+                out[gen]["le_50ms"] = int(n)
+            if le == "+Inf":
+                out[gen]["n"] = int(n)
+        for gen, total in re.findall(r'parley_gc_pause_ms_sum\{generation="(\d)"\} ([\d.]+)', text):
+            out[gen]["sum_ms"] = float(total)
+        return {g: {"n": v["n"], "sum_ms": v.get("sum_ms", 0.0), "over_50ms": v["n"] - v.get("le_50ms", 0)}
+                for g, v in out.items() if "n" in v}
 
     def warnings(self) -> tuple[int, list[str]]:
         """How many lines the server logged at WARNING or above, and the three commonest (digits
@@ -459,6 +477,7 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
             calls = [(kinds[i % len(kinds)], rng.sample(PHRASES, args.mixed_turns)) for i in range(args.mixed)]
             load_before = os.getloadavg()[0]
             lag_before = await server.loop_lag_buckets()
+            gc_before = await server.gc_pauses()
             cpu_before, wall_before = cpu_seconds(server.proc.pid), time.monotonic()
             machine_before = machine_cpu_seconds()
             if args.caller_procs:
@@ -473,6 +492,7 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
             machine_busy_frac = machine_busy / max(1e-9, machine_after[1] - machine_before[1])
             load_after = os.getloadavg()[0]
             lag_after = await server.loop_lag_buckets()
+            gc_after = await server.gc_pauses()
             metrics_frames = await server.metrics_frames()
         finally:
             server.stop()
@@ -495,6 +515,10 @@ async def session(args: argparse.Namespace, kinds: tuple[str, ...], voice: Voice
         p = pct(lags)
         out[f"{prefix}mixed{args.mixed}_caller_loop_lag_ms_{who}"] = {k: p[k] for k in ("p50", "p95", "p99")}
     out[f"{prefix}mixed{args.mixed}_server_loop_lag"] = lag_during(lag_before, lag_after)
+    # the server process's garbage-collector pauses during the mixed load, by generation
+    out[f"{prefix}mixed{args.mixed}_server_gc_pauses"] = {
+        g: {k: round(v - gc_before.get(g, {}).get(k, 0), 1) for k, v in after.items()}
+        for g, after in gc_after.items()}
     out[f"{prefix}metrics_frames_all_calls"] = metrics_frames  # warm-up and phase 1 included
 
 
@@ -519,6 +543,7 @@ async def caller_process_main(args: argparse.Namespace) -> None:
     ice.pin_host_addresses(ice.LOOPBACK)
     voice = Voice()
     await voice.prepare(sorted({p for share in shares for p in share}))
+    freeze_startup_heap()  # as the server does: a full collection here stalled every caller 40-110 ms
     results, lags = await calls_here([(args.callers, share) for share in shares], ServerAddress(port, sip_port),
                                      voice, args.mixed_webrtc_lead_s)
     print(json.dumps({"results": results, "lags": lags}))

@@ -12,6 +12,8 @@
                                                         in: lost | late, out: underrun | late
     parley_engine_workers{engine}                       gauge, speech-engine worker processes up
     parley_engine_restarts_total{engine}                counter, workers replaced after dying
+    parley_gc_pause_ms{generation}                      histogram, garbage-collector pauses of the
+                                                        server process (pipeline.gc_pauses)
 
 Engine workers are whatever ``register_engine`` was given (``parley serve`` registers its
 pocketsphinx workers, SSM recognizer and SSM voice processes); each is asked at every scrape.
@@ -29,6 +31,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
+from pipeline.gc_pauses import GcPauses
 from pipeline.latency import MARKS
 from telephony.audio_meter import FrameCounts
 
@@ -75,6 +78,12 @@ class Metrics:
         self._frames_live: dict[int, tuple[str, FrameCounts]] = {}
         self._loop_lag = _Histogram(LAG_BUCKETS_MS)
         self._engines: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {}
+        self._gc: GcPauses | None = None
+
+    def register_gc(self, pauses: GcPauses) -> None:
+        """Report this process's garbage-collector pauses (``pipeline.gc_pauses``)."""
+        with self._lock:
+            self._gc = pauses
 
     def register_engine(self, name: str, workers: Callable[[], int], restarts: Callable[[], int]) -> None:
         """Report an engine's worker processes: how many are up, how many were replaced so far."""
@@ -164,6 +173,14 @@ class Metrics:
                         lines.append(f'parley_audio_frames_missed_total{{transport="{t}",direction="{direction}",'
                                      f'reason="{reason}"}} {getattr(totals[t], name)}')
             engines = dict(self._engines)
+            pauses = self._gc
+        if pauses is not None:
+            lines += ["# HELP parley_gc_pause_ms How long each garbage collection stopped the server process.",
+                      "# TYPE parley_gc_pause_ms histogram"]
+            for generation in range(3):
+                h = _Histogram(pauses.buckets_ms)
+                h.counts, h.total, h.n = pauses.histogram(generation)
+                lines += h.lines("parley_gc_pause_ms", f'generation="{generation}"')
         if engines:  # asked outside the lock: the callbacks take their own locks
             up = [f'parley_engine_workers{{engine="{n}"}} {workers()}'
                   for n, (workers, _) in sorted(engines.items())]

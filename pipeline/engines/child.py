@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
+from pipeline.gc_pauses import freeze_startup_heap
 from pipeline.engines.framing import ignore_stop_signals, pack, recv_frame, send_frame, unpack
 
 logger = logging.getLogger(__name__)
@@ -307,6 +308,10 @@ class ChildEnd:
         fut.add_done_callback(done)
 
     def ready(self, load_s: float, **extra: object) -> None:
+        """Tell the server the engine is loaded; its start-up heap is frozen out of garbage
+        collection first (``pipeline.gc_pauses``: a full collection stalled every call's
+        engine work for 60-200 ms)."""
+        freeze_startup_heap()
         self.send({"id": 0, "ok": load_s, **extra})
 
     def requests(self) -> Iterator[tuple[dict, memoryview]]:

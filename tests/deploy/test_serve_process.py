@@ -108,6 +108,15 @@ async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
                                              timeout_s=60, utterances=(Utterance(text="hello how are you"),)))
         assert report.turns and report.turns[0].agent_audio_bytes > 0
         assert proc.poll() is None  # the server never went down
+        # the server's garbage-collector pauses are in /metrics too (its start-up heap frozen)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                text = await r.text()
+        assert "# TYPE parley_gc_pause_ms histogram" in text
+        counts = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
+                  if line.startswith("parley_gc_pause_ms_count{")}
+        assert set(counts) == {f'parley_gc_pause_ms_count{{generation="{g}"}}' for g in "012"}
+        assert counts['parley_gc_pause_ms_count{generation="0"}'] > 0   # a call makes garbage
     finally:
         proc.kill()
         proc.wait(10)
