@@ -28,7 +28,10 @@ alone did better than ~900. A lead of 120 ms then cut the mixed load's underruns
 Twilio, WebRTC and SIP) from 127 to 27 in three interleaved rounds against 60 ms, most of them on
 SIP (benchmarks/RESULTS.md). What it costs: up to 120 ms sent past a barge-in on SIP (Twilio's
 ``clear`` drops its buffer), and a reply's first frame waits until 100 ms of it is made (one call:
-v2v within noise of before, ~250-270 ms).
+v2v within noise of before, ~250-270 ms). What underran after that fell at the start of replies
+(many calls replying at once, the voice with nothing made ahead): the SSM voice's service now
+makes a reply's first 200 ms before any of it leaves (``SSMTTSService.start_buffer_s``), and the
+mixed load ran with none.
 """
 
 from __future__ import annotations

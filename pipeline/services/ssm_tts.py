@@ -47,7 +47,9 @@ from pipeline.errors import PipelineError
 from ssm_engine import SSMEngineError
 from ssm_engine.tts.text import expand_chunk, needs_right_context
 
-__all__ = ["SSMTTSService", "WrittenWords"]
+__all__ = ["SSMTTSService", "WrittenWords", "START_BUFFER_S"]
+
+START_BUFFER_S = 0.2  # a reply's first audio leaves once this much of it is made (run_tts)
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,9 @@ class SSMTTSService(TTSService):
     aggregation: "sentence", "phrase" (default) or "token", as in ``EspeakTTSService``.
     min_phrase_chars / first_phrase_words: the phrase aggregator's settings.
     seed: the vocoder's noise seed (the same text gives the same samples).
+    start_buffer_s: how much of a reply's audio is made before any of it leaves (or the whole
+        first phrase, if shorter): a cushion at the far end for the moment the voice has the
+        least made ahead (see ``run_tts``). 0 sends the first chunk as it comes.
     """
 
     def __init__(
@@ -109,8 +114,11 @@ class SSMTTSService(TTSService):
         min_phrase_chars: int = 12,
         first_phrase_words: int = 1,
         seed: int = 0,
+        start_buffer_s: float = START_BUFFER_S,
         **kwargs,
     ) -> None:
+        if start_buffer_s < 0:
+            raise ValueError(f"start_buffer_s must be >= 0, got {start_buffer_s}")
         if aggregation not in ("sentence", "phrase", "token"):
             raise ValueError(f"aggregation must be sentence, phrase or token, got {aggregation!r}")
         if engine is None:
@@ -134,6 +142,7 @@ class SSMTTSService(TTSService):
         self._model_dir = model_dir
         self._engine = engine
         self._seed = seed
+        self._start_buffer_s = start_buffer_s
         self._utterances: dict[str, SSMUtterance] = {}
         self._context_audio_s: dict[str, float] = {}
 
@@ -160,7 +169,21 @@ class SSMTTSService(TTSService):
         self._context_audio_s.pop(context_id, None)
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        """Speak ``text``, yielding each 20 ms ``TTSAudioRawFrame`` as soon as it exists."""
+        """Speak ``text``, yielding its audio as the voice makes it (each answer of the voice's
+        thread: whole 20 ms chunks).
+
+        A reply's first phrase is the exception: its audio is held back until
+        ``start_buffer_s`` of it is made (or the whole phrase, if shorter). When a reply starts,
+        the far end holds only what has been sent and the voice has nothing made ahead; with
+        many calls replying at once the voice makes audio barely faster than real time, and the
+        far end ran dry within the first half second of replies (a probe in the pacer placed
+        nearly every remaining underrun 120-600 ms into a reply, several calls at the same
+        instant). bench_transports, 16 mixed calls on 2 cores, three interleaved rounds: agent
+        frames underrun 3, 37 and 2 without the cushion, none in any round with 200 ms. It
+        costs one call alone the time to make the extra audio: first byte p50 +6 ms on Twilio,
+        +11 ms on WebRTC, +27 ms on SIP (two rounds each). Holding back only while the voice ran
+        slow did not save that at one call and let 10 frames underrun in a mixed run, so the
+        rule stays this simple; ``start_buffer_s=0`` sends the first answer at once."""
         if self._engine is None:
             yield ErrorFrame(error=f"{self}: run_tts before start")
             return
@@ -169,11 +192,12 @@ class SSMTTSService(TTSService):
         offset_s = self._context_audio_s.get(context_id, 0.0)
         samples = spoken = 0
         written = WrittenWords(text)
+        # a reply's first phrase: held back until start_buffer_s of it is made
+        held: list[bytes] | None = [] if offset_s == 0.0 and self._start_buffer_s > 0 else None
         await self.start_tts_usage_metrics(text)
         try:
             async with contextlib.aclosing(utt.speak(text)) as chunks:
                 async for chunk in chunks:
-                    await self.stop_ttfb_metrics()
                     words = []
                     for word, t in chunk.words:
                         label = written.label(spoken, word)
@@ -183,8 +207,18 @@ class SSMTTSService(TTSService):
                     if words:
                         await self.add_word_timestamps(words, context_id)
                     samples += len(chunk.pcm)
-                    yield TTSAudioRawFrame(chunk.pcm.tobytes(), self.sample_rate, 1,
-                                           context_id=context_id)
+                    if held is None:
+                        pcm = chunk.pcm.tobytes()
+                    else:
+                        held.append(chunk.pcm.tobytes())
+                        if samples < self._start_buffer_s * self.sample_rate:
+                            continue
+                        pcm, held = b"".join(held), None
+                    await self.stop_ttfb_metrics()
+                    yield TTSAudioRawFrame(pcm, self.sample_rate, 1, context_id=context_id)
+            if held and not utt.cancelled:  # the whole phrase was shorter than the start buffer
+                await self.stop_ttfb_metrics()
+                yield TTSAudioRawFrame(b"".join(held), self.sample_rate, 1, context_id=context_id)
             if samples == 0 and not utt.cancelled:
                 # Nothing to say (punctuation, emoji): 20 ms of silence, so that pipecat closes
                 # the audio context now instead of after its 3 s timeout (which would hold back

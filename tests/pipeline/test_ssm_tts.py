@@ -113,9 +113,11 @@ async def test_pipeline_gets_whole_20ms_chunks_at_8khz_with_word_timestamps(engi
     audio = of(down, TTSAudioRawFrame)
     assert of(down, TTSStartedFrame) and of(down, TTSStoppedFrame)
     assert all(f.sample_rate == 8000 and f.num_channels == 1 for f in audio)
-    # each frame is what one answer of the voice held: whole 20 ms chunks, at most lead_chunks
+    # the first frame is the start buffer (200 ms made before any leaves); each later one what
+    # one answer of the voice held: whole 20 ms chunks, at most lead_chunks
     most = 320 * engine.lead_chunks
-    assert all(len(f.audio) % 320 == 0 and 0 < len(f.audio) <= most for f in audio[:-1])
+    assert len(audio[0].audio) % 320 == 0 and 3200 <= len(audio[0].audio) < 3200 + most
+    assert all(len(f.audio) % 320 == 0 and 0 < len(f.audio) <= most for f in audio[1:-1])
     assert 0 < len(audio[-1].audio) <= most
     assert len(audio_of(down)) == len(engine.voice.synthesize(text).pcm) // 2
     words = of(down, TTSTextFrame)
@@ -147,6 +149,37 @@ async def test_speak_yields_every_chunk_made_ahead_as_one(engine):
     assert all(c.start_s <= t < c.start_s + len(c.pcm) / 8000 for c in got for _, t in c.words)
     words = [w for c in got for w, _ in c.words]
     assert words and words == text.lower().split()[:len(words)]  # none lost in the merge
+
+
+@pytest.mark.parametrize("start_buffer_s", [0.0, 0.2, 5.0])
+async def test_a_reply_leaves_once_its_start_buffer_is_made_and_later_phrases_at_once(
+        engine, start_buffer_s):
+    """The start buffer (run_tts): a reply's first phrase waits until start_buffer_s of it is
+    made; later phrases never wait; the audio is the same, sample for sample."""
+    tokens = ["Sure", ", I", " think", " that we could,", " maybe", " try again", " tomorrow."]
+    frames = [LLMFullResponseStartFrame(), *[LLMTextFrame(t) for t in tokens],
+              LLMFullResponseEndFrame()]
+    down, _ = await run_test(SSMTTSService(engine=engine, sample_rate=8000, min_phrase_chars=8,
+                                           start_buffer_s=start_buffer_s),
+                             frames_to_send=[*frames, SleepFrame()])
+    audio = of(down, TTSAudioRawFrame)
+    first_phrase = len(await _at_8k(engine, "Sure,"))
+    most = 320 * engine.lead_chunks
+    if start_buffer_s == 0.0:          # as it comes: one answer of the voice
+        assert 0 < len(audio[0].audio) <= most
+    elif start_buffer_s == 0.2:        # 1,600 samples made first (whole 20 ms chunks)
+        assert first_phrase > 1600 and 3200 <= len(audio[0].audio) < 3200 + most
+    else:                              # longer than the phrase: all of it at once
+        assert len(audio[0].audio) == 2 * first_phrase
+    after = audio[1:]
+    assert after and all(len(f.audio) <= most for f in after)   # later phrases: as they come
+    spoken = ["Sure,", "I think that we could,", "maybe try again tomorrow."]
+    assert np.array_equal(audio_of(down), np.concatenate([await _at_8k(engine, p) for p in spoken]))
+
+
+def test_a_negative_start_buffer_is_refused(engine):
+    with pytest.raises(ValueError, match="start_buffer_s"):
+        SSMTTSService(engine=engine, sample_rate=8000, start_buffer_s=-0.1)
 
 
 async def test_streamed_audio_is_the_offline_synthesis_sample_for_sample(engine):
