@@ -42,6 +42,7 @@ from aiortc.mediastreams import MediaStreamError
 from pipecat.frames.frames import (
     BotStoppedSpeakingFrame,
     Frame,
+    InputAudioRawFrame,
     InterruptionFrame,
     OutputAudioRawFrame,
     OutputDTMFFrame,
@@ -198,6 +199,47 @@ class MeteredWebRTCClient(SmallWebRTCClient):
             self._audio_output_track = PlayoutTrack(self._out_sample_rate, self.counts)
             self._webrtc_connection.replace_audio_track(self._audio_output_track)
         await self._callbacks.on_client_connected(self._webrtc_connection)
+
+    async def read_audio_frame(self):
+        """pipecat 1.14's, reading each frame without a task of its own.
+
+        pipecat awaits every 20 ms frame through ``asyncio.wait_for(track.recv(), 2.0)``, which
+        on Python 3.11 wraps each read in a new task: three event-loop turns per frame before the
+        frame moves on. With many calls on the loop a turn takes milliseconds, and the reader
+        fell behind the browser's clock: under the 16-call mixed load about half of every WebRTC
+        caller's frames reached the pipeline 60 ms or more late (``in_late``), none lost.
+        ``asyncio.timeout`` bounds the same wait in the reading task itself."""
+        assert self._audio_in_resampler is not None  # setup() builds it before the reader starts
+        while True:
+            track = self._audio_input_track
+            if track is None:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                async with asyncio.timeout(2.0):
+                    frame = await track.recv()
+            except TimeoutError:
+                if self._webrtc_connection.is_connected() and track.is_enabled():
+                    log.warning("no audio from the browser for 2 s")
+                frame = None
+            except MediaStreamError:
+                # the track is dead: every later recv() would fail alike; park until a
+                # renegotiation brings a new one (as pipecat does)
+                log.warning("the browser's audio track ended; waiting for a new one")
+                self._audio_input_track = None
+                frame = None
+            if frame is None or not isinstance(frame, AudioFrame):
+                await asyncio.sleep(0.01)
+                continue
+            resampled = (self._audio_in_resampler.resample(frame)
+                         if frame.sample_rate != self._in_sample_rate
+                         or frame.layout.name != self._audio_in_layout else [frame])
+            for out in resampled:
+                audio = InputAudioRawFrame(audio=out.to_ndarray().astype(np.int16).tobytes(),
+                                           sample_rate=self._in_sample_rate,
+                                           num_channels=self._audio_in_channels)
+                audio.pts = frame.pts
+                yield audio
 
     async def write_audio(self, pcm: bytes, utterance: Utterance | None) -> bool:
         track = self._audio_output_track
