@@ -131,6 +131,14 @@ def generate(cfg: GenerateConfig) -> dict:
     if not heldout_voices and cfg.n_heldout:
         raise VoiceUnavailableError(f"none of the held-out voices is installed: {cfg.heldout_voices}")
     log.info("training voices %s; held-out voices %s", sorted(train_voices), sorted(heldout_voices))
+    missing = {"train": sorted(set(cfg.train_voices) - set(train_voices)),
+               "heldout": sorted(set(cfg.heldout_voices) - set(heldout_voices))}
+    for split, names in missing.items():
+        if names:
+            log.warning("%s voices not installed, left out: %s. The %s split is not the one the "
+                        "shipped model's card describes%s (scripts/install-data-voices installs "
+                        "them)", split, ", ".join(names), split,
+                        ": its scores will not reproduce" if split == "heldout" else "")
     faker = faker_version()
     if faker != FAKER_VERSION:
         log.warning("Faker %s, not %s: the sentences differ from those of the shipped model's data "
@@ -148,8 +156,10 @@ def generate(cfg: GenerateConfig) -> dict:
             it = tqdm(it, total=len(jobs), desc="data stt", unit="utt")
         results.extend(it)
     results.sort(key=lambda r: (r[0].split, r[0].index))
-    summary: dict = {"config": dataclasses.asdict(cfg), "wall_s": round(time.monotonic() - t0, 1),
-                     "faker": faker, "splits": {}}
+    config = dataclasses.asdict(cfg)
+    config["wide_words"] = len(cfg.wide_words)   # how many; the list itself is the command's
+    summary: dict = {"config": config, "wall_s": round(time.monotonic() - t0, 1),
+                     "faker": faker, "missing_voices": missing, "splits": {}}
     for split, rate in (("train", TRAIN_RATE_HZ), ("heldout", HELDOUT_RATE_HZ)):
         ok = [(j, d) for j, d, err in results if j.split == split and err is None]
         failed = [err for j, d, err in results if j.split == split and err is not None]
