@@ -66,7 +66,9 @@ Training-time check (greedy, {tn} clips, 8 kHz mu-law): CER {tcer:.3f}, WER {twe
   examples and pocketsphinx's 20,000 commonest words; words outside it are spelled at a penalty.
 - Needs ~100-200 ms of trailing silence (the service feeds it) to emit its last characters.
 - Training voices include pico and RHVoice (Debian non-free/contrib, installed through a private
-  apt source list); check their licences before a commercial release. mbrola is used only in
+  apt source list: `scripts/install-data-voices`; without them `parley data stt` leaves those
+  speakers, and the held-out mbrola us1, out and says so); check their licences before a
+  commercial release. mbrola is used only in
   the held-out set (its licence forbids use in a sold product).
 - Held-out voices are whole voices never trained on, but the held-out texts come from the same
   sentence generator as the training texts (a different seed), so the vocabulary is in-domain.
