@@ -7,8 +7,8 @@ VAD), the voice worker ~170,000 and the recogniser worker ~410,000 (torch and it
 one full collection took 130-200 ms in each (``gc.callbacks`` timings during bench_transports'
 16-call load, 2 cores), longer than the 120 ms lead a paced transport keeps at the far end.
 Nearly all of those objects live as long as the process, so ``freeze_startup_heap()`` moves them
-into the permanent generation that collections skip: after it the server's full collections
-under the same load took 13-32 ms. Call it once, after loading and warming up, never per call
+into the permanent generation that collections skip: after it the server made at most one
+full collection per 16-call mixed run, of 24-31 ms (benchmarks/RESULTS.md, "No dropped frames"). Call it once, after loading and warming up, never per call
 (what a call leaves behind must stay collectable).
 
     freeze_startup_heap()                      # -> how many objects were frozen
