@@ -48,7 +48,7 @@ from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, load_stt, save_stt
 from .text import encode, normalize_text
 
-__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp"]
+__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp", "load_deepened"]
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +217,41 @@ def train(cfg: TrainConfig) -> dict:
         return _train(cfg, run)
 
 
+def load_deepened(model: STTModel, start: STTModel) -> list[int]:
+    """Load ``start``'s weights into ``model``, the same model with more SSM layers, so that it
+    computes what ``start`` did: ``start``'s layers keep their order, spread evenly through the
+    deeper stack, and each new layer's output projection starts at zero, which makes its residual
+    block the identity (it learns from there). A cheap way to more capacity than a from-scratch
+    run would reach on one thread in hours. -> the new layers' indices; ValueError when the
+    models differ in anything but depth, or ``model`` is not deeper."""
+    src, dst = start.config.ssm_config, model.config.ssm_config
+    same = (dataclasses.replace(start.config, ssm={**start.config.ssm, "n_layers": dst.n_layers})
+            == model.config)
+    if not same or dst.n_layers <= src.n_layers:
+        raise ValueError(f"its config {start.config} differs from this run's {model.config} in "
+                         f"more than added SSM layers (a run may start from a checkpoint of the "
+                         f"same shape, or deepen it)")
+    keep = [i * dst.n_layers // src.n_layers for i in range(src.n_layers)]
+    moved = {}
+    for key, value in start.state_dict().items():
+        parts = key.split(".")
+        if parts[0] == "stack" and parts[1] in ("blocks", "norms"):
+            parts[2] = str(keep[int(parts[2])])
+        moved[".".join(parts)] = value
+    target = model.state_dict()
+    added = [i for i in range(dst.n_layers) if i not in keep]
+    for i in added:
+        out = model.stack.blocks[i].out_proj
+        moved[f"stack.blocks.{i}.out_proj.weight"] = torch.zeros_like(out.weight)
+        if out.bias is not None:
+            moved[f"stack.blocks.{i}.out_proj.bias"] = torch.zeros_like(out.bias)
+        for key in target:
+            if key.startswith((f"stack.blocks.{i}.", f"stack.norms.{i}.")):
+                moved.setdefault(key, target[key])
+    model.load_state_dict(moved)
+    return added
+
+
 def _train(cfg: TrainConfig, run: Path) -> dict:
     mcfg = cfg.model_config()
     rate, step_samples = mcfg.sample_rate_hz, mcfg.step_samples
@@ -233,12 +268,18 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
     model = STTModel(mcfg)
     if cfg.init_from and not (run / "last.pt").exists():
         start = load_stt(cfg.init_from)
-        if start.config != mcfg:
-            raise ValueError(f"init_from {cfg.init_from}: its config {start.config} differs from "
-                             f"this run's {mcfg}")
-        model.load_state_dict(start.state_dict())
+        if start.config == mcfg:
+            model.load_state_dict(start.state_dict())
+            log.info("initialised from %s (weights and feature statistics)", cfg.init_from)
+        else:
+            try:
+                added = load_deepened(model, start)
+            except ValueError as exc:
+                raise ValueError(f"init_from {cfg.init_from}: {exc}") from exc
+            log.info("initialised from %s (weights and feature statistics), deepened from %d to "
+                     "%d SSM layers: new layers %s start as the identity", cfg.init_from,
+                     start.config.ssm_config.n_layers, mcfg.ssm_config.n_layers, added)
         model.train()
-        log.info("initialised from %s (weights and feature statistics)", cfg.init_from)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             betas=(0.9, 0.98))
     step, elapsed_s, best_cer, epoch, pos = 0, 0.0, math.inf, 0, 0

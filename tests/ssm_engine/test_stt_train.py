@@ -156,3 +156,35 @@ def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_dat
                               headdim=16)
     with pytest.raises(ValueError, match="differs"):
         train(bad)
+
+
+def test_a_deeper_run_starts_from_a_shallower_checkpoint_computing_the_same(tiny_data, tmp_path):
+    import dataclasses
+
+    import torch
+
+    from ssm_engine.stt.model import STTModel
+    from ssm_engine.stt.train import load_deepened
+
+    train(_cfg(tiny_data, tmp_path / "a", 2))
+    start = load_stt(tmp_path / "a" / "best").eval()
+    deep_cfg = dataclasses.replace(start.config, ssm={**start.config.ssm, "n_layers": 3})
+    deep = STTModel(deep_cfg)
+    assert load_deepened(deep, start) == [1, 2]
+    deep.eval()
+    audio = torch.randn(2, 4000) * 0.1
+    with torch.no_grad():
+        assert torch.equal(start(audio)[0], deep(audio)[0])
+    # the old layer keeps its weights at index 0; the new ones are the identity through a zero
+    # output projection, their other weights left to train
+    assert torch.equal(deep.stack.blocks[0].in_proj.weight, start.stack.blocks[0].in_proj.weight)
+    assert not deep.stack.blocks[1].out_proj.weight.any()
+    assert deep.stack.blocks[2].in_proj.weight.abs().sum() > 0
+    with pytest.raises(ValueError, match="differs"):
+        load_deepened(STTModel(start.config), deep)                 # shallower
+    # through the recipe: a 3-layer run from the 1-layer checkpoint trains and says so
+    cfg = dataclasses.replace(_cfg(tiny_data, tmp_path / "b", 1), n_layers=3,
+                              init_from=str(tmp_path / "a" / "best"))
+    train(cfg)
+    assert "deepened from 1 to 3 SSM layers" in (tmp_path / "b" / "train.log").read_text()
+    assert load_stt(tmp_path / "b" / "best").config.ssm_config.n_layers == 3
