@@ -83,7 +83,9 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--warmup", type=int, default=200, help="warm-up steps (default %(default)s)")
     p.add_argument("--init-from", metavar="DIR", default=None,
                    help="start a new run from an exported checkpoint (e.g. models/stt) instead "
-                   "of random weights; ignored when RUN/last.pt exists (that run resumes)")
+                   "of random weights; with more --layers than it has, deepen it (its layers "
+                   "spread through the stack, the new ones start as the identity); ignored when "
+                   "RUN/last.pt exists (that run resumes)")
     p.add_argument("--augment", choices=["on", "off"], default="on",
                    help="on-the-fly augmentation: speed perturbation +-10%% and SpecAugment "
                    "(2 frequency masks of <= 8 mels, an 80 ms time mask per second); "
