@@ -61,6 +61,9 @@ class GenerateConfig:
     filler: float = FILLER   # share of filler sentences in the training split (held out: FILLER)
     wide: float = 0.0        # share of wide-vocabulary word strings in the training split (held out: 0)
     wide_words: tuple[str, ...] = ()   # the words they are drawn from
+    natural: float = 0.0     # share of sentences sampled from natural_sampler (held out: 0)
+    natural_sampler: object | None = None   # a texts.NaturalSampler (e.g. data.natural.NGramSampler)
+    natural_source: str = ""  # what natural_sampler samples from, for the summary
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,9 @@ def _run_job(job: _Job) -> tuple[_Job, float, str | None]:
 def _jobs(cfg: GenerateConfig, split: str, voices: dict[str, float], n: int, seed: int
           ) -> list[_Job]:
     if split == "train":
-        gen = SentenceGenerator(seed, filler=cfg.filler, wide=cfg.wide, wide_words=cfg.wide_words)
+        gen = SentenceGenerator(seed, filler=cfg.filler, wide=cfg.wide, wide_words=cfg.wide_words,
+                                natural=cfg.natural,
+                                natural_sampler=cfg.natural_sampler)  # type: ignore[arg-type]
     else:
         gen = SentenceGenerator(seed)
     rng = np.random.default_rng(seed)
@@ -156,8 +161,9 @@ def generate(cfg: GenerateConfig) -> dict:
             it = tqdm(it, total=len(jobs), desc="data stt", unit="utt")
         results.extend(it)
     results.sort(key=lambda r: (r[0].split, r[0].index))
-    config = dataclasses.asdict(cfg)
+    config = dataclasses.asdict(dataclasses.replace(cfg, wide_words=(), natural_sampler=None))
     config["wide_words"] = len(cfg.wide_words)   # how many; the list itself is the command's
+    del config["natural_sampler"]                # natural_source says what it was
     summary: dict = {"config": config, "wall_s": round(time.monotonic() - t0, 1),
                      "faker": faker, "missing_voices": missing, "splits": {}}
     for split, rate in (("train", TRAIN_RATE_HZ), ("heldout", HELDOUT_RATE_HZ)):

@@ -6,8 +6,10 @@ account and order talk, spelled letters and digit strings.
 
 A share of sentences (``filler``) are Faker's strings of common English words, and optionally
 another share (``wide``) strings of words drawn evenly from a long list (``wide_words``, e.g.
-the 20,000 commonest words of pocketsphinx's en-us model), so that a recogniser learns to spell
-English, not only the callers' templates.
+the 20,000 commonest words of pocketsphinx's en-us model), and another (``natural``) sentences
+of conversational English from ``natural_sampler`` (e.g. ``data.natural.NGramSampler`` over
+pocketsphinx's trigram model), so that a recogniser learns to spell English, not only the
+callers' templates.
 
 Every sentence comes back already in ``normalize_text`` form, so the words a voice speaks are
 exactly the transcript the model learns. ``faker`` (optional) supplies names, streets and cities;
@@ -18,10 +20,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Protocol
 
 from ..stt.text import normalize_text, number_to_words, ordinal_words
 
-__all__ = ["SentenceGenerator", "FILLER"]
+__all__ = ["SentenceGenerator", "FILLER", "NaturalSampler"]
+
+
+class NaturalSampler(Protocol):
+    """What ``natural`` sentences come from (``data.natural.NGramSampler``)."""
+
+    def sentence(self, rng: random.Random) -> str: ...
 
 # Share of Faker's filler sentences (strings of the ~1,000 commonest English words) among the
 # sentences, as every shipped data set and the held-out set were made.
@@ -98,18 +107,26 @@ class SentenceGenerator:
     """Seeded generator of caller-style sentences, already normalised (see module docstring)."""
 
     def __init__(self, seed: int = 0, *, use_faker: bool = True, filler: float = FILLER,
-                 wide: float = 0.0, wide_words: Sequence[str] = ()) -> None:
+                 wide: float = 0.0, wide_words: Sequence[str] = (), natural: float = 0.0,
+                 natural_sampler: NaturalSampler | None = None) -> None:
         if not 0.0 <= filler <= 1.0:
             raise ValueError(f"filler is a share of sentences in [0, 1], got {filler}")
         if not 0.0 <= wide <= 1.0:
             raise ValueError(f"wide is a share of sentences in [0, 1], got {wide}")
         if wide > 0.0 and not wide_words:
             raise ValueError("wide > 0 needs wide_words, the words to draw from")
+        if not 0.0 <= natural <= 1.0:
+            raise ValueError(f"natural is a share of sentences in [0, 1], got {natural}")
+        if natural > 0.0 and natural_sampler is None:
+            raise ValueError("natural > 0 needs natural_sampler, the model to sample from")
+        self.natural = natural    # share of sentences sampled from natural_sampler
+        self._natural_sampler = natural_sampler
         self.filler = filler  # share of Faker's filler sentences (common English words)
         self.wide = wide      # share of strings of words drawn evenly from wide_words
         self._wide_words = tuple(wide_words)
         self._rng = random.Random(seed)
-        # What the last sentence() was: "caller", "filler" (Faker's) or "wide" (wide_words).
+        # What the last sentence() was: "caller", "filler" (Faker's), "wide" (wide_words) or
+        # "natural" (natural_sampler).
         self.last_kind = ""
         self._faker = None
         if use_faker:
@@ -173,6 +190,13 @@ class SentenceGenerator:
         if self.wide > 0.0 and r.random() < self.wide:
             self.last_kind = "wide"
             return " ".join(r.choice(self._wide_words) for _ in range(r.randint(4, 12)))
+        # natural == 0 draws nothing either
+        if self.natural > 0.0 and r.random() < self.natural:
+            assert self._natural_sampler is not None
+            text = normalize_text(self._natural_sampler.sentence(r))
+            if text:
+                self.last_kind = "natural"
+                return text
         if self._faker is not None and r.random() < self.filler:
             raw = self._faker.sentence(nb_words=r.randint(4, 12))
             self.last_kind = "filler"

@@ -67,6 +67,15 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--wide-top", type=int, default=20000, metavar="N",
                    help="how many of pocketsphinx's commonest words --wide draws from (default "
                    "%(default)s)")
+    p.add_argument("--natural", type=float, default=0.0, metavar="F",
+                   help="share of training sentences sampled from pocketsphinx's en-us trigram "
+                   "model of conversational English (\"how about that interesting\", \"if you "
+                   "go to the gym\"): real word frequencies in locally grammatical runs, as "
+                   "callers speak between the domain words (default 0; the held-out split never "
+                   "has them)")
+    p.add_argument("--natural-top", type=int, default=8000, metavar="N",
+                   help="how many of the model's commonest words --natural samples over "
+                   "(default %(default)s)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
     p.set_defaults(func=_data_stt)
@@ -148,11 +157,17 @@ def _data_stt(args: argparse.Namespace) -> int:
         wide_words = _wide_words(args.wide_words, args.wide_top)
         logging.getLogger(__name__).info("wide vocabulary: %d words from %s", len(wide_words),
                                          args.wide_words)
+    sampler, source = None, ""
+    if args.natural > 0.0:
+        sampler = _natural_sampler(args.natural_top)
+        source = f"pocketsphinx en-us trigram, {args.natural_top} commonest words"
     summary = generate(GenerateConfig(out_dir=args.out, n_train=args.train,
                                       n_heldout=args.heldout, workers=args.workers, seed=args.seed,
                                       train_voices=dict(voices),
                                       filler=FILLER if args.filler is None else args.filler,
-                                      wide=args.wide, wide_words=wide_words))
+                                      wide=args.wide, wide_words=wide_words,
+                                      natural=args.natural, natural_sampler=sampler,
+                                      natural_source=source))
     print(json.dumps(summary["splits"], indent=2))
     return 0
 
@@ -234,6 +249,37 @@ def _wide_words(source: str, top: int) -> tuple[str, ...]:
     return tuple(words)
 
 
+def _pocketsphinx_lm():
+    """pocketsphinx's en-us trigram model -> (NGramModel, its LogMath, the model folder).
+    ``model.prob([word, newer, older])`` is the probability of ``word`` after ``older newer``,
+    in the LogMath's units; the LogMath must outlive the model."""
+    import os
+
+    import pocketsphinx
+
+    folder = os.path.join(pocketsphinx.get_model_path(), "en-us")
+    logmath = pocketsphinx.LogMath(1.0001)
+    model = pocketsphinx.NGramModel(pocketsphinx.Config(), logmath,
+                                    os.path.join(folder, "en-us.lm.bin"))
+    return model, logmath, folder
+
+
+def _natural_sampler(top: int):
+    """``parley data stt --natural``: sentences sampled from pocketsphinx's en-us trigram model
+    (conversational English), over its ``top`` commonest spellable words."""
+    from ..data.natural import NGramSampler
+
+    words = list(_general_unigrams("pocketsphinx", top))
+    model, logmath, _ = _pocketsphinx_lm()
+
+    def logprob(word: str, ctx: tuple[str | None, str]) -> float:
+        older, newer = ctx
+        history = [newer] if older is None else [newer, older]
+        return logmath.log_to_ln(model.prob([word, *history]))
+
+    return NGramSampler(logprob, words)       # logprob's closure keeps model and logmath
+
+
 def _general_unigrams(source: str, top: int) -> dict[str, float]:
     """General English word frequencies: an ARPA's 1-grams, or the unigram probabilities of
     pocketsphinx's en-us model for the words of its dictionary (pocketsphinx is a project
@@ -248,12 +294,7 @@ def _general_unigrams(source: str, top: int) -> dict[str, float]:
         return {}
     if source != "pocketsphinx":
         return read_unigrams(source, top)
-    import pocketsphinx
-
-    folder = os.path.join(pocketsphinx.get_model_path(), "en-us")
-    logmath = pocketsphinx.LogMath(1.0001)     # must outlive the model
-    model = pocketsphinx.NGramModel(pocketsphinx.Config(), logmath,
-                                    os.path.join(folder, "en-us.lm.bin"))
+    model, logmath, folder = _pocketsphinx_lm()
     spellable = re.compile(r"[a-z]+(?:'[a-z]+)?")
     probs: dict[str, float] = {}
     with open(os.path.join(folder, "cmudict-en-us.dict"), encoding="utf-8") as f:

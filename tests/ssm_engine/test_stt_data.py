@@ -339,3 +339,77 @@ def test_kokoro_voices_speak_english_that_the_shipped_recogniser_reads():
     # kept apart from `--voices all`, so the data sets the model card lists regenerate as they were
     assert not set(KOKORO_TRAIN_VOICES) & set(ALL_TRAIN_VOICES)
     assert set(EVERY_TRAIN_VOICE) == set(ALL_TRAIN_VOICES) | set(KOKORO_TRAIN_VOICES)
+
+
+def test_natural_sentences_follow_the_language_model_and_its_length_limits():
+    import math
+    import random
+
+    from ssm_engine.data.natural import EOS, NGramSampler
+
+    def logprob(word: str, ctx: tuple[str | None, str]) -> float:
+        if ctx[1] == "b":                       # "b" is always followed by "a"
+            return 0.0 if word == "a" else -math.inf
+        return math.log({"a": 0.6, "b": 0.3, EOS: 0.1}.get(word, 1e-40))
+
+    sampler = NGramSampler(logprob, ["a", "b", "zz"], min_words=3, max_words=6)
+    rng = random.Random(5)
+    sentences = [sampler.sentence(rng).split() for _ in range(2000)]
+    assert all(3 <= len(s) <= 6 for s in sentences)
+    assert any(len(s) == 6 for s in sentences) and any(len(s) < 6 for s in sentences)
+    words = [w for s in sentences for w in s]
+    assert "zz" not in words                                       # below the floor: never
+    assert not any(a == b == "b" for s in sentences for a, b in zip(s, s[1:]))
+    # first words: 0.6 : 0.3 among the words (the end cannot come first)
+    first = [s[0] for s in sentences]
+    assert 0.6 < first.count("a") / len(first) < 0.73
+    assert ([sampler.sentence(random.Random(9)) for _ in range(3)]
+            == [sampler.sentence(random.Random(9)) for _ in range(3)])   # seeded
+    with pytest.raises(ValueError, match="min_words"):
+        NGramSampler(logprob, ["a"], min_words=5, max_words=4)
+    with pytest.raises(ValueError, match="vocabulary"):
+        NGramSampler(logprob, [EOS])
+
+
+def test_natural_share_takes_the_training_split_only_and_zero_changes_nothing(tmp_path):
+    import random
+
+    from ssm_engine.data.generate import _jobs
+
+    class Fixed:
+        def sentence(self, rng: random.Random) -> str:
+            return "Well I think " + str(rng.randint(2, 3)) + " of them"
+
+    gen = SentenceGenerator(21, natural=0.5, natural_sampler=Fixed())
+    kinds = []
+    for _ in range(400):
+        s = gen.sentence()
+        kinds.append(gen.last_kind)
+        if gen.last_kind == "natural":
+            assert s in ("well i think two of them", "well i think three of them")  # normalised
+    assert 0.4 < kinds.count("natural") / 400 < 0.6
+    assert ([SentenceGenerator(11).sentence() for _ in range(50)]
+            == [SentenceGenerator(11, natural=0.0, natural_sampler=Fixed()).sentence()
+                for _ in range(50)])
+    with pytest.raises(ValueError, match="natural_sampler"):
+        SentenceGenerator(1, natural=0.2)
+    cfg = GenerateConfig(out_dir=str(tmp_path), natural=1.0, natural_sampler=Fixed())
+    assert all(j.text.startswith("well i think") for j in _jobs(cfg, "train", {"flite:kal": 1.0}, 20, 3))
+    held = _jobs(cfg, "heldout", {"flite:slt": 1.0}, 100, 1 + 7919)
+    ref = _jobs(GenerateConfig(out_dir=str(tmp_path)), "heldout", {"flite:slt": 1.0}, 100, 1 + 7919)
+    assert [j.text for j in held] == [j.text for j in ref]
+
+
+def test_natural_sentences_from_pocketsphinx_are_common_conversational_words():
+    import random
+
+    from ssm_engine.stt.cli import _natural_sampler, _wide_words
+
+    sampler = _natural_sampler(2000)
+    top = set(_wide_words("pocketsphinx", 2000))
+    rng = random.Random(2)
+    sentences = [sampler.sentence(rng) for _ in range(30)]
+    assert all(4 <= len(s.split()) <= 14 and set(s.split()) <= top for s in sentences)
+    words = [w for s in sentences for w in s.split()]
+    # real frequencies: the commonest words come often (evenly drawn, 2,000 words would not)
+    assert sum(w in {"the", "i", "and", "you", "to", "a", "of", "it", "that"} for w in words) > 0.1 * len(words)
