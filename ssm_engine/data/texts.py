@@ -26,15 +26,15 @@ from ..stt.text import normalize_text, number_to_words, ordinal_words
 
 __all__ = ["SentenceGenerator", "FILLER", "NaturalSampler"]
 
+# Share of Faker's filler sentences (strings of the ~1,000 commonest English words) among the
+# sentences, as every shipped data set and the held-out set were made.
+FILLER = 0.12
+
 
 class NaturalSampler(Protocol):
     """What ``natural`` sentences come from (``data.natural.NGramSampler``)."""
 
     def sentence(self, rng: random.Random) -> str: ...
-
-# Share of Faker's filler sentences (strings of the ~1,000 commonest English words) among the
-# sentences, as every shipped data set and the held-out set were made.
-FILLER = 0.12
 
 _MONTHS = ("january february march april may june july august september october november "
            "december").split()
