@@ -48,7 +48,8 @@ from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, load_stt, save_stt
 from .text import encode, normalize_text
 
-__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp", "load_deepened"]
+__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp",
+           "load_deepened"]
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +222,9 @@ def load_deepened(model: STTModel, start: STTModel) -> list[int]:
     """Load ``start``'s weights into ``model``, the same model with more SSM layers, so that it
     computes what ``start`` did: ``start``'s layers keep their order, spread evenly through the
     deeper stack, and each new layer's output projection starts at zero, which makes its residual
-    block the identity (it learns from there). A cheap way to more capacity than a from-scratch
-    run would reach on one thread in hours. -> the new layers' indices; ValueError when the
-    models differ in anything but depth, or ``model`` is not deeper."""
+    block the identity (it learns from there): more capacity without starting from scratch.
+    -> the new layers' indices; ValueError when the models differ in anything but depth, or
+    ``model`` is not deeper."""
     src, dst = start.config.ssm_config, model.config.ssm_config
     same = (dataclasses.replace(start.config, ssm={**start.config.ssm, "n_layers": dst.n_layers})
             == model.config)
