@@ -12,8 +12,8 @@ which is what a caller's speech sounds like between the domain words.
 
 Each context's next-word distribution (over ``vocab`` and the end of the sentence) is computed
 once from ``logprob`` and cached (``cache_contexts`` of them, least recently used dropped). A
-sentence ends when the model says so, but not before ``min_words`` (the end is then redrawn) and
-never after ``max_words``.
+sentence ends when the model says so, but not before ``min_words`` (until then the next word is
+drawn among the words alone) and never after ``max_words``.
 """
 
 from __future__ import annotations
