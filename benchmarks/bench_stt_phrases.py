@@ -66,7 +66,8 @@ def main() -> int:
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--model", action="append", default=None,
                     help="model folder (repeat to compare; default models/stt)")
-    ap.add_argument("--decoder", choices=["beam", "greedy"], default="beam")
+    ap.add_argument("--decoder", choices=["beam", "char-beam", "phone-beam", "greedy"],
+                    default="beam")
     ap.add_argument("--lm", default=None, help="LM for every model (default: see above)")
     ap.add_argument("--voices", default=",".join(VOICES),
                     help="comma-separated voices (default %(default)s)")
@@ -85,7 +86,7 @@ def main() -> int:
         runs = [("ssm", m) for m in models] + [(e, "") for e in args.baselines.split(",") if e]
         for engine, model in runs:
             lm = args.lm
-            if (engine == "ssm" and lm is None and args.decoder == "beam"
+            if (engine == "ssm" and lm is None and args.decoder != "greedy"
                     and not (Path(model) / "lm.arpa.gz").exists()):
                 lm = str(ROOT / "models" / "stt" / "lm.arpa.gz")
             res = evaluate(engine, manifest, model_dir=model or None, decoder=args.decoder,

@@ -11,8 +11,8 @@ goes. Reported, as one JSON object: ``n``, ``wer`` and ``cer`` (corpus-level, af
 at p50 and p95 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
 stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
 
-Engines: ``ssm`` (parley's streaming recogniser; ``--decoder greedy|beam`` picks how finals are
-decoded), ``pocketsphinx`` (streaming baseline) and ``whisper`` (tiny.en through faster-whisper,
+Engines: ``ssm`` (parley's streaming recogniser; ``--decoder`` picks how finals are
+decoded: greedy, beam, char-beam, phone-beam), ``pocketsphinx`` (streaming baseline) and ``whisper`` (tiny.en through faster-whisper,
 not streaming: it decodes the whole clip after its end, so its final latency is its whole
 decode; numbers come out as words, see ``pipeline.engines.whisper``).
 """
@@ -237,8 +237,11 @@ def register_cli(subparsers) -> None:
     p.add_argument("--codec", choices=["mulaw", "none"], default="mulaw")
     p.add_argument("--limit", type=int, default=None, help="evenly spread subset of N clips")
     p.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
-    p.add_argument("--decoder", choices=["beam", "greedy"], default="beam",
-                   help="SSM finals: beam search with lexicon + LM, or greedy "
+    p.add_argument("--decoder", choices=["beam", "char-beam", "phone-beam", "greedy"],
+                   default="beam",
+                   help="SSM finals: beam search with lexicon + LM (for a model with a phone head "
+                   "and MODEL/lexicon.dict.gz, both heads' searches rescored together, else over "
+                   "characters), one head's search alone (char-beam, phone-beam), or greedy "
                    "(default %(default)s)")
     p.add_argument("--lm", default=None, help="SSM beam LM (default MODEL/lm.arpa.gz)")
     p.add_argument("--stride", type=int, default=None, metavar="K",

@@ -61,17 +61,26 @@ from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.lm import NGramLM
 from ssm_engine.stt.model import STTModel, load_stt
+from ssm_engine.stt.joint import JointSearch
+from ssm_engine.stt.phone_beam import PhoneBeamSearch
+from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.stt.stream import RecognizerStream
 
-__all__ = ["DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "LM_FILE", "Decoder", "SSMSTTEngine",
+__all__ = ["DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "LM_FILE", "LEXICON_FILE", "Decoder",
+           "SSMSTTEngine",
            "SSMUtterance", "SSMSTTService"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
 LM_FILE = "lm.arpa.gz"
+LEXICON_FILE = "lexicon.dict.gz"
+"""Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``)."""
 SUPPORTED_RATES_HZ = (8000, 16000)
-Decoder = Literal["greedy", "beam"]
+Decoder = Literal["greedy", "beam", "char-beam", "phone-beam"]
+"""How finals are decoded: ``greedy`` CTC; ``beam``, beam search with the word LM: for a model
+with a phone head (and its lexicon), both heads' searches rescored together (``JointSearch``),
+else over characters; ``char-beam`` and ``phone-beam``, one head's search alone (baselines)."""
 DEFAULT_STRIDE = 5
 """20 ms steps per model run of an utterance (partials every 100 ms); 1 runs every frame."""
 DEFAULT_COMPILE = os.environ.get("PARLEY_STT_COMPILE", "1") != "0"
@@ -83,13 +92,26 @@ it process-wide, as ``benchmarks/bench_stt_live.py`` does for its greedy server)
 
 
 @functools.lru_cache(maxsize=4)
-def _beam_search(lm_path: Path, config: BeamConfig) -> CTCBeamSearch:
-    """One loaded LM + lexicon per file and settings for the process (read-only, shared)."""
+def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = None,
+                 kind: str = "chars") -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
+    """One loaded LM + lexicon per file and settings for the process (read-only, shared): over
+    characters, or with ``lexicon_path`` (pronunciations) over phones (``kind`` "phones") or
+    both heads (``kind`` "joint")."""
     try:
-        return CTCBeamSearch(NGramLM.load(lm_path), config)
+        lm = NGramLM.load(lm_path)
     except SSMEngineError as exc:
         raise EngineUnavailableError(f"STT language model failed to load: {exc} (build it "
                                      f"with `parley train stt-lm`)") from exc
+    if lexicon_path is None:
+        return CTCBeamSearch(lm, config)
+    try:
+        lexicon = Pronouncer.load(lexicon_path, words=lm.vocab)
+        if kind == "phones":
+            return PhoneBeamSearch(lm, lexicon, config)
+        return JointSearch(lm, lexicon, config)
+    except (SSMEngineError, ValueError, OSError) as exc:
+        raise EngineUnavailableError(f"STT pronunciation lexicon {lexicon_path} failed to load: "
+                                     f"{exc}") from exc
 
 
 class SSMUtterance:
@@ -180,7 +202,9 @@ class SSMSTTEngine:
                  runner: Literal["thread", "process"] = "thread",
                  stride: int = DEFAULT_STRIDE, compile: bool | None = None) -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
-        (or in models/stt when ``model`` is an STTModel object). ``runner="process"`` steps the
+        (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
+        it searches both heads with the folder's ``lexicon.dict.gz`` (``Decoder``; "char-beam"
+        and "phone-beam" search one). ``runner="process"`` steps the
         model in a child process (``runner_procs.RunnerProcess``: its own GIL) instead of a
         thread of this one; it needs ``model`` as a folder. ``stride``: 20 ms steps per model
         run of an utterance. ``compile`` (default ``DEFAULT_COMPILE``): compile the
@@ -192,15 +216,13 @@ class SSMSTTEngine:
             raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
         if runner == "process" and isinstance(model, STTModel):
             raise PipelineError("runner='process' needs the model's folder, not a loaded model")
-        if decoder not in ("greedy", "beam"):
-            raise PipelineError(f"decoder must be 'greedy' or 'beam', got {decoder!r}")
+        if decoder not in ("greedy", "beam", "char-beam", "phone-beam"):
+            raise PipelineError(f"decoder must be 'greedy', 'beam', 'char-beam' or 'phone-beam', "
+                                f"got {decoder!r}")
         t0 = time.perf_counter()
         self.decoder: Decoder = decoder
-        self.beam: CTCBeamSearch | None = None
-        if decoder == "beam":
-            folder = DEFAULT_MODEL_DIR if isinstance(model, STTModel) else Path(model)
-            self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
-                                     beam_config or BeamConfig())
+        self.beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None
+        folder = DEFAULT_MODEL_DIR if isinstance(model, STTModel) else Path(model)
         folder_of_model = None if isinstance(model, STTModel) else Path(model).resolve()
         if not isinstance(model, STTModel):
             try:
@@ -209,6 +231,19 @@ class SSMSTTEngine:
                 raise EngineUnavailableError(f"SSM STT model failed to load: {exc} (train one "
                                              f"with `parley train stt`)") from exc
         self.model = model.eval()
+        if decoder != "greedy":
+            lexicon = None
+            if decoder == "phone-beam" or (decoder == "beam" and model.config.phone_vocab_size):
+                if not model.config.phone_vocab_size:
+                    raise PipelineError("decoder='phone-beam' needs a model with a phone head")
+                lexicon = (folder / LEXICON_FILE).resolve()
+                if not lexicon.exists():
+                    raise EngineUnavailableError(f"SSM STT: the model has a phone head but "
+                                                 f"{lexicon} is missing (decoder='char-beam' "
+                                                 f"searches over characters instead)")
+            self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
+                                     beam_config or BeamConfig(), lexicon,
+                                     "phones" if decoder == "phone-beam" else "joint")
         self.flush_s = flush_s
         self.stride = stride
         compile_frames = stride if compile and stride > 1 else 0
@@ -275,7 +310,8 @@ class SSMSTTService(QueuedSTTService):
     """Streaming SSM recogniser for pipecat (see module docstring).
 
     engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir, decoder)``, loaded at
-        start); decoder: how finals are decoded, "beam" (lexicon + LM) or "greedy" (default
+        start); decoder: how finals are decoded, "beam" (lexicon + LM), "greedy" or a baseline
+        ("char-beam", "phone-beam", see ``Decoder``; default
         ``DEFAULT_DECODER``).
     sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.

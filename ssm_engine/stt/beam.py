@@ -198,8 +198,14 @@ class StreamingBeamDecoder:
 
     def finalize(self) -> str:
         """Close the open word and the sentence; -> the best transcript ("" for none)."""
+        best = self.nbest(1)
+        return best[0][0] if best else ""
+
+    def nbest(self, n: int) -> list[tuple[str, float]]:
+        """Close the open word and the sentence of every prefix in the beam -> up to ``n``
+        (transcript, total score) pairs, best first (for rescoring)."""
         search, cfg = self.search, self.search.config
-        best_text, best = "", _NEG
+        out: dict[str, float] = {}
         for h in self._beams:
             score = _lse(h.pb, h.pnb) + h.lm
             ctx = h.ctx
@@ -207,6 +213,7 @@ class StreamingBeamDecoder:
                 add, ctx = search.close_word(h)
                 score += add
             score += cfg.lm_weight * search.lm.logp(EOS, ctx)
-            if score > best:
-                best_text, best = h.text, score
-        return " ".join(best_text.split())
+            text = " ".join(h.text.split())
+            if score > out.get(text, _NEG):
+                out[text] = score
+        return sorted(out.items(), key=lambda kv: kv[1], reverse=True)[:n]

@@ -106,6 +106,11 @@ def register_cli(subparsers: Any) -> None:
                    help="with --augment on: vocal-tract length perturbation, each clip's "
                    "spectrum warped by a factor in 1 +- F (formants move, pitch and tempo stay; "
                    "0.1 is usual); default %(default)s, off")
+    p.add_argument("--phones", default="none", metavar="DICT|pocketsphinx|none",
+                   help="add a second CTC head over phones, trained on the training sentences' "
+                   "pronunciations from a CMUdict-format dictionary (pocketsphinx: the CMUdict "
+                   "it ships). Phones generalise to words heard rarely or never, which spelling "
+                   "does not (default %(default)s)")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card, then exit")
     p.add_argument("--commands", metavar="FILE", default=None,
@@ -192,7 +197,8 @@ def _train_stt(args: argparse.Namespace) -> int:
                       d_model=args.d_model, conv_channels=args.d_model, n_layers=args.layers,
                       batch_audio_s=args.batch_s, lr=args.lr, max_steps=args.max_steps,
                       max_minutes=args.max_minutes, eval_every_steps=args.eval_every,
-                      warmup_steps=args.warmup, init_from=args.init_from, **aug)
+                      warmup_steps=args.warmup, init_from=args.init_from,
+                      phones_dict=_phones_dict(args.phones), **aug)
     res = train(cfg)
     print(json.dumps({k: v for k, v in res.items() if k != "examples"}))
     return 0
@@ -247,6 +253,21 @@ def _wide_words(source: str, top: int) -> tuple[str, ...]:
     if not words:
         raise SystemExit(f"parley data stt: no words in {source}")
     return tuple(words)
+
+
+def _phones_dict(source: str) -> str | None:
+    """--phones: a dictionary file, "pocketsphinx" (its CMUdict) or "none" -> a path or None."""
+    if source == "none":
+        return None
+    import os
+
+    if source == "pocketsphinx":
+        import pocketsphinx
+
+        return os.path.join(pocketsphinx.get_model_path(), "en-us", "cmudict-en-us.dict")
+    if not os.path.isfile(source):
+        raise SystemExit(f"--phones: no such dictionary file: {source}")
+    return source
 
 
 def _pocketsphinx_lm():

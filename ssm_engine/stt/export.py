@@ -3,7 +3,8 @@
     export_run("runs/stt/v1", "models/stt", data_dir="data/stt/v1", command="commands.txt")
 
 Copies ``RUN/best/{config.json,model.safetensors}`` to the target, ``RUN/train.log`` to
-``training.log``, and writes ``MODEL_CARD.md`` from the data summary, the run's config and
+``training.log``, for a model with a phone head the pronunciations of the target's LM words
+(``lexicon.dict.gz``, from the run's dictionary), and writes ``MODEL_CARD.md`` from the data summary, the run's config and
 metrics, and any ``eval_*.json`` files (``parley eval stt --json`` output) already in the target.
 """
 
@@ -13,7 +14,9 @@ import json
 import shutil
 from pathlib import Path
 
+from .lm import NGramLM
 from .model import load_stt
+from .phones import Pronouncer
 
 __all__ = ["export_run"]
 
@@ -22,8 +25,7 @@ _CARD = """# parley streaming SSM speech-to-text
 A streaming character-CTC recogniser for 8 kHz phone audio: causal log-mel front end (25 ms
 windows every 10 ms, fixed normalisation), two causal convolutions down to 50 frames per second,
 {n_layers} Mamba-2 layers (ssm_engine, d_model {d_model}), a linear CTC head over
-{vocab} characters (blank, space, a-z, apostrophe); greedy partials, finals from a CTC beam
-search with a word lexicon and a trigram LM (`lm.arpa.gz`, `parley train stt-lm`). {n_params:,} parameters,
+{vocab} characters (blank, space, a-z, apostrophe){heads}. {n_params:,} parameters,
 {size_mb:.1f} MB (float32 safetensors). Served through ssm_engine's StreamBatcher/BatchRunner, each
 stream run every 5 frames (100 ms) as one prefill, compiled for a lone stream; 16 kHz input is
 resampled to 8 kHz by the caller.
@@ -121,6 +123,28 @@ def _evals(out: Path) -> str:
     return text
 
 
+_CHAR_HEAD = ("; greedy partials, finals from a CTC beam search with a word lexicon and a trigram "
+              "LM (`lm.arpa.gz`, `parley train stt-lm`)")
+_PHONE_HEADS = (" and a second over 39 phones and a word boundary (`ssm_engine/stt/phones.py`); "
+                "greedy partials from the characters, finals from both heads' beam searches "
+                "(word lexicon `lexicon.dict.gz`, trigram LM `lm.arpa.gz`) rescored together "
+                "(`ssm_engine/stt/joint.py`)")
+
+
+def _write_lexicon(out: Path, phones_dict: str | None) -> None:
+    """A phone-head model ships the pronunciations of its LM's words (``lexicon.dict.gz``), read
+    from the dictionary it trained with; the LM must be in ``out`` already."""
+    lm_path = out / "lm.arpa.gz"
+    if not phones_dict or not Path(phones_dict).is_file():
+        raise ValueError(f"the model has a phone head but its training dictionary "
+                         f"({phones_dict!r}, from train.log) is not there to write its lexicon")
+    if not lm_path.is_file():
+        raise ValueError(f"the model has a phone head: put its LM in {lm_path} first (copy it, or "
+                         f"`parley train stt-lm --out {lm_path}`); the lexicon covers its words")
+    lm = NGramLM.load(lm_path)
+    Pronouncer.load(phones_dict).write(out / "lexicon.dict.gz", lm.vocab)
+
+
 def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path,
                command: str | None = None) -> Path:
     """Export RUN/best to ``out_dir``. ``command``: the commands that made it (text, or a file
@@ -133,13 +157,15 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path
         shutil.copyfile(best / name, out / name)
     if (run / "train.log").exists():
         shutil.copyfile(run / "train.log", out / "training.log")
-    metrics = json.loads((best / "metrics.json").read_text())
-    summary = json.loads((data / "summary.json").read_text())
     last_cfg = {}
     log_text = (run / "train.log").read_text() if (run / "train.log").exists() else ""
     for line in log_text.splitlines():
         if " config {" in line:
             last_cfg = json.loads(line.split(" config ", 1)[1])
+    if model.config.phone_vocab_size:
+        _write_lexicon(out, last_cfg.get("phones_dict"))
+    metrics = json.loads((best / "metrics.json").read_text())
+    summary = json.loads((data / "summary.json").read_text())
     train_s, held = summary["splits"]["train"], summary["splits"]["heldout"]
     if command is None:
         command = (f"parley train stt --data {data} --run {run} --max-minutes "
@@ -147,6 +173,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path
     elif Path(command).is_file():
         command = Path(command).read_text().strip()
     card = _CARD.format(
+        heads=(_PHONE_HEADS if model.config.phone_vocab_size else _CHAR_HEAD),
         n_layers=model.config.ssm_config.n_layers, d_model=model.config.ssm_config.d_model,
         vocab=model.config.vocab_size, n_params=model.n_params(),
         size_mb=(out / "model.safetensors").stat().st_size / 1e6,

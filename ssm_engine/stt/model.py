@@ -9,7 +9,8 @@
 
 ``step`` takes one 20 ms chunk of 8 kHz audio per stream and returns one frame of CTC
 log-probabilities (50 frames per second), so it batches through ssm_engine's StreamBatcher and
-BatchRunner like any StreamingModel (d_in = step_samples, d_out = vocabulary size). ``forward``
+BatchRunner like any StreamingModel (d_in = step_samples, d_out = ``out_size``: the vocabulary,
+plus the phones with a phone head, ``phone_vocab_size``, see phones.py). ``forward``
 (training) returns the same frames for a whole clip; stepping equals forward (test_stt_model).
 16 kHz audio is resampled to 8 kHz by the caller (``prepare_audio`` does it for whole clips).
 """
@@ -33,6 +34,7 @@ from ..stack import SSMStack
 from ..state import StackState, StreamState
 from .errors import AudioInputError
 from .frontend import LogMelFrontEnd
+from .phones import PHONES
 from .text import VOCAB
 
 __all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt", "load_stt_compiled",
@@ -57,6 +59,7 @@ class STTConfig:
     n_mels: int = 64
     conv_channels: int = 256
     vocab_size: int = len(VOCAB)
+    phone_vocab_size: int = 0        # len(PHONES): a second CTC head over phones (0: none)
     ssm: dict[str, Any] = field(default_factory=_default_ssm)
 
     def __post_init__(self) -> None:
@@ -67,6 +70,9 @@ class STTConfig:
                 raise ConfigError(f"STTConfig.{name} must be a positive int, got {value!r}")
         if self.vocab_size != len(VOCAB):
             raise ConfigError(f"STTConfig.vocab_size must be {len(VOCAB)}, got {self.vocab_size}")
+        if self.phone_vocab_size not in (0, len(PHONES)) or isinstance(self.phone_vocab_size, bool):
+            raise ConfigError(f"STTConfig.phone_vocab_size must be 0 or {len(PHONES)}, got "
+                              f"{self.phone_vocab_size!r}")
         SSMConfig.from_dict(self.ssm)
 
     @property
@@ -117,6 +123,8 @@ class STTModel(nn.Module):
             n_mels=config.n_mels, channels=config.conv_channels, d_out=ssm.d_model)
         self.stack = SSMStack(ssm)
         self.head = nn.Linear(ssm.d_model, config.vocab_size)
+        self.phone_head = (nn.Linear(ssm.d_model, config.phone_vocab_size)
+                           if config.phone_vocab_size else None)
         self._compiled: Callable[..., Any] | None = None
         self._compiled_frames = 0
 
@@ -144,14 +152,28 @@ class STTModel(nn.Module):
 
     @torch.no_grad()
     def step(self, audio: torch.Tensor, state: STTState) -> tuple[torch.Tensor, STTState]:
-        """audio (b, step_samples) float in [-1, 1] -> (log-probs (b, V), state advanced in place)."""
+        """audio (b, step_samples) float in [-1, 1] -> (log-probs (b, out_size), state advanced in
+        place): V character columns, then the phones' with a phone head."""
         self._check_audio(audio, step=True)
         x, fe = self.frontend.step(audio, state.tensors)
         stack_state = state.stack_state()
         y, stack_state = self.stack.step(x, stack_state)
         state.tensors.update(fe)
         state.tensors.update(stack_state.tensors)
-        return torch.log_softmax(self.head(y), dim=-1), state
+        return self._log_probs(y), state
+
+    def _log_probs(self, y: torch.Tensor) -> torch.Tensor:
+        """The streaming output: character log-probs, then (with a phone head) phone log-probs
+        in the same row (``out_size`` columns)."""
+        chars = torch.log_softmax(self.head(y), dim=-1)
+        if self.phone_head is None:
+            return chars
+        return torch.cat([chars, torch.log_softmax(self.phone_head(y), dim=-1)], dim=-1)
+
+    @property
+    def out_size(self) -> int:
+        """Columns of a streaming output row: the characters, then the phones if any."""
+        return self.config.vocab_size + self.config.phone_vocab_size
 
     @torch.no_grad()
     def prefill(self, frames: torch.Tensor, state: STTState) -> tuple[torch.Tensor, STTState]:
@@ -185,7 +207,7 @@ class STTModel(nn.Module):
         x, fe = self.frontend.prefill(audio, tensors)
         stack = StackState({k: v for k, v in tensors.items() if not k.startswith("fe_")})
         y, stack = self.stack.forward(x, stack)
-        return torch.log_softmax(self.head(y), dim=-1), {**fe, **stack.tensors}
+        return self._log_probs(y), {**fe, **stack.tensors}
 
     def compile_prefill(self, frames: int) -> None:
         """Compile ``prefill`` of one stream and exactly ``frames`` frames with torch.compile
@@ -215,10 +237,17 @@ class STTModel(nn.Module):
                 ) -> torch.Tensor:
         """audio (b, n*step_samples) -> logits (b, n, V) (unnormalised; CTC takes log_softmax).
         ``feature_augment`` (training only) rewrites the normalised log-mel features first."""
+        return self.forward_heads(audio, feature_augment)[0]
+
+    def forward_heads(self, audio: torch.Tensor,
+                      feature_augment: Callable[[torch.Tensor], torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward``'s character logits and the phone head's (b, n, len(PHONES)), or None for
+        a model without one."""
         self._check_audio(audio, step=False)
         x = self.frontend(audio, feature_augment)
         y, _ = self.stack(x)
-        return self.head(y)
+        return self.head(y), (self.phone_head(y) if self.phone_head is not None else None)
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -18,7 +18,9 @@ The transcript is the same: only when the frames are computed changes.
 Decoding: partials (``text`` while the stream is open) are greedy CTC. Given a ``beam``
 (``CTCBeamSearch``: lexicon + word LM), every frame taken also advances a prefix beam search,
 and once the stream is finished and its last result taken, ``text`` is the beam's final
-transcript (``final_text``); without one the greedy transcript is the final one too.
+transcript (``final_text``); without one the greedy transcript is the final one too. A model with
+a phone head returns the phones' log-probs after the characters' in each row: partials read the
+characters, a ``PhoneBeamSearch`` the phones, a ``JointSearch`` both.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from concurrent.futures import Future
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..runner import BatchRunner
 from .beam import CTCBeamSearch
 from .decode import StreamingGreedyDecoder
 from .errors import AudioInputError
 from .model import STTConfig
+from .joint import JointSearch
+from .phone_beam import PhoneBeamSearch
 
 __all__ = ["RecognizerStream", "as_float"]
 
@@ -58,7 +63,8 @@ class RecognizerStream:
     """See the module docstring. Not thread-safe: one owner (an asyncio task, a loop)."""
 
     def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2,
-                 beam: CTCBeamSearch | None = None, stride: int = 1) -> None:
+                 beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None,
+                 stride: int = 1) -> None:
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise AudioInputError(f"stride must be a positive number of steps, got {stride!r}")
         self._runner = runner
@@ -69,6 +75,13 @@ class RecognizerStream:
         self._sid: int | None = runner.open_stream()
         self.decoder = StreamingGreedyDecoder()
         self.beam = beam.stream() if beam is not None else None
+        self._chars = slice(0, config.vocab_size)
+        self._beam_cols = self._chars
+        if isinstance(beam, (PhoneBeamSearch, JointSearch)):
+            if not config.phone_vocab_size:
+                raise ConfigError(f"{type(beam).__name__} needs a model with a phone head")
+            first = config.vocab_size if isinstance(beam, PhoneBeamSearch) else 0
+            self._beam_cols = slice(first, config.vocab_size + config.phone_vocab_size)
         self.samples_in = 0
         self._submitted = self._taken = 0
         self.final_text: str | None = None
@@ -118,9 +131,9 @@ class RecognizerStream:
     def take(self, log_probs: torch.Tensor) -> bool:
         """Decode results of a push/finish, in order. True when the transcript changed (the
         greedy partial grew, or the final transcript was made)."""
-        changed = self.decoder.push(log_probs)
+        changed = self.decoder.push(log_probs[:, self._chars])
         if self.beam is not None:
-            self.beam.push(log_probs)
+            self.beam.push(log_probs[:, self._beam_cols])
         self._taken += 1
         if self._sid is None and self._taken == self._submitted and self.final_text is None:
             self.final_text = (self.beam.finalize() if self.beam is not None

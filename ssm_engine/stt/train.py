@@ -46,6 +46,7 @@ from ..data.manifest import read_manifest
 from ..training import cosine_lr_scale, length_batches, run_log
 from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, load_stt, save_stt
+from .phones import PHONE_BLANK, PHONES, Pronouncer
 from .text import encode, normalize_text
 
 __all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp",
@@ -83,12 +84,15 @@ class TrainConfig:
     time_mask_every_s: float = 0.0     # SpecAugment: one time mask per this much audio (0 = off)
     time_mask_ms: int = 80
     init_from: str | None = None       # exported checkpoint to start a new run from
+    phones_dict: str | None = None     # CMUdict file: add a phone CTC head (see phones.py)
+    phone_weight: float = 1.0          # its loss's weight beside the characters'
     seed: int = 1
     threads: int = 1
     progress: bool = True
 
     def model_config(self) -> STTConfig:
         return STTConfig(conv_channels=self.conv_channels,
+                         phone_vocab_size=len(PHONES) if self.phones_dict else 0,
                          ssm=dict(d_model=self.d_model, n_layers=self.n_layers,
                                   d_state=self.d_state, headdim=self.headdim, expand=2))
 
@@ -125,21 +129,35 @@ def _pad(clips: list[np.ndarray], step: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 @torch.no_grad()
-def evaluate(model: STTModel, clips: list[tuple[np.ndarray, str]], batch: int = 16) -> dict:
-    """Greedy-decode clips -> {"cer", "wer", "n", "examples"}."""
+def evaluate(model: STTModel, clips: list[tuple[np.ndarray, str]], batch: int = 16,
+             pronouncer: Pronouncer | None = None) -> dict:
+    """Greedy-decode clips -> {"cer", "wer", "n", "examples"}; with a phone head and a
+    ``pronouncer``, also "per": the phone error rate over the clips whose words it knows."""
     model.eval()
-    refs, hyps = [], []
+    refs, hyps, phone_refs, phone_hyps = [], [], [], []
     step = model.config.step_samples
     for i in range(0, len(clips), batch):
         part = clips[i:i + batch]
         audio, frames = _pad([c for c, _ in part], step)
-        lp = torch.log_softmax(model(audio), dim=-1)
+        logits, phone_logits = model.forward_heads(audio)
+        lp = torch.log_softmax(logits, dim=-1)
         for j, (_, text) in enumerate(part):
             hyps.append(greedy_decode(lp[j, : int(frames[j])]))
             refs.append(text)
+            ref = pronouncer.encode(text) if pronouncer is not None else None
+            if phone_logits is not None and ref is not None:
+                best = phone_logits[j, : int(frames[j])].argmax(-1).tolist()
+                ids = [p for k, p in enumerate(best)
+                       if p != PHONE_BLANK and (k == 0 or p != best[k - 1])]
+                phone_refs.append(" ".join(PHONES[p] for p in ref))
+                phone_hyps.append(" ".join(PHONES[p] for p in ids))
     model.train()
-    return {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "n": len(refs),
-            "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:3]]}
+    res = {"cer": cer(refs, hyps), "wer": wer(refs, hyps), "n": len(refs),
+           "examples": [{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:3]]}
+    if phone_refs:
+        res["per"] = wer(phone_refs, phone_hyps)      # phones as "words": edit distance / length
+        res["per_n"] = len(phone_refs)
+    return res
 
 
 def spec_augment(mel: torch.Tensor, lengths: list[int], rng: np.random.Generator, *,
@@ -253,6 +271,19 @@ def load_deepened(model: STTModel, start: STTModel) -> list[int]:
     return added
 
 
+def _phone_loss(logits: torch.Tensor, frames: torch.Tensor,
+                targets: list[torch.Tensor | None]) -> torch.Tensor:
+    """CTC over phones, mean per target phone, over the clips that have phone targets (0 when
+    none of the batch's do)."""
+    keep = [i for i, t in enumerate(targets) if t is not None and len(t) > 0]
+    if not keep:
+        return logits.sum() * 0.0
+    lp = torch.log_softmax(logits[keep], dim=-1).transpose(0, 1)
+    tgt = [targets[i] for i in keep]
+    return F.ctc_loss(lp, torch.cat(tgt), frames[keep], torch.tensor([len(t) for t in tgt]),
+                      blank=PHONE_BLANK, reduction="mean", zero_infinity=True)
+
+
 def _train(cfg: TrainConfig, run: Path) -> dict:
     mcfg = cfg.model_config()
     rate, step_samples = mcfg.sample_rate_hz, mcfg.step_samples
@@ -261,6 +292,17 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
     train_clips = load_clips(cfg.train_manifest, rate, max_s=cfg.max_clip_s)
     heldout = load_clips(cfg.heldout_manifest, rate, phone=True, limit=cfg.eval_utterances)
     targets = [torch.tensor(encode(t), dtype=torch.long) for _, t in train_clips]
+    pronouncer = None
+    phone_targets: list[torch.Tensor | None] = []
+    if cfg.phones_dict:
+        pronouncer = Pronouncer.load(cfg.phones_dict)
+        for _, t in train_clips:
+            ids = pronouncer.encode(t)
+            phone_targets.append(None if ids is None else torch.tensor(ids, dtype=torch.long))
+        known = sum(p is not None for p in phone_targets)
+        log.info("phone targets for %d of %d training clips (%d words in %s; the rest train "
+                 "the characters only)", known, len(train_clips), len(pronouncer),
+                 cfg.phones_dict)
     hours = sum(c.size for c, _ in train_clips) / rate / 3600.0
     log.info("loaded %d training clips (%.2f h) and %d held-out clips in %.1f s",
              len(train_clips), hours, len(heldout), time.monotonic() - t_load)
@@ -272,6 +314,12 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
         if start.config == mcfg:
             model.load_state_dict(start.state_dict())
             log.info("initialised from %s (weights and feature statistics)", cfg.init_from)
+        elif (start.config.phone_vocab_size == 0 and mcfg.phone_vocab_size
+              and dataclasses.replace(start.config, phone_vocab_size=mcfg.phone_vocab_size)
+              == mcfg):
+            missing = model.load_state_dict(start.state_dict(), strict=False).missing_keys
+            log.info("initialised from %s (weights and feature statistics); new phone head %s",
+                     cfg.init_from, missing)
         else:
             try:
                 added = load_deepened(model, start)
@@ -284,6 +332,7 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             betas=(0.9, 0.98))
     step, elapsed_s, best_cer, epoch, pos = 0, 0.0, math.inf, 0, 0
+    # the best check: lowest greedy CER, or with a phone head the mean of CER and phone error rate
     last = run / "last.pt"
     if last.exists():
         ck = torch.load(last, weights_only=False)
@@ -310,19 +359,20 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
     def do_eval() -> dict:
         nonlocal best_cer
         t0 = time.monotonic()
-        res = evaluate(model, heldout)
+        res = evaluate(model, heldout, pronouncer=pronouncer)
         res.update(step=step, epoch=epoch, elapsed_min=round(elapsed_s / 60, 2),
                    eval_s=round(time.monotonic() - t0, 1))
-        if res["cer"] < best_cer:
-            best_cer = res["cer"]
+        score = (res["cer"] + res["per"]) / 2 if "per" in res else res["cer"]
+        if score < best_cer:
+            best_cer = score
             save_stt(model, run / "best")
             (run / "best" / "metrics.json").write_text(json.dumps(res, indent=2) + "\n")
             res["best"] = True
         with open(run / "metrics.jsonl", "a") as f:
             f.write(json.dumps(res) + "\n")
-        log.info("eval step %d: held-out CER %.3f WER %.3f (best %.3f) e.g. %r -> %r", step,
-                 res["cer"], res["wer"], best_cer, res["examples"][0]["ref"],
-                 res["examples"][0]["hyp"])
+        log.info("eval step %d: held-out CER %.3f WER %.3f%s (best %.3f) e.g. %r -> %r", step,
+                 res["cer"], res["wer"], f" PER {res['per']:.3f}" if "per" in res else "",
+                 best_cer, res["examples"][0]["ref"], res["examples"][0]["hyp"])
         return res
 
     lengths = [c.size for c, _ in train_clips]
@@ -370,9 +420,13 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
                 g["lr"] = cfg.lr * cosine_lr_scale(
                     step, elapsed_s, warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps,
                     max_minutes=cfg.max_minutes, min_frac=cfg.min_lr_frac)
-            lp = torch.log_softmax(model(audio, augment), dim=-1).transpose(0, 1)  # (T, b, V)
+            logits, phone_logits = model.forward_heads(audio, augment)
+            lp = torch.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, b, V)
             loss = F.ctc_loss(lp, torch.cat(tgt), frames, torch.tensor([len(t) for t in tgt]),
                               blank=0, reduction="mean", zero_infinity=True)
+            if phone_logits is not None:
+                loss = loss + cfg.phone_weight * _phone_loss(
+                    phone_logits, frames, [phone_targets[i] for i in idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -143,6 +143,37 @@ def test_engine_stride_and_compile_hear_the_same_as_every_frame():
         fast.close()
 
 
+def test_a_phone_head_model_finals_from_both_heads_and_the_baselines_pick_one(tmp_path):
+    import shutil
+
+    from ssm_engine.stt.beam import CTCBeamSearch
+    from ssm_engine.stt.joint import JointSearch
+    from ssm_engine.stt.phone_beam import PhoneBeamSearch
+    from ssm_engine.stt.phones import PHONES, Pronouncer
+
+    torch.manual_seed(0)
+    model = STTModel(STTConfig(n_mels=16, conv_channels=16, phone_vocab_size=len(PHONES), ssm=dict(
+        d_model=32, n_layers=1, d_state=16, headdim=16, expand=2)))
+    folder = tmp_path / "model"
+    save_stt(model, folder)
+    shutil.copyfile(DEFAULT_MODEL_DIR / "lm.arpa.gz", folder / "lm.arpa.gz")
+    with pytest.raises(EngineUnavailableError, match="lexicon.dict.gz"):
+        SSMSTTEngine(folder, compile=False)
+    with pytest.raises(PipelineError, match="phone head"):
+        SSMSTTEngine(_saying_h(), decoder="phone-beam", compile=False)
+    Pronouncer({"hello": (("HH", "AH", "L", "OW"),), "yes": (("Y", "EH", "S"),)}).write(
+        folder / "lexicon.dict.gz", ["hello", "yes", "no"])
+    kinds = {"beam": JointSearch, "char-beam": CTCBeamSearch, "phone-beam": PhoneBeamSearch}
+    pcm = (np.random.default_rng(3).standard_normal(8000) * 3000).astype(np.int16)
+    for decoder, kind in kinds.items():
+        eng = SSMSTTEngine(folder, decoder=decoder, compile=False)
+        try:
+            assert type(eng.beam) is kind
+            assert isinstance(eng.transcribe(pcm, 8000), str)
+        finally:
+            eng.close()
+
+
 def test_transcribe_16k_and_8k_the_same_way(engine):
     pcm = (np.random.default_rng(1).standard_normal(16000) * 2000).astype(np.int16)
     assert engine.transcribe(pcm, 16000) == "h"

@@ -188,3 +188,44 @@ def test_a_deeper_run_starts_from_a_shallower_checkpoint_computing_the_same(tiny
     train(cfg)
     assert "deepened from 1 to 3 SSM layers" in (tmp_path / "b" / "train.log").read_text()
     assert load_stt(tmp_path / "b" / "best").config.ssm_config.n_layers == 3
+
+
+def test_a_phone_head_run_from_a_plain_checkpoint_trains_checks_and_ships_its_lexicon(
+        tiny_data, tmp_path):
+    import dataclasses
+    import shutil
+
+    import torch
+
+    from ssm_engine.stt.lm import build_lm
+    from ssm_engine.stt.phones import PHONES, Pronouncer
+
+    train(_cfg(tiny_data, tmp_path / "a", 2))
+    start = load_stt(tmp_path / "a" / "best")
+    dictionary = tmp_path / "cmu.dict"
+    # "okay" left out: that sentence trains the characters only
+    dictionary.write_text("yes Y EH1 S\nno N OW1\nthanks TH AE1 NG K S\ncall K AO1 L\n"
+                          "me M IY1\n")
+    cfg = dataclasses.replace(_cfg(tiny_data, tmp_path / "b", 3),
+                              init_from=str(tmp_path / "a" / "best"), phones_dict=str(dictionary),
+                              lr=1e-9, warmup_steps=1)
+    res = train(cfg)
+    log = (tmp_path / "b" / "train.log").read_text()
+    assert "phone targets for 3 of 4 training clips" in log and "new phone head" in log
+    assert "per" in res and res["per_n"] == 2 and " PER " in log
+    after = load_stt(tmp_path / "b" / "best")
+    assert after.config.phone_vocab_size == len(PHONES) and after.out_size == 29 + len(PHONES)
+    # everything but the new head came from the plain checkpoint (a 1e-9 rate keeps it there)
+    assert start.config.phone_vocab_size == 0
+    for name, value in start.state_dict().items():
+        assert torch.allclose(after.state_dict()[name], value, atol=1e-6), name
+    # export: the lexicon covers the LM's words, so the LM must be there first
+    out = tmp_path / "shipped"
+    with pytest.raises(ValueError, match="lm.arpa.gz"):
+        export_run(tmp_path / "b", out, data_dir=tiny_data)
+    build_lm(["yes", "no thanks", "call me"]).write_arpa(out / "lm.arpa.gz")
+    export_run(tmp_path / "b", out, data_dir=tiny_data)
+    shipped = Pronouncer.load(out / "lexicon.dict.gz")
+    assert shipped.prons("thanks") == (("TH", "AE", "NG", "K", "S"),) and "okay" not in shipped
+    assert "phones and a word boundary" in (out / "MODEL_CARD.md").read_text()
+    shutil.rmtree(out)

@@ -1,0 +1,198 @@
+"""Finals from both heads: the character and phone beam searches' n-best lists, rescored together.
+
+    search = JointSearch(lm, pronouncer)          # a model with a phone head
+    dec = search.stream()
+    dec.push(rows)                                # (n, V + P): characters' then phones' log-probs
+    text = dec.finalize()
+
+The two heads fail differently: the character head spells what it heard (names, words outside
+the lexicon) but misspells words it rarely heard; the phone head hears the sounds of any word but
+cannot tell "two" from "to" or spell a name. While the caller speaks, both beam searches advance
+frame by frame (``beam.py``, ``phone_beam.py``). At the end their ``nbest`` transcripts are pooled
+and each is scored afresh over the whole utterance::
+
+    char_weight * ln P_ctc(spelling | character head)
+      + phone_weight * ln P_ctc(pronunciation | phone head)
+      + lm_weight * ln P_LM(words) + word_bonus * words
+
+(full CTC sums over all alignments, every hypothesis in one batched ``ctc_loss``). A transcript
+with a word the lexicon cannot pronounce (a spelled-out name) takes, for its phone score, the
+pool's best pronounceable score less ``unpronounced_penalty``: the characters decide whether the
+name was there. Defaults were tuned on the
+development set of held-out voices (``data/stt/dev-lm``), never on the scored held-out manifest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .beam import BeamConfig, CTCBeamSearch
+from .lm import BOS, EOS, NGramLM
+from .phone_beam import PhoneBeamSearch
+from .phones import PHONE_BLANK, PHONES, WORD_BOUNDARY, Pronouncer
+from .text import BLANK, VOCAB, encode
+
+__all__ = ["JointConfig", "JointSearch", "JointDecoder"]
+
+_PHONE_INDEX = {p: i for i, p in enumerate(PHONES)}
+
+
+@dataclass(frozen=True)
+class JointConfig:
+    """Rescoring weights (natural log); see the module docstring."""
+
+    nbest: int = 4                     # from each search (more cost time, no gain on dev)
+    char_weight: float = 0.5
+    phone_weight: float = 1.0
+    lm_weight: float = 1.2
+    word_bonus: float = 2.0
+    unpronounced_penalty: float = 20.0
+    blank_skip: float = 0.999          # frames at least this sure of the blank are not rescored
+
+    def __post_init__(self) -> None:
+        if self.nbest < 1:
+            raise ValueError("nbest must be >= 1")
+        if not 0 < self.blank_skip <= 1:
+            raise ValueError("blank_skip must be in (0, 1]")
+        if min(self.char_weight, self.phone_weight, self.lm_weight, self.unpronounced_penalty) < 0:
+            raise ValueError("weights and the penalty must be >= 0")
+        if self.char_weight == self.phone_weight == 0:
+            raise ValueError("char_weight and phone_weight cannot both be 0")
+
+
+class JointSearch:
+    """Shared, read-only: both beam searches, the pronunciations, the settings."""
+
+    def __init__(self, lm: NGramLM, pronouncer: Pronouncer, beam: BeamConfig | None = None,
+                 config: JointConfig | None = None) -> None:
+        self.lm = lm
+        self.config = config or JointConfig()
+        self.chars = CTCBeamSearch(lm, beam)
+        self.phones = PhoneBeamSearch(lm, pronouncer, beam)
+        self.pronouncer = pronouncer
+        self.vocab_size = len(VOCAB)
+        self._ctx_len = max(1, lm.order - 1)
+
+    def stream(self) -> JointDecoder:
+        return JointDecoder(self)
+
+    def decode(self, log_probs: torch.Tensor | np.ndarray) -> str:
+        """(T, V + P) log-probs of one utterance -> best transcript."""
+        dec = self.stream()
+        dec.push(log_probs)
+        return dec.finalize()
+
+    def pronounce(self, text: str) -> list[int] | None:
+        """Phone ids of a transcript (each word's first pronunciation, a made-up compound read as
+        two words), boundaries between words; None when a word has none."""
+        ids: list[int] = []
+        for word in text.split():
+            prons = self.pronouncer.prons(word) or self.pronouncer.compound_prons(word)
+            if not prons:
+                return None
+            if ids:
+                ids.append(WORD_BOUNDARY)
+            ids.extend(_PHONE_INDEX[p] for p in prons[0])
+        return ids
+
+    def lm_score(self, text: str) -> float:
+        ctx: tuple[str, ...] = (BOS,)
+        score = 0.0
+        for word in text.split():
+            score += self.lm.logp(word, ctx)
+            ctx = (ctx + (word,))[-self._ctx_len:]
+        return score + self.lm.logp(EOS, ctx)
+
+
+def _ctc_scores(log_probs: torch.Tensor, targets: list[list[int]], blank: int,
+                skip: float) -> list[float]:
+    """ln P(target | log_probs (T, C)) for each target, in one batched CTC pass. Frames whose
+    blank log-prob is at least ``skip`` (silence, the gaps between sounds: most frames) are left
+    out, which changes a score by next to nothing and makes the pass several times cheaper; as
+    many are kept as the longest target needs."""
+    if not targets:
+        return []
+    keep = log_probs[:, blank] < skip
+    need = max(len(x) + sum(a == b for a, b in zip(x, x[1:])) for x in targets)
+    if int(keep.sum()) >= need:
+        log_probs = log_probs[keep]
+    t = log_probs.shape[0]
+    n = len(targets)
+    lp = log_probs[:, None, :].expand(t, n, log_probs.shape[1])
+    lengths = torch.tensor([len(x) for x in targets], dtype=torch.long)
+    flat = torch.tensor([i for x in targets for i in x], dtype=torch.long)
+    loss = F.ctc_loss(lp, flat, torch.full((n,), t, dtype=torch.long), lengths, blank=blank,
+                      reduction="none", zero_infinity=False)
+    return [-float(v) if math.isfinite(float(v)) else -math.inf for v in loss]
+
+
+class JointDecoder:
+    """One utterance: both beam searches as frames come, the joint rescoring at the end."""
+
+    def __init__(self, search: JointSearch) -> None:
+        self.search = search
+        self._chars = search.chars.stream()
+        self._phones = search.phones.stream()
+        self._rows: list[torch.Tensor] = []
+        self.frames = 0
+
+    @property
+    def text(self) -> str:
+        return self._chars.text
+
+    def push(self, log_probs: torch.Tensor | np.ndarray) -> None:
+        rows = (log_probs.detach().float() if isinstance(log_probs, torch.Tensor)
+                else torch.from_numpy(np.asarray(log_probs, dtype=np.float32)))
+        v = self.search.vocab_size
+        if rows.dim() != 2 or rows.shape[1] != v + len(PHONES):
+            raise ValueError(f"joint decoding takes (n, {v + len(PHONES)}) rows (characters then "
+                             f"phones), got {tuple(rows.shape)}")
+        self._chars.push(rows[:, :v])
+        self._phones.push(rows[:, v:])
+        self._rows.append(rows)
+        self.frames += rows.shape[0]
+
+    def nbest(self, n: int) -> list[tuple[str, float]]:
+        """The pooled transcripts rescored -> up to ``n`` (transcript, joint score), best first."""
+        search, cfg = self.search, self.search.config
+        pool = list(dict.fromkeys(
+            [t for t, _ in self._chars.nbest(cfg.nbest)]
+            + [t for t, _ in self._phones.nbest(cfg.nbest)]))
+        if not pool:
+            return []
+        if self.frames == 0:
+            return [(t, 0.0) for t in pool[:n]]
+        rows = torch.cat(self._rows)
+        v = search.vocab_size
+        skip = math.log(cfg.blank_skip)
+        char_scores = _ctc_scores(rows[:, :v], [encode(t) if t else [] for t in pool], BLANK,
+                                  skip) \
+            if cfg.char_weight else [0.0] * len(pool)
+        prons = [search.pronounce(t) for t in pool]
+        known = [i for i, p in enumerate(prons) if p is not None]
+        phone_scores = [0.0] * len(pool)
+        if cfg.phone_weight and known:
+            got = _ctc_scores(rows[:, v:], [prons[i] for i in known], PHONE_BLANK, skip)
+            for i, s in zip(known, got):
+                phone_scores[i] = s
+            finite = [s for s in got if s > -math.inf]
+            best = max(finite) if finite else -1e6
+            for i, p in enumerate(prons):
+                if p is None:
+                    phone_scores[i] = best - cfg.unpronounced_penalty
+        out = []
+        for t, c, p in zip(pool, char_scores, phone_scores):
+            score = (cfg.char_weight * c + cfg.phone_weight * p
+                     + cfg.lm_weight * search.lm_score(t) + cfg.word_bonus * len(t.split()))
+            out.append((t, score))
+        out.sort(key=lambda kv: kv[1], reverse=True)
+        return out[:n]
+
+    def finalize(self) -> str:
+        best = self.nbest(1)
+        return best[0][0] if best else ""
