@@ -119,7 +119,7 @@ def _ctc_scores(log_probs: torch.Tensor, targets: list[list[int]], blank: int,
         return []
     keep = log_probs[:, blank] < skip
     need = max(len(x) + sum(a == b for a, b in zip(x, x[1:])) for x in targets)
-    if int(keep.sum()) >= need:
+    if int(keep.sum()) >= max(need, 1):
         log_probs = log_probs[keep]
     t = log_probs.shape[0]
     n = len(targets)

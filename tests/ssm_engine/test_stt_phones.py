@@ -224,3 +224,5 @@ def test_joint_search_takes_each_head_where_it_is_sure(lex):
     with pytest.raises(ValueError):
         JointConfig(char_weight=0.0, phone_weight=0.0)
     assert search.decode(torch.zeros(0, 29 + len(PHONES))) == ""
+    # silence: every frame sure of the blank (none left to rescore once skipped) -> nothing
+    assert search.decode(both(["_"] * 30, ["_"] * 30)) == ""
