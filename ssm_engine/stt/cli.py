@@ -106,11 +106,12 @@ def register_cli(subparsers: Any) -> None:
                    help="with --augment on: vocal-tract length perturbation, each clip's "
                    "spectrum warped by a factor in 1 +- F (formants move, pitch and tempo stay; "
                    "0.1 is usual); default %(default)s, off")
-    p.add_argument("--phones", default="none", metavar="DICT|pocketsphinx|none",
-                   help="add a second CTC head over phones, trained on the training sentences' "
+    p.add_argument("--phones", default="pocketsphinx", metavar="DICT|pocketsphinx|none",
+                   help="a second CTC head over phones, trained on the training sentences' "
                    "pronunciations from a CMUdict-format dictionary (pocketsphinx: the CMUdict "
-                   "it ships). Phones generalise to words heard rarely or never, which spelling "
-                   "does not (default %(default)s)")
+                   "it ships; none: characters only, as models before 2026-12-01). Phones "
+                   "generalise to words heard rarely or never, which spelling does not; finals "
+                   "then come from both heads (default %(default)s)")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card, then exit")
     p.add_argument("--commands", metavar="FILE", default=None,

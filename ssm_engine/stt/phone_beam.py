@@ -23,21 +23,11 @@ import math
 import numpy as np
 import torch
 
-from .beam import BeamConfig
+from .beam import _NEG, BeamConfig, _lse
 from .lm import BOS, EOS, NGramLM
 from .phones import PHONE_BLANK, PHONES, WORD_BOUNDARY, Pronouncer
 
 __all__ = ["PhoneBeamSearch", "StreamingPhoneBeamDecoder"]
-
-_NEG = -1e30
-
-
-def _lse(a: float, b: float) -> float:
-    if a < b:
-        a, b = b, a
-    if b <= _NEG:
-        return a
-    return a + math.log1p(math.exp(b - a))
 
 
 def _key(ids: tuple[int, ...] | list[int]) -> str:

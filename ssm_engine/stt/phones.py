@@ -103,12 +103,13 @@ class Pronouncer:
                     n += 1
         return n
 
-    def encode(self, text: str) -> list[int] | None:
-        """Normalised text -> phone ids, words joined by the boundary; None when a word has no
-        pronunciation here (the caller leaves such a sentence out of the phone loss)."""
+    def encode(self, text: str, compounds: bool = False) -> list[int] | None:
+        """Normalised text -> phone ids (each word's first pronunciation), words joined by the
+        boundary; None when a word has no pronunciation here (the caller leaves such a sentence
+        out of the phone loss). ``compounds``: read a word it lacks as two it has."""
         ids: list[int] = []
         for word in text.split():
-            prons = self._prons.get(word)
+            prons = self._prons.get(word) or (self.compound_prons(word) if compounds else ())
             if not prons:
                 return None
             if ids:

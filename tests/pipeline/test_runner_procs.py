@@ -151,7 +151,10 @@ def test_outputs_equal_an_in_process_runner_over_interleaved_streams(runner, loc
         expected = ref.result(30)
         assert y.dtype == torch.float32 and y.shape == expected.shape
         torch.testing.assert_close(y, expected, **TOL)
-    assert float(got[0].exp().sum()) == pytest.approx(1.0, abs=1e-4)  # log-probs, one frame
+    # log-probs of one frame: the characters', then (the shipped model has a phone head) the
+    # phones', each summing to one
+    assert float(got[0][..., :29].exp().sum()) == pytest.approx(1.0, abs=1e-4)
+    assert float(got[0][..., 29:].exp().sum()) == pytest.approx(1.0, abs=1e-4)
     for sid, ref in zip(sids, refs):
         assert runner.close_stream(sid).result(30) is None
         local.close_stream(ref).result(30)

@@ -41,8 +41,12 @@ SHIPPED = Path(__file__).resolve().parents[2] / "models" / "stt"
 
 
 def _forward_log_probs(model: STTModel, audio: torch.Tensor) -> torch.Tensor:
+    """What stepping returns, from the whole-clip forward: the characters' log-probs, then the
+    phones' for a model with a phone head."""
     with torch.no_grad():
-        return torch.log_softmax(model(audio), dim=-1)
+        chars, phones = model.forward_heads(audio)
+    out = torch.log_softmax(chars, dim=-1)
+    return out if phones is None else torch.cat([out, torch.log_softmax(phones, dim=-1)], -1)
 
 
 def test_step_by_step_equals_forward():

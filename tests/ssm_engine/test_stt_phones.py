@@ -200,7 +200,8 @@ def test_joint_search_takes_each_head_where_it_is_sure(lex):
                         "anna": (("AE", "N", "AH"),)})
     acoustic = BeamConfig(lm_weight=0.0, word_bonus=0.0)        # the heads alone decide
     search = JointSearch(lm, words, acoustic,
-                         JointConfig(lm_weight=0.0, word_bonus=0.0, unpronounced_penalty=5.0))
+                         JointConfig(char_weight=0.5, lm_weight=0.0, word_bonus=0.0,
+                                     unpronounced_penalty=5.0))
     # the characters lean to "pill" (p 0.6, b 0.35); the phone head clearly heard B: bill
     rows = both(spell("pay my ")[:-1] + [{"p": 0.6, "b": 0.35}, "_"] + spell("ill")[1:],
                 say("P EY | M AY | B IH L"))
@@ -217,7 +218,8 @@ def test_joint_search_takes_each_head_where_it_is_sure(lex):
     assert best[0][0] == "my name is zork" and all(a[1] >= b[1] for a, b in zip(best, best[1:]))
     # ... unless spelling a word the lexicon lacks costs more than the characters' evidence
     strict = JointSearch(lm, words, acoustic,
-                         JointConfig(lm_weight=0.0, word_bonus=0.0, unpronounced_penalty=40.0))
+                         JointConfig(char_weight=0.5, lm_weight=0.0, word_bonus=0.0,
+                                     unpronounced_penalty=40.0))
     assert strict.decode(rows) == "my name is"
     with pytest.raises(ValueError, match="rows"):
         search.stream().push(rows[:, :29])

@@ -70,6 +70,14 @@ def test_cli_registers_data_and_train_under_shared_groups():
     register_cli(sub)
     args = parser.parse_args(["train", "stt", "--run", "r", "--max-minutes", "5"])
     assert args.run == "r" and args.max_minutes == 5.0 and args.func.__name__ == "_train_stt"
+    from pathlib import Path
+
+    from ssm_engine.stt.cli import _phones_dict
+
+    assert args.phones == "pocketsphinx" and Path(_phones_dict(args.phones)).is_file()
+    assert _phones_dict("none") is None
+    with pytest.raises(SystemExit, match="no such dictionary"):
+        _phones_dict("/nonexistent/cmu.dict")
     assert parser.parse_args(["train", "tts"]).func(None) == 7
     args = parser.parse_args(["data", "stt", "--train", "10", "--out", "d"])
     assert (args.train, args.out, args.func.__name__) == (10, "d", "_data_stt")
