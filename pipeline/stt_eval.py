@@ -12,9 +12,10 @@ at p50 and p95 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by
 stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
 
 Engines: ``ssm`` (parley's streaming recogniser; ``--decoder`` picks how finals are
-decoded: greedy, beam, char-beam, phone-beam), ``pocketsphinx`` (streaming baseline) and ``whisper`` (tiny.en through faster-whisper,
-not streaming: it decodes the whole clip after its end, so its final latency is its whole
-decode; numbers come out as words, see ``pipeline.engines.whisper``).
+decoded: greedy, beam, char-beam, phone-beam), ``pocketsphinx`` (streaming baseline) and
+``whisper`` (tiny.en through faster-whisper, not streaming: it decodes the whole clip after
+its end, so its final latency is its whole decode; numbers come out as words, see
+``pipeline.engines.whisper``).
 """
 
 from __future__ import annotations

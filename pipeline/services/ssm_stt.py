@@ -75,7 +75,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
 LM_FILE = "lm.arpa.gz"
 LEXICON_FILE = "lexicon.dict.gz"
-"""Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``)."""
+"""Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
+"""
 SUPPORTED_RATES_HZ = (8000, 16000)
 Decoder = Literal["greedy", "beam", "char-beam", "phone-beam"]
 """How finals are decoded: ``greedy`` CTC; ``beam``, beam search with the word LM: for a model
@@ -93,7 +94,8 @@ it process-wide, as ``benchmarks/bench_stt_live.py`` does for its greedy server)
 
 @functools.lru_cache(maxsize=4)
 def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = None,
-                 kind: str = "chars") -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
+                 kind: Literal["phones", "joint"] = "joint"
+                 ) -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
     """One loaded LM + lexicon per file and settings for the process (read-only, shared): over
     characters, or with ``lexicon_path`` (pronunciations) over phones (``kind`` "phones") or
     both heads (``kind`` "joint")."""

@@ -4,8 +4,9 @@
 
 Copies ``RUN/best/{config.json,model.safetensors}`` to the target, ``RUN/train.log`` to
 ``training.log``, for a model with a phone head the pronunciations of the target's LM words
-(``lexicon.dict.gz``, from the run's dictionary), and writes ``MODEL_CARD.md`` from the data summary, the run's config and
-metrics, and any ``eval_*.json`` files (``parley eval stt --json`` output) already in the target.
+(``lexicon.dict.gz``, from the run's dictionary), and writes ``MODEL_CARD.md`` from the data
+summary, the run's config and metrics, and any ``eval_*.json`` files (``parley eval stt --json``
+output) already in the target.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ from ..runner import BatchRunner
 from .beam import CTCBeamSearch
 from .decode import StreamingGreedyDecoder
 from .errors import AudioInputError
-from .model import STTConfig
 from .joint import JointSearch
+from .model import STTConfig
 from .phone_beam import PhoneBeamSearch
 
 __all__ = ["RecognizerStream", "as_float"]

@@ -438,7 +438,7 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
             loss_avg = loss_val if loss_avg is None else 0.98 * loss_avg + 0.02 * loss_val
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss_avg:.3f}", ep=epoch, cer=f"{best_cer:.3f}")
+                bar.set_postfix(loss=f"{loss_avg:.3f}", ep=epoch, best=f"{best_cer:.3f}")
             if step % 50 == 0:
                 log.info("step %d epoch %d loss %.4f avg %.4f gnorm %.2f lr %.2e frames/s %.0f",
                          step, epoch, loss_val, loss_avg, float(gnorm),
