@@ -229,7 +229,9 @@ def build_lm(sentences: Iterable[str], *, order: int = 3, discount: float = 0.75
 
     # unigram level: KN continuation distribution mixed with the general list and <unk>
     uni_total = by_ctx_total[()]
-    gen = {w: float(v) for w, v in (general_words or {}).items() if v > 0 and w not in (BOS, EOS)}
+    # general_weight 0 leaves the general list out (its words would get probability 0)
+    gen = {w: float(v) for w, v in (general_words or {}).items()
+           if v > 0 and w not in (BOS, EOS)} if general_weight > 0 else {}
     gen_total = sum(gen.values())
     g_w = general_weight if gen_total > 0 else 0.0
     kn_w = 1.0 - g_w - unk_weight

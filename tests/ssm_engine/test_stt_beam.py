@@ -83,6 +83,13 @@ def test_bad_lm_files_are_named(tmp_path):
         build_lm([])
 
 
+def test_general_weight_zero_leaves_the_general_words_out():
+    lm = build_lm(CORPUS, general_words={"pill": 1.0, "ocean": 1.0}, general_weight=0.0)
+    assert "ocean" not in lm and lm.logp("ocean", ()) == lm.logp(UNK, ())
+    assert sum(math.exp(lm.logp(w, ())) for w in sorted(lm.vocab) + [EOS, UNK]) \
+        == pytest.approx(1.0, abs=1e-6)
+
+
 def test_lm_breaks_an_acoustic_tie_that_greedy_gets_wrong(lm):
     # "pay my ?ill": the acoustics lean to "p" (0.5 vs 0.45); the LM knows "pay my bill"
     spec = spell("pay my ")[:-1] + [{"p": 0.5, "b": 0.45}, "_"] + spell("ill")[1:]
