@@ -4,11 +4,12 @@ Question: a model with a phone head (``parley train stt --phones``) can finish a
 ways: greedy CTC over characters, the character beam search with the word LM (``char-beam``, the
 decoder of every model before it), the phone beam search into lexicon words (``phone-beam``), or
 both searches' n-best lists rescored together with full CTC scores of both heads and the LM
-(``beam``, ``ssm_engine/stt/joint.py``). On the same log-probs (the model runs once a clip, at 8
-kHz through mu-law as ``parley eval stt``), how do their WER and CER compare, and what does each
-cost: decoding time per frame as frames arrive, and at the end of speech (``finalize``, what
-the caller waits for)? Also split by the data set's sentence kinds (callers' sentences, filler)
-when the manifest comes from ``parley data stt``.
+(``beam``, ``ssm_engine/stt/joint.py``; and again with the character search's beam as wide
+as the phone search's, as before 2026-12-01, ``joint, char beam 64``). On the same log-probs
+(the model runs once a clip, at 8 kHz through mu-law as ``parley eval stt``), how do their WER
+and CER compare, and what does each cost: decoding time per frame as frames arrive, and at the
+end of speech (``finalize``, what the caller waits for)? Also split by the data set's sentence
+kinds (callers' sentences, filler) when the manifest comes from ``parley data stt``.
 
     .venv/bin/python benchmarks/bench_stt_decoders.py --model models/stt \\
         --manifest data/stt/v1/heldout.tsv
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch  # noqa: E402
 from ssm_engine.stt.decode import StreamingGreedyDecoder, cer, wer  # noqa: E402
-from ssm_engine.stt.joint import JointSearch  # noqa: E402
+from ssm_engine.stt.joint import JointConfig, JointSearch  # noqa: E402
 from ssm_engine.stt.lm import NGramLM  # noqa: E402
 from ssm_engine.stt.model import load_stt  # noqa: E402
 from ssm_engine.stt.phone_beam import PhoneBeamSearch  # noqa: E402
@@ -83,6 +84,10 @@ def main() -> int:
         lexicon = Pronouncer.load(model_dir / "lexicon.dict.gz", words=lm.vocab)
         decoders["phone-beam"] = PhoneBeamSearch(lm, lexicon, BeamConfig())
         decoders["beam (joint)"] = JointSearch(lm, lexicon, BeamConfig())
+        # before 2026-12-01 (eleventh session) the character search, which only proposes,
+        # ran with the phone search's full beam (64)
+        decoders["joint, char beam 64"] = JointSearch(lm, lexicon, BeamConfig(),
+                                                      JointConfig(char_beam_size=64))
     clips = load_clips(manifest, model.config.sample_rate_hz, phone=True, limit=args.limit)
     kinds = _kinds(manifest)
     refs: list[str] = []

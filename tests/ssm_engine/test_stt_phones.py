@@ -225,6 +225,12 @@ def test_joint_search_takes_each_head_where_it_is_sure(lex):
         search.stream().push(rows[:, :29])
     with pytest.raises(ValueError):
         JointConfig(char_weight=0.0, phone_weight=0.0)
+    with pytest.raises(ValueError, match="char_beam_size"):
+        JointConfig(char_beam_size=0)
+    # the character search only proposes: its beam is JointConfig's, never wider than the phones'
+    assert (search.chars.config.beam_size, search.phones.config.beam_size) == (32, 64)
+    narrow = JointSearch(lm, words, BeamConfig(beam_size=8))
+    assert (narrow.chars.config.beam_size, narrow.phones.config.beam_size) == (8, 8)
     assert search.decode(torch.zeros(0, 29 + len(PHONES))) == ""
     # silence: every frame sure of the blank (none left to rescore once skipped) -> nothing
     assert search.decode(both(["_"] * 30, ["_"] * 30)) == ""
