@@ -4,8 +4,8 @@ Question: a model with a phone head (``parley train stt --phones``) can finish a
 ways: greedy CTC over characters, the character beam search with the word LM (``char-beam``, the
 decoder of every model before it), the phone beam search into lexicon words (``phone-beam``), or
 both searches' n-best lists rescored together with full CTC scores of both heads and the LM
-(``beam``, ``ssm_engine/stt/joint.py``; and again with the character search's beam as wide
-as the phone search's, as before 2026-12-01, ``joint, char beam 64``). On the same log-probs
+(``beam``, ``ssm_engine/stt/joint.py``; and again with the character search, which only
+proposes candidates, at half the beam, ``joint, char beam 32``). On the same log-probs
 (the model runs once a clip, at 8 kHz through mu-law as ``parley eval stt``), how do their WER
 and CER compare, and what does each cost: decoding time per frame as frames arrive, and at the
 end of speech (``finalize``, what the caller waits for)? Also split by the data set's sentence
@@ -84,10 +84,9 @@ def main() -> int:
         lexicon = Pronouncer.load(model_dir / "lexicon.dict.gz", words=lm.vocab)
         decoders["phone-beam"] = PhoneBeamSearch(lm, lexicon, BeamConfig())
         decoders["beam (joint)"] = JointSearch(lm, lexicon, BeamConfig())
-        # before 2026-12-01 (eleventh session) the character search, which only proposes,
-        # ran with the phone search's full beam (64)
-        decoders["joint, char beam 64"] = JointSearch(lm, lexicon, BeamConfig(),
-                                                      JointConfig(char_beam_size=64))
+        # the character search only proposes: does a narrower beam for it lose anything?
+        decoders["joint, char beam 32"] = JointSearch(lm, lexicon, BeamConfig(),
+                                                      JointConfig(char_beam_size=32))
     clips = load_clips(manifest, model.config.sample_rate_hz, phone=True, limit=args.limit)
     kinds = _kinds(manifest)
     refs: list[str] = []

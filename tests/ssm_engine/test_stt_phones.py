@@ -228,8 +228,10 @@ def test_joint_search_takes_each_head_where_it_is_sure(lex):
     with pytest.raises(ValueError, match="char_beam_size"):
         JointConfig(char_beam_size=0)
     # the character search only proposes: its beam is JointConfig's, never wider than the phones'
-    assert (search.chars.config.beam_size, search.phones.config.beam_size) == (32, 64)
-    narrow = JointSearch(lm, words, BeamConfig(beam_size=8))
+    assert (search.chars.config.beam_size, search.phones.config.beam_size) == (64, 64)
+    cheap = JointSearch(lm, words, BeamConfig(), JointConfig(char_beam_size=16))
+    assert (cheap.chars.config.beam_size, cheap.phones.config.beam_size) == (16, 64)
+    narrow = JointSearch(lm, words, BeamConfig(beam_size=8), JointConfig(char_beam_size=16))
     assert (narrow.chars.config.beam_size, narrow.phones.config.beam_size) == (8, 8)
     assert search.decode(torch.zeros(0, 29 + len(PHONES))) == ""
     # silence: every frame sure of the blank (none left to rescore once skipped) -> nothing
