@@ -49,14 +49,14 @@ ENSEMBLES = ((0.9, 1.0), (0.95, 1.0, 1.05), (0.85, 0.9, 0.95, 1.0, 1.05))
 
 
 def _voices(manifest: Path, limit: int | None) -> list[str]:
-    """Each clip's voice from the data set's ``<split>_voices.tsv``, the clips ``load_clips``
-    keeps with ``limit`` (``?`` without the file)."""
+    """Each clip's voice (by path) from the data set's ``<split>_voices.tsv``, for the clips
+    ``load_clips`` keeps with ``limit``, as ``parley eval stt`` reads it ("?" when unknown)."""
+    rows = read_manifest(manifest)
+    if limit is not None and len(rows) > limit:
+        rows = [rows[int(i * len(rows) / limit)] for i in range(limit)]
     side = manifest.with_name(manifest.stem + "_voices.tsv")
-    rows = read_manifest(side if side.exists() else manifest)
-    voices = [voice if side.exists() else "?" for _, voice in rows]
-    if limit is not None and len(voices) > limit:
-        voices = [voices[int(i * len(voices) / limit)] for i in range(limit)]
-    return voices
+    voice_of = dict(read_manifest(side)) if side.exists() else {}
+    return [voice_of.get(path, "?") for path, _ in rows]
 
 
 def _score(refs: list[str], hyps: list[str], voices: list[str]) -> dict:
