@@ -11,8 +11,8 @@ plus the phones of the word being heard, which must stay a prefix of some pronun
 lexicon word (the LM's vocabulary that the dictionary can pronounce, a word it lacks read as two
 it has: "brianchester"). At a word boundary ``|`` the phones close into every word pronounced so
 (homophones branch: "to", "two", "too") and each pays ``lm_weight * ln P_LM(w | previous words)
-+ word_bonus`` as in ``beam.py``; the LM picks between them from context. Words outside the lexicon cannot be produced (the character head still spells
-them in the partials).
++ word_bonus`` as in ``beam.py``; the LM picks between them from context. Words outside the
+lexicon cannot be produced (the character head still spells them in the partials).
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ssm_engine.data.audio import write_wav
 from ssm_engine.data.manifest import write_manifest
+from ssm_engine.stt.cli import _phones_dict
 from ssm_engine.stt.export import export_run
 from ssm_engine.stt.model import load_stt
 from ssm_engine.stt.train import TrainConfig, train
@@ -70,10 +72,6 @@ def test_cli_registers_data_and_train_under_shared_groups():
     register_cli(sub)
     args = parser.parse_args(["train", "stt", "--run", "r", "--max-minutes", "5"])
     assert args.run == "r" and args.max_minutes == 5.0 and args.func.__name__ == "_train_stt"
-    from pathlib import Path
-
-    from ssm_engine.stt.cli import _phones_dict
-
     assert args.phones == "pocketsphinx" and Path(_phones_dict(args.phones)).is_file()
     assert _phones_dict("none") is None
     with pytest.raises(SystemExit, match="no such dictionary"):
