@@ -222,8 +222,8 @@ class Voice:
 # Kokoro-82M was trained on (misaki's: one letter for each diphthong and affricate, no length
 # marks), longest first. Whisper tiny.en understands them better so: WER 0.095 against 0.147 with
 # espeak's letters as they are (benchmarks/bench_kokoro_phonemes.py, RESULTS.md). British
-# English, mapped as misaki maps it, gained nothing in a smaller check (30 sentences, WER 0.094
-# against 0.072), so these voices speak US English only.
+# English, mapped as misaki maps it, gained nothing in a quick check whose script was not kept
+# (30 sentences, WER 0.094 against 0.072), so these voices speak US English only.
 _E2M = sorted({"ʔˌn\u0329": "tᵊn", "ʔn\u0329": "tᵊn", "ʔn": "tᵊn", "ʔ": "t", "a^ɪ": "I",
                "a^ʊ": "W", "d^ʒ": "ʤ", "e^ɪ": "A", "e": "A", "r": "ɹ", "t^ʃ": "ʧ", "x": "k",
                "ç": "k", "ɐ": "ə", "ɔ^ɪ": "Y", "ə^l": "ᵊl", "ʲo": "jo", "ʲə": "jə", "ʲ": "",
