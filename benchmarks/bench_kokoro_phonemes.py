@@ -47,7 +47,7 @@ def _espeak(text: str, tie: bool) -> str:
 
 def _speak(kokoro: dict, phonemes: str, style: str) -> tuple[np.ndarray, float]:
     vocab = kokoro["vocab"]
-    tokens = [vocab[c] for c in phonemes if c in vocab][:500]
+    tokens = [vocab[c] for c in phonemes if c in vocab][:V._KOKORO_MAX_TOKENS]
     t0 = time.process_time()
     audio = kokoro["session"].run(None, {
         "tokens": np.array([[0, *tokens, 0]], np.int64),
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, text in enumerate(texts):
             style = V.KOKORO_STYLES[i % len(V.KOKORO_STYLES)]
             audio, cpu_s = _speak(kokoro, phonemize(text), style)
-            cost.append(cpu_s / max(audio.size / 24000, 1e-3))
-            phone = mulaw_roundtrip(resample(audio, 24000, 8000))
+            cost.append(cpu_s / max(audio.size / V._KOKORO_RATE, 1e-3))
+            phone = mulaw_roundtrip(resample(audio, V._KOKORO_RATE, 8000))
             refs.append(normalize_text(text))
             hyps.append(normalize_text(judge.transcribe(phone, 8000)))
         out[name] = {"wer": round(wer(refs, hyps), 4), "cer": round(cer(refs, hyps), 4),
