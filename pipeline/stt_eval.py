@@ -8,7 +8,7 @@ goes. Reported, as one JSON object: ``n``, ``wer`` and ``cer`` (corpus-level, af
 ``normalize_text`` for every engine: lower case, numbers as words, no punctuation), ``rtf``
 (processing time / audio time, one thread), and the final latency after the end of the audio
 (from the last chunk's result to the final transcript: the flush / end-of-utterance search)
-at p50 and p95 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
+at p50, p95 and p99 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
 stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
 
 Engines: ``ssm`` (parley's streaming recogniser; ``--decoder`` picks how finals are
@@ -63,6 +63,7 @@ class EvalResult:
     rtf: float
     final_latency_ms_p50: float
     final_latency_ms_p95: float
+    final_latency_ms_p99: float
     audio_s: float
     by_voice: dict[str, dict[str, float]] = field(default_factory=dict)
     examples: list[dict[str, str]] = field(default_factory=list)
@@ -207,6 +208,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         rtf=round(busy_s / max(audio_s, 1e-9), 4),
         final_latency_ms_p50=round(float(np.percentile(finals, 50)), 2),
         final_latency_ms_p95=round(float(np.percentile(finals, 95)), 2),
+        final_latency_ms_p99=round(float(np.percentile(finals, 99)), 2),
         audio_s=round(audio_s, 1), by_voice=by_voice,
         examples=[{"ref": r, "hyp": h} for r, h in list(zip(refs, hyps))[:5]],
         utterances=list(zip(paths, voices, refs, hyps)))

@@ -80,6 +80,21 @@ def register_cli(subparsers: Any) -> None:
                    help="do not generate: join these data sets into --out (manifests only)")
     p.set_defaults(func=_data_stt)
 
+    p = data.add_parser(
+        "human", help="the human-speech development set: recordings of people from installed "
+        "Debian packages (run scripts/install-human-speech first)",
+        description="Collects recorded human English speech with known words from the packages "
+        "scripts/install-human-speech installs (pocketsphinx-testdata, alsa-utils, "
+        "ktuberling-data, codec2-examples), writes each clip as 16 kHz WAV with human.tsv "
+        "(path<TAB>text), human_voices.tsv (source:speaker, for per-source scores) and "
+        "SOURCES.json (package, licence, speakers, clips, seconds, words). Score a recogniser "
+        "on it with: parley eval stt --engine ssm --manifest OUT/human.tsv. The Asterisk "
+        "prompts (asterisk-core-sounds-*) are the project's outside test and are never read.")
+    p.add_argument("--out", default="data/stt/human", help="output folder (default %(default)s)")
+    p.add_argument("--root", default="/", help="file system root the packages are installed "
+                   "under (default %(default)s)")
+    p.set_defaults(func=_data_human)
+
     train = group_subparsers(subparsers, "train", "train models")
     p = train.add_parser("stt", help="train the streaming SSM recogniser (resumes from RUN/last.pt)")
     p.add_argument("--data", default="data/stt/v1", help="folder with train.tsv and heldout.tsv")
@@ -175,6 +190,20 @@ def _data_stt(args: argparse.Namespace) -> int:
                                       natural=args.natural, natural_sampler=sampler,
                                       natural_source=source))
     print(json.dumps(summary["splits"], indent=2))
+    return 0
+
+
+def _data_human(args: argparse.Namespace) -> int:
+    from ..data.human import build_human_set
+
+    _logging()
+    summary = build_human_set(args.out, root=args.root)
+    for src in summary["sources"]:
+        state = "MISSING (install it)" if src["missing"] else (
+            f"{src['clips']} clips, {src['seconds']} s, {src['words']} words")
+        print(f"{src['name']:<18} {src['package']:<32} {state}")
+    print(f"{'total':<18} {'':<32} {summary['clips']} clips, {summary['seconds']} s, "
+          f"{summary['words']} words -> {args.out}/human.tsv")
     return 0
 
 

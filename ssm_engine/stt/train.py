@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from ..data.audio import mulaw_roundtrip, read_wav, resample
 from ..data.augment import speed_perturb
+from ..data.human import check_not_reserved
 from ..data.manifest import read_manifest
 from ..training import cosine_lr_scale, length_batches, run_log
 from .decode import cer, greedy_decode, wer
@@ -102,6 +103,7 @@ def load_clips(manifest: str | Path, rate_hz: int, *, phone: bool = False, limit
     """Read a manifest's clips at ``rate_hz`` (resampled if needed), optionally through the mu-law
     channel. ``limit`` keeps an evenly spread subset. -> [(float32 samples, normalised text)]."""
     rows = read_manifest(manifest)
+    check_not_reserved(p for p, _ in rows)        # the outside test never trains or tunes
     if limit is not None and len(rows) > limit:
         stride = len(rows) / limit
         rows = [rows[int(i * stride)] for i in range(limit)]
