@@ -10,7 +10,10 @@ user message is the transcript) and keypresses as ``InputDTMFFrame``; each answe
 Other actions become frames too: a transfer pushes ``TransferCallFrame`` upstream (after the
 transfer message), ending pushes ``EndWorkerFrame`` upstream (after the farewell, so it plays),
 filled slots, tool calls, transfers and hang-ups go downstream as ``AgentEventFrame`` for the
-call record. Tool calls run in a task, with a deadline, while frames keep flowing; caller input
+call record. After every step the conversation's expectation of the caller's next words goes
+upstream to the recogniser as a ``RecognitionHintsFrame`` (when it changed), and the
+recogniser's ``RecognitionFrame`` (a final's confidence and alternatives) is handed to the
+conversation with the turn it belongs to. Tool calls run in a task, with a deadline, while frames keep flowing; caller input
 that arrives meanwhile waits and is handled, in order, once the tool has answered.
 
 Timers: the silence timer starts when the agent stops speaking (``BotStoppedSpeakingFrame``, which
@@ -51,7 +54,14 @@ from agent.echo import last_user_text
 from agent.errors import ToolError
 from agent.spec import AgentSpec
 from agent.tools import ToolBox, action_frames, tool_call_event
-from pipeline.frames import AgentEventFrame, TransferCallFrame
+from pipeline.frames import (
+    AgentEventFrame,
+    Hints,
+    Recognition,
+    RecognitionFrame,
+    RecognitionHintsFrame,
+    TransferCallFrame,
+)
 
 __all__ = ["EmbeddedAgentProcessor"]
 
@@ -75,6 +85,8 @@ class EmbeddedAgentProcessor(FrameProcessor):
         self._deferred: list[Callable[[], list[Action]]] = []
         self._closed = False
         self._spoke = False
+        self._hints: Hints | None = None
+        self._heard: list[Recognition] = []
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
@@ -83,10 +95,14 @@ class EmbeddedAgentProcessor(FrameProcessor):
             self._limit_task = self.create_task(self._call_limit(), name="call_limit")
             if self._greet:
                 await self._run(self.conversation.start())
+        elif isinstance(frame, RecognitionFrame):
+            self._heard.append(frame.recognition)
+            self._heard = self._heard[-8:]
         elif isinstance(frame, LLMContextFrame):
             await self._stop_silence_timer()
             text = last_user_text(frame.context.get_messages())
-            await self._feed(lambda: self.conversation.hear(text))
+            heard = self._recognition_of(text)
+            await self._feed(lambda: self.conversation.hear(text, heard))
         elif isinstance(frame, InputDTMFFrame):
             await self._stop_silence_timer()
             await self.push_frame(frame, direction)
@@ -115,7 +131,28 @@ class EmbeddedAgentProcessor(FrameProcessor):
             return
         await self._run(step())
 
+    def _recognition_of(self, text: str) -> Recognition | None:
+        """The recogniser's result for this turn: the latest whose text is the turn's (a turn
+        of several utterances has no single confidence: None); it and older ones are used up."""
+        want = " ".join(text.split())
+        for i in range(len(self._heard) - 1, -1, -1):
+            if " ".join(self._heard[i].text.split()) == want:
+                found, self._heard = self._heard[i], self._heard[i + 1:]
+                return found
+        return None
+
+    async def _send_hints(self) -> None:
+        hints = self.conversation.expectation()
+        if hints != self._hints:
+            self._hints = hints
+            await self.push_frame(RecognitionHintsFrame(hints), FrameDirection.UPSTREAM)
+
     async def _run(self, actions: list[Action]) -> None:
+        await self._run_actions(actions)
+        if not self._closed:
+            await self._send_hints()
+
+    async def _run_actions(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Say):
                 self._spoke = True

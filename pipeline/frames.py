@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pipecat.frames.frames import SystemFrame
 
+from ssm_engine.stt.hints import Hints, Recognition
+
 
 @dataclass
 class AgentSpeechHeardFrame(SystemFrame):
@@ -48,3 +50,21 @@ class AgentEventFrame(SystemFrame):
 
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RecognitionHintsFrame(SystemFrame):
+    """Upstream, from the agent: what to listen for in the caller's next utterances (yes/no,
+    digits, the agent's key phrases), until the next such frame. The recogniser consumes it;
+    one that cannot use hints (pocketsphinx) drops it."""
+
+    hints: Hints
+
+
+@dataclass
+class RecognitionFrame(SystemFrame):
+    """Downstream, from the recogniser, right after each final ``TranscriptionFrame``: that final
+    with its confidence and the best alternative readings, for an agent that weighs what it
+    heard (it reaches the agent before the turn's ``LLMContextFrame``)."""
+
+    recognition: Recognition

@@ -7,6 +7,9 @@ A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()``, finishes 
 errors listed in ``_decode_errors`` become ErrorFrames and the call goes on. The base also keeps
 the last ``preroll_s`` of audio heard outside an utterance (``_keep_preroll``/``_take_preroll``:
 the VAD fires after speech began) and pushes finals with their latency (``_push_final``).
+The agent's ``RecognitionHintsFrame`` (upstream) stops here: ``self.hints`` holds the latest, for
+the next utterance a subclass opens; a final pushed with a ``Recognition`` is followed by a
+``RecognitionFrame`` carrying it (and the ``TranscriptionFrame``'s ``result`` is it too).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from pipeline.errors import PipelineError
+from pipeline.frames import RecognitionFrame, RecognitionHintsFrame
+from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +58,8 @@ class QueuedSTTService(STTService):
         self._preroll_bytes = 0
         self.final_latencies_s: collections.deque[float] = collections.deque(maxlen=1000)
         """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
+        self.hints: Hints = NO_HINTS
+        """What the agent last said to listen for (``RecognitionHintsFrame``)."""
 
     async def _drain(self) -> None:
         """Finish what is queued (an open utterance is finalized), then end the decode task."""
@@ -75,12 +82,16 @@ class QueuedSTTService(STTService):
         self._preroll_bytes = 0
         return preroll
 
-    async def _push_final(self, text: str, stop_received: float) -> None:
+    async def _push_final(self, text: str, stop_received: float,
+                          recognition: Recognition | None = None) -> None:
         if text:
             await self.emit_stt_usage_metrics()
-            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN)
+            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), Language.EN,
+                                       result=recognition)
             frame.finalized = True
             await self.push_frame(frame)
+            if recognition is not None:
+                await self.push_frame(RecognitionFrame(recognition))
         latency = time.perf_counter() - stop_received
         self.final_latencies_s.append(latency)
         logger.debug("%s final (%d chars) %.1f ms after end of speech", self, len(text),
@@ -92,6 +103,9 @@ class QueuedSTTService(STTService):
         yield None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, RecognitionHintsFrame):
+            self.hints = frame.hints          # for the recogniser only: it goes no further
+            return
         await super().process_frame(frame, direction)
         if isinstance(frame, VADUserStartedSpeakingFrame):
             await self._queue.put((_START, None))

@@ -59,6 +59,7 @@ from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
+from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 from ssm_engine.stt.lm import NGramLM
 from ssm_engine.stt.model import STTModel, load_stt
 from ssm_engine.stt.joint import JointSearch
@@ -119,18 +120,24 @@ def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = 
 class SSMUtterance:
     """One utterance at the caller's rate: resamples to the model's rate, feeds a stream."""
 
-    def __init__(self, engine: SSMSTTEngine, sample_rate_hz: int) -> None:
+    def __init__(self, engine: SSMSTTEngine, sample_rate_hz: int,
+                 hints: Hints = NO_HINTS) -> None:
         model_rate = engine.model.config.sample_rate_hz
         self._resampler = (soxr.ResampleStream(sample_rate_hz, model_rate, 1, dtype="float32",
                                                quality="HQ")
                            if sample_rate_hz != model_rate else None)
         self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s,
-                                        beam=engine.beam, stride=engine.stride)
+                                        beam=engine.beam, stride=engine.stride, hints=hints)
 
     @property
     def text(self) -> str:
         """Greedy partial while open; the final transcript once ``finish``'s results are taken."""
         return self._stream.text
+
+    @property
+    def recognition(self) -> Recognition | None:
+        """The final with its confidence and alternatives, once there is one."""
+        return self._stream.recognition
 
     def push(self, pcm: bytes | np.ndarray) -> Future | None:
         """int16 PCM at the utterance's rate. -> Future of log-probs (or None, nothing to run)."""
@@ -286,10 +293,10 @@ class SSMSTTEngine:
         with cls._shared_lock:
             return list(cls._shared.values())
 
-    def open(self, sample_rate_hz: int) -> SSMUtterance:
+    def open(self, sample_rate_hz: int, hints: Hints = NO_HINTS) -> SSMUtterance:
         if sample_rate_hz not in SUPPORTED_RATES_HZ:
             raise AudioFormatError(f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_RATES_HZ}")
-        return SSMUtterance(self, sample_rate_hz)
+        return SSMUtterance(self, sample_rate_hz, hints)
 
     def transcribe(self, pcm: np.ndarray | bytes, sample_rate_hz: int, chunk_ms: int = 20) -> str:
         """Stream one whole clip through, ``chunk_ms`` at a time (blocking)."""
@@ -388,7 +395,7 @@ class SSMSTTService(QueuedSTTService):
         assert self._engine is not None
         if kind == _START and self._utt is None:
             preroll = self._take_preroll()
-            self._utt = self._engine.open(self.sample_rate)
+            self._utt = self._engine.open(self.sample_rate, self.hints)
             if preroll:
                 await self._feed(preroll)
         elif kind == _STOP and self._utt is not None:
@@ -400,4 +407,5 @@ class SSMSTTService(QueuedSTTService):
                 if utt.text:  # what was heard before the runner failed is kept
                     await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
                 raise
-            await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
+            await self._push_final(utt.text, float(arg),  # type: ignore[arg-type]
+                                   utt.recognition)

@@ -20,6 +20,11 @@ with a word the lexicon cannot pronounce (a spelled-out name) takes, for its pho
 pool's best pronounceable score less ``unpronounced_penalty``: with a ``char_weight`` the
 characters can decide that the name was there.
 
+Per-turn hints (``hints.py``): ``stream(hints)`` adds the hinted sentences (yes/no, the agent's
+phrases) and the best strings of a digit search to the pool, each scored as above plus the
+hint's bonus, a yes/no sentence with the grammar's prior and a digit string with the digits'
+LM in place of the word LM; ``result()`` gives the final with each reading's posterior.
+
 Defaults were tuned on the development set of held-out voices (``data/stt/dev-lm``, 120 clips),
 never on the scored held-out manifest: over LM weight 0.8-1.6, word bonus 2-6, character weight
 0-0.5 and penalty 10-40, the phone head with the LM decided best, the character head proposing
@@ -38,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from .beam import BeamConfig, CTCBeamSearch
+from .hints import NO_HINTS, NO_SENTENCES, YES_SENTENCES, Hints, Recognition, digits_lm
 from .lm import BOS, EOS, NGramLM
 from .phone_beam import PhoneBeamSearch
 from .phones import PHONE_BLANK, PHONES, Pronouncer
@@ -60,6 +66,7 @@ class JointConfig:
     word_bonus: float = 4.0
     unpronounced_penalty: float = 40.0
     blank_skip: float = 0.999          # frames at least this sure of the blank are not rescored
+    posterior_scale: float = 0.5       # posteriors: softmax of this times the joint scores
 
     def __post_init__(self) -> None:
         if self.nbest < 1 or self.char_beam_size < 1:
@@ -70,6 +77,8 @@ class JointConfig:
             raise ValueError("weights and the penalty must be >= 0")
         if self.char_weight == self.phone_weight == 0:
             raise ValueError("char_weight and phone_weight cannot both be 0")
+        if not self.posterior_scale > 0:
+            raise ValueError("posterior_scale must be > 0")
 
 
 class JointSearch:
@@ -86,9 +95,27 @@ class JointSearch:
         self.pronouncer = pronouncer
         self.vocab_size = len(VOCAB)
         self._ctx_len = max(1, lm.order - 1)
+        self._beam_config = beam
+        self._digits: PhoneBeamSearch | None = None
+        self._prons: dict[str, list[int] | None] = {}
 
-    def stream(self) -> JointDecoder:
-        return JointDecoder(self)
+    def stream(self, hints: Hints = NO_HINTS) -> JointDecoder:
+        """One utterance's decoder; ``hints`` bias its final (``hints.py``)."""
+        return JointDecoder(self, hints)
+
+    def digit_search(self) -> PhoneBeamSearch:
+        """The phone beam search over the digit words (built on first use, then shared)."""
+        if self._digits is None:
+            self._digits = PhoneBeamSearch(digits_lm(), self.pronouncer, self._beam_config)
+        return self._digits
+
+    def pronounce_cached(self, text: str) -> list[int] | None:
+        """``pronounce`` for hinted sentences, which come back turn after turn."""
+        if text not in self._prons:
+            if len(self._prons) > 4096:
+                self._prons.clear()
+            self._prons[text] = self.pronounce(text)
+        return self._prons[text]
 
     def decode(self, log_probs: torch.Tensor | np.ndarray) -> str:
         """(T, V + P) log-probs of one utterance -> best transcript."""
@@ -137,10 +164,12 @@ def _ctc_scores(log_probs: torch.Tensor, targets: list[list[int]], blank: int,
 class JointDecoder:
     """One utterance: both beam searches as frames come, the joint rescoring at the end."""
 
-    def __init__(self, search: JointSearch) -> None:
+    def __init__(self, search: JointSearch, hints: Hints = NO_HINTS) -> None:
         self.search = search
+        self.hints = hints
         self._chars = search.chars.stream()
         self._phones = search.phones.stream()
+        self._digits = search.digit_search().stream() if "digits" in hints.expect else None
         self._rows: list[torch.Tensor] = []
         self.frames = 0
 
@@ -157,26 +186,52 @@ class JointDecoder:
                              f"phones), got {tuple(rows.shape)}")
         self._chars.push(rows[:, :v])
         self._phones.push(rows[:, v:])
+        if self._digits is not None:
+            self._digits.push(rows[:, v:])
         self._rows.append(rows)
         self.frames += rows.shape[0]
 
     def nbest(self, n: int) -> list[tuple[str, float]]:
         """The pooled transcripts rescored -> up to ``n`` (transcript, joint score), best first."""
+        return [(t, score) for t, score, _ in self._scored()[:n]]
+
+    def result(self, n: int = 5) -> Recognition:
+        """The final transcript, its confidence (posterior) and the ``n`` best readings."""
+        scored = self._scored()
+        if not scored:
+            return Recognition("", 0.0)
+        scale = self.search.config.posterior_scale
+        top = scored[0][1]
+        weights = [math.exp(scale * (s - top)) for _, s, _ in scored]
+        total = sum(weights)
+        alts = tuple((t, w / total) for (t, _, _), w in zip(scored[:n], weights[:n]))
+        return Recognition(scored[0][0], alts[0][1], alts, scored[0][2])
+
+    def _scored(self) -> list[tuple[str, float, bool]]:
+        """Every pooled transcript with its joint score and whether it was hinted, best first."""
         search, cfg = self.search, self.search.config
-        pool = list(dict.fromkeys(
+        free = list(dict.fromkeys(
             [t for t, _ in self._chars.nbest(cfg.nbest)]
             + [t for t, _ in self._phones.nbest(cfg.nbest)]))
+        hinted = list(self.hints.sentences())
+        digit_strings: set[str] = set()
+        if self._digits is not None:
+            digit_strings = {t for t, _ in self._digits.nbest(cfg.nbest) if t}
+            hinted += sorted(digit_strings)
+        hinted = [t for t in dict.fromkeys(hinted) if search.pronounce_cached(t) is not None]
+        marked = set(hinted)
+        pool = list(dict.fromkeys(free + hinted))
         if not pool:
             return []
         if self.frames == 0:
-            return [(t, 0.0) for t in pool[:n]]
+            return [(t, 0.0, t in marked) for t in free] if free else []
         rows = torch.cat(self._rows)
         v = search.vocab_size
         skip = math.log(cfg.blank_skip)
         char_scores = _ctc_scores(rows[:, :v], [encode(t) if t else [] for t in pool], BLANK,
                                   skip) \
             if cfg.char_weight else [0.0] * len(pool)
-        prons = [search.pronounce(t) for t in pool]
+        prons = [search.pronounce_cached(t) if t in marked else search.pronounce(t) for t in pool]
         known = [i for i, p in enumerate(prons) if p is not None]
         phone_scores = [0.0] * len(pool)
         if cfg.phone_weight and known:
@@ -188,13 +243,25 @@ class JointDecoder:
             for i, p in enumerate(prons):
                 if p is None:
                     phone_scores[i] = best - cfg.unpronounced_penalty
+        # a yes/no sentence's prior is the grammar's (every one alike) and a digit string's the
+        # digits' LM, not the word LM: it knows "that's right" far better than "that's not
+        # right", which must not turn a no into a yes. The agent's phrases keep the word LM.
+        grammar = set(YES_SENTENCES + NO_SENTENCES) if "yes_no" in self.hints.expect else set()
+        prior = -math.log(max(1, len(grammar)))
         out = []
         for t, c, p in zip(pool, char_scores, phone_scores):
-            score = (cfg.char_weight * c + cfg.phone_weight * p
-                     + cfg.lm_weight * search.lm_score(t) + cfg.word_bonus * len(t.split()))
-            out.append((t, score))
+            bonus = self.hints.bonus if t in marked else 0.0
+            if t in digit_strings:
+                lm = search.digit_search().lm.sentence_logp(t.split())
+            elif t in grammar:
+                lm = prior
+            else:
+                lm = search.lm_score(t)
+            score = (cfg.char_weight * c + cfg.phone_weight * p + cfg.lm_weight * lm
+                     + cfg.word_bonus * len(t.split()) + bonus)
+            out.append((t, score, t in marked))
         out.sort(key=lambda kv: kv[1], reverse=True)
-        return out[:n]
+        return out
 
     def finalize(self) -> str:
         best = self.nbest(1)

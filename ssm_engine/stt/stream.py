@@ -35,7 +35,8 @@ from ..runner import BatchRunner
 from .beam import CTCBeamSearch
 from .decode import StreamingGreedyDecoder
 from .errors import AudioInputError
-from .joint import JointSearch
+from .hints import NO_HINTS, Hints, Recognition
+from .joint import JointDecoder, JointSearch
 from .model import STTConfig
 from .phone_beam import PhoneBeamSearch
 
@@ -64,7 +65,7 @@ class RecognizerStream:
 
     def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2,
                  beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None,
-                 stride: int = 1) -> None:
+                 stride: int = 1, hints: Hints = NO_HINTS) -> None:
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise AudioInputError(f"stride must be a positive number of steps, got {stride!r}")
         self._runner = runner
@@ -74,7 +75,9 @@ class RecognizerStream:
         self._rest = np.zeros(0, np.float32)
         self._sid: int | None = runner.open_stream()
         self.decoder = StreamingGreedyDecoder()
-        self.beam = beam.stream() if beam is not None else None
+        # hints bias the joint search's final (hints.py); the one-head searches ignore them
+        self.beam = (beam.stream(hints) if isinstance(beam, JointSearch)
+                     else beam.stream() if beam is not None else None)
         self._chars = slice(0, config.vocab_size)
         self._beam_cols = self._chars
         if isinstance(beam, (PhoneBeamSearch, JointSearch)):
@@ -86,6 +89,8 @@ class RecognizerStream:
         self._submitted = self._taken = 0
         self.final_text: str | None = None
         """The final transcript, set when the last result after ``finish()`` is taken."""
+        self.recognition: Recognition | None = None
+        """The final with its confidence and alternatives (set with ``final_text``)."""
 
     @property
     def text(self) -> str:
@@ -136,8 +141,12 @@ class RecognizerStream:
             self.beam.push(log_probs[:, self._beam_cols])
         self._taken += 1
         if self._sid is None and self._taken == self._submitted and self.final_text is None:
-            self.final_text = (self.beam.finalize() if self.beam is not None
-                               else self.decoder.text)
+            if isinstance(self.beam, JointDecoder):
+                self.recognition = self.beam.result()
+            else:
+                text = self.beam.finalize() if self.beam is not None else self.decoder.text
+                self.recognition = Recognition(text, None)
+            self.final_text = self.recognition.text
             changed = True
         return changed
 

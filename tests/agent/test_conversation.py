@@ -134,7 +134,8 @@ def test_unclear_confirmation_asks_yes_or_no(receptionist):
     assert conv.state is State.CONFIRMING
     actions = conv.hear("hmm")
     assert said(actions) == (f"{receptionist.messages.yes_or_no} "
-                             "I have your name as Ann. Is that right?")
+                             "I have your name as Ann. Is that right? "
+                             "You can also press 1 for yes, or 2 for no.")
 
 
 @pytest.mark.parametrize("request_text", [

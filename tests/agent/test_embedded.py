@@ -17,13 +17,31 @@ from pipecat.frames.frames import (
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
+from agent.conversation import Conversation
 from agent.embedded import EmbeddedAgentProcessor
 from agent.examples.order_api import make_app
 from agent.spec import load_spec
 from agent.tools import ToolBox
-from pipeline.frames import AgentEventFrame, TransferCallFrame
+from pipeline.frames import (
+    AgentEventFrame,
+    Recognition,
+    RecognitionFrame,
+    RecognitionHintsFrame,
+    TransferCallFrame,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "agent" / "examples"
+
+
+async def _run_test(*args, **kwargs):
+    """pipecat's run_test, with the agent's recognition hints (upstream after every step,
+    tested on their own below) taken out of the upstream frames."""
+    expected_up = kwargs.pop("expected_up_frames", None)
+    down, up = await run_test(*args, **kwargs)
+    up = [f for f in up if not isinstance(f, RecognitionHintsFrame)]
+    if expected_up is not None:
+        assert [type(f) for f in up] == expected_up
+    return down, up
 
 
 def turn(text: str) -> LLMContextFrame:
@@ -58,7 +76,7 @@ async def order_api():
 
 async def test_greets_and_answers_a_question():
     spec = receptionist()
-    down, up = await run_test(EmbeddedAgentProcessor(spec),
+    down, up = await _run_test(EmbeddedAgentProcessor(spec),
                               frames_to_send=[turn("what are your opening hours")])
     said = texts(down)
     assert said[0] == spec.greeting
@@ -80,7 +98,7 @@ async def test_takes_a_message_and_records_the_slots():
 
 async def test_asking_for_a_person_says_so_then_transfers_upstream():
     spec = receptionist()
-    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
+    down, up = await _run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
                               frames_to_send=[turn("can I talk to a real person")],
                               expected_up_frames=[TransferCallFrame])
     assert texts(down) == [spec.messages.transfer]
@@ -90,7 +108,7 @@ async def test_asking_for_a_person_says_so_then_transfers_upstream():
 
 async def test_goodbye_ends_the_call_after_the_farewell():
     spec = receptionist()
-    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
+    down, up = await _run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
                               frames_to_send=[turn("okay goodbye")],
                               expected_up_frames=[EndWorkerFrame])
     assert texts(down) == [spec.messages.goodbye]
@@ -98,7 +116,7 @@ async def test_goodbye_ends_the_call_after_the_farewell():
 
 
 async def test_dtmf_zero_transfers():
-    down, up = await run_test(
+    down, up = await _run_test(
         EmbeddedAgentProcessor(receptionist(), greet_on_start=False),
         frames_to_send=[InputDTMFFrame(button=KeypadEntry.ZERO)],
         expected_up_frames=[TransferCallFrame])
@@ -107,7 +125,7 @@ async def test_dtmf_zero_transfers():
 
 async def test_silence_prompts_then_hangs_up():
     spec = receptionist(silence_prompt_s=0.1, max_silence_prompts=1)
-    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+    down, up = await _run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
         BotStoppedSpeakingFrame(), SleepFrame(0.3),   # the agent finished; nobody talks
         BotStoppedSpeakingFrame(), SleepFrame(0.3),   # the prompt played; still nothing
     ], expected_up_frames=[EndWorkerFrame])
@@ -117,7 +135,7 @@ async def test_silence_prompts_then_hangs_up():
 
 async def test_the_caller_speaking_stops_the_silence_timer():
     spec = receptionist(silence_prompt_s=0.15)
-    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+    down, up = await _run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
         BotStoppedSpeakingFrame(), SleepFrame(0.05), UserStartedSpeakingFrame(), SleepFrame(0.3),
     ])
     assert texts(down) == []
@@ -126,7 +144,7 @@ async def test_the_caller_speaking_stops_the_silence_timer():
 
 async def test_max_call_length_ends_the_call():
     spec = receptionist(max_call_s=0.1)
-    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
+    down, up = await _run_test(EmbeddedAgentProcessor(spec, greet_on_start=False),
                               frames_to_send=[SleepFrame(0.3)],
                               expected_up_frames=[EndWorkerFrame])
     assert events(down, "hangup") == [{"reason": "max call length"}]
@@ -135,7 +153,7 @@ async def test_max_call_length_ends_the_call():
 async def test_order_lookup_calls_the_webhook_without_blocking(order_api):
     spec = load_spec(EXAMPLES / "order_status.yaml", env={"ORDER_API_URL": order_api})
     agent = EmbeddedAgentProcessor(spec, ToolBox(spec), greet_on_start=False)
-    down, up = await run_test(agent, frames_to_send=[
+    down, up = await _run_test(agent, frames_to_send=[
         turn("where is my order"), turn("one two three four five"), turn("yes"),
         turn("how long does shipping take"),   # arrives while the lookup may be in flight
         SleepFrame(0.5),
@@ -157,7 +175,7 @@ async def test_unreachable_webhook_is_spoken_as_a_fallback():
     spec = load_spec(EXAMPLES / "order_status.yaml", env={"ORDER_API_URL": "http://127.0.0.1:9"})
     tool = dataclasses.replace(spec.tools[0], timeout_s=0.2, retries=0)
     spec = dataclasses.replace(spec, tools=(tool, *spec.tools[1:]))
-    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+    down, up = await _run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
         turn("order one two three four five"), turn("yes"), SleepFrame(0.4),
     ])
     [call] = events(down, "tool_call")
@@ -175,3 +193,27 @@ async def test_typing_digits_without_pound_gets_a_silence_prompt():
     ])
     prompt = spec.slot("order_number").prompt
     assert texts(down) == [prompt, f"{spec.messages.silence_prompt} {prompt}"]
+
+
+async def test_hints_follow_the_conversation_and_an_unsure_yes_is_asked_again():
+    """The recogniser is told what to listen for (digits for the number, a yes/no for the
+    read-back), and a yes heard with little confidence never confirms a slot: guards the call
+    where a caller's "no" was heard as "yeah" and a wrong number was kept."""
+    spec = receptionist()
+    unsure = Recognition("yeah", 0.4, (("yeah", 0.4), ("no", 0.35), ("nope", 0.25)))
+    down, up = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("i want to leave a message"), turn("my name is ann lee"), turn("yes"),
+        turn("five five five oh one two three"),
+        RecognitionFrame(unsure), turn("yeah"),
+        RecognitionFrame(Recognition("no", 0.9, (("no", 0.9), ("yeah", 0.1)))), turn("no"),
+    ])
+    hints = [f.hints for f in up if isinstance(f, RecognitionHintsFrame)]
+    kinds = [set(h.expect) for h in hints]
+    assert kinds == [set(), {"yes_no"}, {"digits"}, {"yes_no"}, {"digits"}]   # sent on change
+    idle = Conversation(spec).expectation()                  # at the start: the agent's intents
+    assert "what are your opening hours" in idle.phrases and "goodbye" in idle.phrases
+    said = texts(down)
+    assert said[-2] == ("Sorry, was that a yes or a no? I have your number as 5 5 5, 0 1 2 3. "
+                        "Is that right? You can also press 1 for yes, or 2 for no.")
+    assert "phone" not in [e["name"] for e in events(down, "slot")]
+    assert said[-1].startswith("Sorry about that.")          # the sure "no": asked again

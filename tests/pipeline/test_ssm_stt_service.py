@@ -20,6 +20,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipeline.audio.wav import write_wav
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.frames import Hints, RecognitionFrame, RecognitionHintsFrame
 from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
 from pipeline.stt_eval import evaluate, write_hyps
 from ssm_engine.stt.decode import cer
@@ -220,6 +221,31 @@ async def test_shipped_model_transcribes_a_training_voice(flite_speech):
     finals = of(down, TranscriptionFrame)
     assert len(finals) == 1
     assert cer([text], [finals[0].text]) < 0.5, finals[0].text
+
+
+@pytest.mark.skipif(not (Path(DEFAULT_MODEL_DIR) / "config.json").exists(),
+                    reason="no shipped model in models/stt")
+async def test_hints_reach_the_recogniser_and_the_final_carries_its_confidence(flite_speech):
+    """The agent's RecognitionHintsFrame stops at the recogniser and biases the next utterance;
+    each final is followed by a RecognitionFrame (confidence and alternatives) for the agent."""
+    rate = 8000
+    speech = flite_speech("five five five, zero one two three", rate, voice="rms")
+    silence = np.zeros(rate // 2, np.int16)
+    frames = [RecognitionHintsFrame(Hints(expect=frozenset({"digits"})))]
+    frames += audio_frames(silence, rate) + [VADUserStartedSpeakingFrame(start_secs=0.2)]
+    frames += audio_frames(speech, rate) + audio_frames(silence, rate)
+    frames += [SleepFrame(sleep=1.0), VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(0.5)]
+    stt = SSMSTTService()
+    down, _ = await run_test(stt, frames_to_send=frames,
+                             pipeline_params=PipelineParams(audio_in_sample_rate=rate))
+    assert not of(down, RecognitionHintsFrame) and stt.hints.expect == {"digits"}
+    finals, recs = of(down, TranscriptionFrame), of(down, RecognitionFrame)
+    assert len(finals) == 1 and len(recs) == 1
+    rec = recs[0].recognition
+    assert finals[0].result is rec and rec.text == finals[0].text
+    assert rec.text == "five five five zero one two three" and rec.hinted
+    assert 0.0 < rec.confidence <= 1.0 and rec.alternatives[0][0] == rec.text
+    assert down.index(recs[0]) > down.index(finals[0])
 
 
 def test_eval_cli_registers_beside_other_commands():

@@ -1,0 +1,181 @@
+"""Do per-turn hints help the recogniser hear yes/no and digit strings, and at what risk?
+
+    .venv/bin/python benchmarks/bench_stt_hints.py [--voices flite:slt espeak:en-us+f3] [--n 4]
+
+Callers' answers to the agent's two commonest questions ("Is that right?", "What is your
+number?") are spoken by voices the recogniser never trained on (the held-out voices), through
+the 8 kHz mu-law phone channel, and by the people of the human development set where it has such
+answers (its digit strings). Each clip is decoded twice by the shipped recogniser, in one run:
+free (the baseline) and with the turn's hint (``yes_no`` or ``digits``). Reported per kind:
+
+- yes/no: the agent's reading (``agent.slots.yes_or_no``) of the final is the one meant;
+- digits: every digit right (``agent.slots.digits_in``), and the digit error rate;
+- open sentences decoded under a yes/no hint (a caller who asks something else instead): how
+  many turn into a yes or a no (must stay near 0) and their WER beside the free decode;
+- confidence: the final's posterior, mean on right and wrong answers, and how many wrong
+  answers a 0.6 threshold would catch;
+- cost: final latency (end of audio to final) p50/p95/p99 free and hinted.
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.slots import digits_in, yes_or_no  # noqa: E402
+from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
+from pipeline.services.ssm_stt import SSMSTTEngine  # noqa: E402
+from ssm_engine.data.audio import resample  # noqa: E402
+from ssm_engine.data.voices import voice  # noqa: E402
+from ssm_engine.stt.decode import edit_distance, wer  # noqa: E402
+from ssm_engine.stt.hints import Hints  # noqa: E402
+from ssm_engine.stt.text import normalize_text  # noqa: E402
+
+YES = ("yes", "yeah", "yes please", "that's right", "correct", "yep", "yes it is",
+       "yes that's correct")
+NO = ("no", "nope", "no thanks", "no that's wrong", "that's not right", "no it isn't",
+      "no thank you", "incorrect")
+OPEN = ("what are your opening hours", "can I leave a message", "where are you located",
+        "I want to talk to a person", "do you take my insurance", "how much is a cleaning",
+        "can I book an appointment", "my name is michael brown")
+_WORD = "zero one two three four five six seven eight nine".split()
+
+
+def _digit_sentences(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """(spoken text, digits): 10-digit phone numbers read in groups of 3-3-4, some 7-digit."""
+    out = []
+    for i in range(n):
+        k = 10 if i % 3 else 7
+        d = "".join(str(rng.randrange(10)) for _ in range(k))
+        groups = [d[:3], d[3:6], d[6:]] if k == 10 else [d[:3], d[3:]]
+        spoken = ", ".join(" ".join("oh" if c == "0" and rng.random() < 0.3 else _WORD[int(c)]
+                                    for c in g) for g in groups)
+        out.append((spoken, d))
+    return out
+
+
+def _phone(x: np.ndarray, rate: int) -> np.ndarray:
+    y = resample(x, rate, 8000)
+    pcm = np.clip(np.round(y * 32767), -32768, 32767).astype(np.int16)
+    pad = np.zeros(2400, np.int16)              # 0.3 s of silence around the answer
+    return ulaw_decode(ulaw_encode(np.concatenate([pad, pcm, pad])))
+
+
+def _decode(engine: SSMSTTEngine, pcm: np.ndarray, hints: Hints):
+    utt = engine.open(8000, hints)
+    for i in range(0, len(pcm), 160):
+        fut = utt.push(pcm[i:i + 160])
+        if fut is not None:
+            utt.take(fut.result())
+    t0 = time.perf_counter()
+    utt.finish_sync()
+    return utt.recognition, (time.perf_counter() - t0) * 1000.0
+
+
+def _pct(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    return {f"p{q}": round(float(np.percentile(xs, q)), 2) for q in (50, 95, 99)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--voices", nargs="+", default=["flite:slt", "espeak:en-us+f3"])
+    ap.add_argument("--n", type=int, default=6, help="digit strings per voice")
+    ap.add_argument("--human", default="data/stt/human/human.tsv",
+                    help="human development set (its digit strings join the digit test)")
+    ap.add_argument("--seed", type=int, default=11)
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    nrng = np.random.default_rng(args.seed)
+    clips: list[tuple[str, str, np.ndarray, str]] = []   # kind, truth, pcm, voice
+    for name in args.voices:
+        v = voice(name)
+        for text in YES + NO:
+            x, rate = v.synthesize(text, nrng)
+            clips.append(("yes_no", "yes" if text in YES else "no", _phone(x, rate), name))
+        for text in OPEN:
+            x, rate = v.synthesize(text, nrng)
+            clips.append(("open", normalize_text(text), _phone(x, rate), name))
+        for spoken, digits in _digit_sentences(rng, args.n):
+            x, rate = v.synthesize(spoken, nrng)
+            clips.append(("digits", digits, _phone(x, rate), name))
+    human = Path(args.human)
+    if human.exists():
+        from ssm_engine.data.manifest import read_manifest
+        from ssm_engine.data.audio import read_wav
+        for path, text in read_manifest(human):
+            ws = normalize_text(text).split()
+            if len(ws) >= 2 and all(w in _WORD or w == "oh" for w in ws):
+                x, rate = read_wav(path)
+                clips.append(("digits", digits_in(text), _phone(x, rate), "human"))
+    engine = SSMSTTEngine(compile=False)
+    try:
+        _decode(engine, clips[0][2][:4000], Hints())                    # warm-up
+        rows = []
+        for kind, truth, pcm, name in clips:
+            hint = Hints(expect=frozenset({"digits" if kind == "digits" else "yes_no"}))
+            free, free_ms = _decode(engine, pcm, Hints())
+            hinted, hinted_ms = _decode(engine, pcm, hint)
+            rows.append((kind, truth, name, free, free_ms, hinted, hinted_ms))
+    finally:
+        engine.close()
+
+    def yn(text: str) -> str:
+        a = yes_or_no(text)
+        return "none" if a is None else ("yes" if a else "no")
+
+    out: dict = {"bench": "stt_hints", "voices": args.voices, "clips": len(rows)}
+    for mode in ("free", "hinted"):
+        i = 3 if mode == "free" else 5
+        ynr = [r for r in rows if r[0] == "yes_no"]
+        dr = [r for r in rows if r[0] == "digits"]
+        opr = [r for r in rows if r[0] == "open"]
+        right = [yn(r[i].text) == r[1] for r in ynr]
+        digit_ok = [digits_in(r[i].text) == r[1] for r in dr]
+        der = (sum(edit_distance(list(r[1]), list(digits_in(r[i].text))) for r in dr)
+               / max(1, sum(len(r[1]) for r in dr)))
+        confs = [(r[i].confidence, ok) for r, ok in zip(ynr + dr, right + digit_ok)
+                 if r[i].confidence is not None]
+        wrong = [c for c, ok in confs if not ok]
+        out[mode] = {
+            "yes_no_right": round(sum(right) / max(1, len(right)), 3), "yes_no_n": len(right),
+            "digits_exact": round(sum(digit_ok) / max(1, len(digit_ok)), 3),
+            "digits_n": len(digit_ok), "digit_error_rate": round(der, 3),
+            "human_digits_exact": [digits_in(r[i].text) == r[1] for r in dr if r[2] == "human"],
+            "open_turned_yes_no": sum(yn(r[i].text) != "none" for r in opr),
+            "open_n": len(opr),
+            "open_wer": round(wer([r[1] for r in opr], [normalize_text(r[i].text) for r in opr]), 3),
+            "confidence_right_mean": round(float(np.mean([c for c, ok in confs if ok] or [0])), 3),
+            "confidence_wrong_mean": round(float(np.mean(wrong or [0])), 3),
+            "wrong_caught_at_0.6": f"{sum(c < 0.6 for c in wrong)}/{len(wrong)}",
+            "right_refused_at_0.6": sum(c < 0.6 for c, ok in confs if ok),
+            "final_ms": _pct([r[i + 1] for r in rows]),
+            "yes_no_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r} {r[i].confidence or 0:.2f}"
+                             for r, ok in zip(ynr, right) if not ok],
+        }
+    out["examples"] = [{"truth": r[1], "free": r[3].text, "hinted": r[5].text,
+                        "conf": round(r[5].confidence or 0, 2)} for r in rows
+                       if r[3].text != r[5].text][:8]
+    try:
+        out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True, check=False).stdout.strip()
+    except OSError:
+        pass
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
