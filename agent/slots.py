@@ -87,8 +87,6 @@ def spoken_digits(digits: str) -> str:
     return ", ".join(" ".join(g) for g in groups)
 
 
-_NOT_NAMES = STOPWORDS | {"um", "uh", "er", "erm", "ah", "hmm", "mm", "no", "yes", "sorry",
-                          "what", "sure", "okay", "name", "wait"}
 _NAME_PREFIX = re.compile(
     r"^(?:(?:yes|yeah|sure|okay|ok|hi|hello|um|uh|well)[\s,]+)*"
     r"(?:my name is|my name's|name is|the name is|this is|it is|it's|i am|i'm|call me|"
@@ -96,15 +94,28 @@ _NAME_PREFIX = re.compile(
 _NAME_SUFFIX = re.compile(r"\s+(?:here|speaking|please|thanks|thank you)\.?$", re.IGNORECASE)
 
 
+# Words that are not names, however a caller strings them: "I Want To" is no name. Names that
+# are also words (Will, May, Bill, Mark, Rose...) are left out of this list on purpose.
+_NEVER_NAMES = (STOPWORDS - {"will", "may", "bill", "mark", "rose", "grace", "hope", "joy"}) | {
+    "um", "uh", "er", "erm", "ah", "hmm", "mm", "sorry", "name", "wait", "speak", "talk",
+    "call", "calling", "leave", "message", "order", "check", "book", "booking", "appointment",
+    "help", "think", "say", "said", "see", "go", "going", "come", "make", "take", "look",
+    "phone", "number", "address", "hours", "open", "question", "problem", "again", "not",
+    "don't", "doesn't", "isn't", "can't", "won't", "wrong", "correct", "repeat", "person",
+    "someone", "somebody", "goodbye", "bye", "okay", "alright", "good", "morning", "afternoon",
+    "evening", "there", "here", "some", "something", "anything", "nothing", "one", "two",
+    "three", "four", "five", "six", "seven", "eight", "nine", "zero", "ten"}
+
+
 def _name(text: str) -> str | None:
+    """A person's name in what the caller said, or None: after "my name is"-like openers and
+    "speaking"-like endings, one to four words, none of them a word a name never is."""
     t = text.strip().strip(".!?,")
     t = _NAME_PREFIX.sub("", t)
     t = _NAME_SUFFIX.sub("", t).strip().strip(".!?,")
     ws = [w for w in re.findall(r"[A-Za-z][A-Za-z'\-]*", t)]
-    if all(w.lower() in _NOT_NAMES for w in ws):
+    if not ws or len(ws) > 4 or any(w.lower() in _NEVER_NAMES for w in ws):
         return None
-    if not ws or len(ws) > 4:
-        return None if not ws else " ".join(w.capitalize() for w in ws[:3])
     return " ".join(w[:1].upper() + w[1:].lower() for w in ws)
 
 

@@ -109,3 +109,14 @@ def test_bm25_ranks_and_rejects_off_topic():
     assert index.search("what's the weather like") is None
     assert index.search("") is None
     assert BM25Index([]).search("hours") is None
+
+
+@pytest.mark.parametrize("heard, name", [
+    ("i want to", None), ("I Don't Brown", None), ("can i leave a message", None),
+    ("my name is michael brown", "Michael Brown"), ("will smith speaking", "Will Smith"),
+    ("it's rose mary o'neil", "Rose Mary O'neil"), ("um", None),
+    ("one two three four five", None),
+])
+def test_a_name_slot_refuses_what_no_name_is(heard, name):
+    """Guards the call where the name slot kept "I Want To" (a misheard request) as a name."""
+    assert extract("name", heard) == name
