@@ -110,8 +110,14 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
                    help="the SSM voice's folder, config.json + model.safetensors "
                    "(default models/tts)")
-    p.add_argument("--turn", choices=["silence", "smart-turn"], default="silence",
-                   help="end of turn: a silence timer, or pipecat's smart-turn v3 model (default %(default)s)")
+    p.add_argument("--turn", choices=["hold", "silence", "smart-turn"], default="hold",
+                   help="end of turn: the silence timer, held --hold-ms longer when the words so "
+                   "far cannot end a turn (\"hello,\", \"I would like to\"), so a comma pause "
+                   "does not cut the caller off; the plain silence timer; or pipecat's "
+                   "smart-turn v3 model (default %(default)s)")
+    p.add_argument("--hold-ms", type=int, default=450,
+                   help="with --turn hold: the extra wait on an unfinished turn (default "
+                   "%(default)s ms)")
     p.add_argument("--silence-ms", type=int, default=200,
                    help="silence that ends the caller's turn (default %(default)s ms)")
     p.add_argument("--text-aggregation", choices=["phrase", "sentence"], default="phrase",
@@ -265,6 +271,7 @@ def _serve(args: argparse.Namespace) -> int:
             PipelineConfig.stock_pipecat(stt=args.stt, tts=args.tts, tts_model_dir=tts_model_dir)
             if args.stock_pipecat
             else PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0,
+                                turn_hold_s=args.hold_ms / 1000.0,
                                 text_aggregation=args.text_aggregation, stt=args.stt,
                                 tts=args.tts, tts_model_dir=tts_model_dir)
         ),

@@ -3,7 +3,8 @@
     transport.input()
       -> VADProcessor (Silero by default, webrtcvad optional)      speech start/stop
       -> STT (streaming; finalizes the moment the VAD stops)       interim + final transcripts
-      -> user aggregator (turn end: silence timer or smart-turn)   LLMContextFrame, barge-in
+      -> user aggregator (turn end: silence timer held longer on     LLMContextFrame, barge-in
+                       unfinished words, or smart-turn)
       -> HeardContextProcessor                                      keeps only what was heard
       -> agent (embedded or any LLM service)                        reply text, streamed
       -> TTS (espeak-ng, or the SSM voice; phrase-by-phrase)          audio chunks as made
@@ -44,7 +45,7 @@ from pipeline.heard import HeardContextProcessor
 log = logging.getLogger(__name__)
 
 VadKind = Literal["webrtc", "silero"]
-TurnKind = Literal["silence", "smart-turn"]
+TurnKind = Literal["silence", "hold", "smart-turn"]
 SttKind = Literal["sphinx", "ssm"]
 TtsKind = Literal["espeak", "ssm"]
 Aggregation = Literal["phrase", "sentence"]
@@ -58,7 +59,8 @@ class PipelineConfig:
     vad: VadKind = "silero"  # chosen by benchmarks/bench_vad.py: fewer false starts on noise
     vad_stop_s: float = 0.2  # the end-of-turn silence timer
     vad_start_s: float = 0.1
-    turn: TurnKind = "silence"
+    turn: TurnKind = "hold"  # the silence timer, held longer on an unfinished transcript
+    turn_hold_s: float = 0.45  # how much longer (pipeline/turn_end.py)
     stt: SttKind = "sphinx"
     tts: TtsKind = "espeak"
     text_aggregation: Aggregation = "phrase"
@@ -69,11 +71,13 @@ class PipelineConfig:
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
             raise PipelineError(f"sample_rate_hz must be 8000 or 16000, not {self.sample_rate_hz}")
+        if not 0.0 <= self.turn_hold_s <= 3.0:
+            raise PipelineError(f"turn_hold_s {self.turn_hold_s} is outside 0..3 s")
         if not 0.05 <= self.vad_stop_s <= 3.0:
             raise PipelineError(f"vad_stop_s {self.vad_stop_s} is outside 0.05..3.0 s")
         for name, value, allowed in (
             ("vad", self.vad, ("webrtc", "silero")),
-            ("turn", self.turn, ("silence", "smart-turn")),
+            ("turn", self.turn, ("silence", "hold", "smart-turn")),
             ("stt", self.stt, ("sphinx", "ssm")),
             ("tts", self.tts, ("espeak", "ssm")),
             ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
@@ -107,6 +111,10 @@ def _make_turn_stop(config: PipelineConfig):
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
         return [TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())]
+    if config.turn == "hold":   # the timer, and hold_s more when the words so far are unfinished
+        from pipeline.turn_end import HoldUnfinishedTurnStopStrategy
+
+        return [HoldUnfinishedTurnStopStrategy(hold_s=config.turn_hold_s)]
     # The VAD's stop_secs is the silence timer; nothing waits after it but the final transcript.
     return [SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.0)]
 

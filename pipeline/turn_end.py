@@ -1,0 +1,111 @@
+"""End of turn that waits out a comma: a longer hold when what the caller said is unfinished.
+
+    stop = HoldUnfinishedTurnStopStrategy(hold_s=0.45)   # pipecat user-turn stop strategy
+    looks_unfinished("hello")                            # True: an opener, more usually follows
+    looks_unfinished("i would like to")                  # True: it cannot end there
+    looks_unfinished("i would like to check my order")   # False: the turn ends at once
+
+parley ends a turn on a short silence (the VAD's 200 ms) so that it answers as fast as a person.
+People pause for 250-500 ms at a comma ("hello, I would like to check my order"), and a turn that
+ends there answers the half sentence and then runs one turn behind. Waiting longer on every turn
+would slow every answer; instead, when the transcript so far cannot be a whole turn (it ends on
+a word a sentence does not end on, or it is only an opener such as "hello" or "so"), the turn is
+held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
+start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the
+turn as before, so the common case keeps its latency.
+
+The rules read the final transcript (lower case words), so they work with any recogniser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from pipecat.frames.frames import Frame, TranscriptionFrame
+from pipecat.turns.types import ProcessFrameResult
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
+
+__all__ = ["HoldUnfinishedTurnStopStrategy", "looks_unfinished", "OPENERS", "NEVER_LAST"]
+
+# a turn of only these usually goes on ("hello, ...", "so, ...", "um ...")
+OPENERS = frozenset({
+    "hello", "hi", "hey", "hello there", "hi there", "good morning", "good afternoon",
+    "good evening", "so", "well", "um", "uh", "er", "erm", "hmm", "yes so", "okay so", "ok so",
+    "right so", "hello hello", "hi hello", "oh hi", "oh hello", "yeah hi", "yes hello",
+    "hello yes", "hello hi",
+})
+# words a sentence never ends on: articles, conjunctions, prepositions, auxiliaries, fillers
+NEVER_LAST = frozenset({
+    "a", "an", "the", "and", "or", "but", "so", "because", "if", "than", "that", "to", "of",
+    "for", "with", "from", "at", "in", "on", "about", "into", "by", "my", "your", "our", "their",
+    "his", "her", "its", "i", "i'd", "i'm", "i'll", "i've", "we", "we're", "you're", "would",
+    "could", "should", "can", "will", "shall", "must", "want", "need", "like", "is", "are",
+    "was", "were", "am", "be", "have", "has", "um", "uh", "er", "erm", "some", "any", "this",
+    "these", "those", "what's", "where's", "when's", "how's", "let", "just", "also", "very",
+})
+_WORDS = re.compile(r"[a-z']+")
+
+
+def looks_unfinished(text: str) -> bool:
+    """True when ``text`` cannot be a whole turn (see the module docstring)."""
+    ws = _WORDS.findall(text.lower())
+    if not ws:
+        return False
+    return " ".join(ws) in OPENERS or ws[-1] in NEVER_LAST
+
+
+class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
+    """pipecat's speech-timeout strategy (``user_speech_timeout`` after the VAD's stop, the final
+    transcript awaited), plus ``hold_s`` more when the transcript ``looks_unfinished``."""
+
+    def __init__(self, *, hold_s: float = 0.45, user_speech_timeout: float = 0.0, **kwargs):
+        if not 0.0 <= hold_s <= 3.0:
+            raise ValueError(f"hold_s must be within 0..3 s, got {hold_s}")
+        super().__init__(user_speech_timeout=user_speech_timeout, **kwargs)
+        self._hold_s = hold_s
+        self._hold_task: asyncio.Task | None = None
+        self._held = False
+        self._finals: list[str] = []      # this turn's final transcripts (pipecat joins them
+        #                                   with no space, which would fuse the last words)
+        self.holds = 0
+        """Turns held so far (for tests and logs)."""
+
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        if isinstance(frame, TranscriptionFrame) and frame.text.strip():
+            self._finals.append(frame.text)
+        return await super().process_frame(frame)
+
+    async def _reset(self, *, clear_vad_user_speaking: bool):
+        self._finals = []
+        await super()._reset(clear_vad_user_speaking=clear_vad_user_speaking)
+
+    async def _discard_pending_end_of_turn(self):
+        self._held = False
+        await super()._discard_pending_end_of_turn()
+
+    async def _cancel_all_tasks(self):
+        await super()._cancel_all_tasks()
+        if self._hold_task is not None:
+            await self.task_manager.cancel_task(self._hold_task)
+            self._hold_task = None
+
+    async def _maybe_trigger_user_turn_stopped(self):
+        if self._vad_user_speaking or (self._wait_for_transcript and not self._text):
+            return
+        if not (self._user_speech_wait_done and self._stt_wait_done):
+            return
+        if self._held or self._hold_s == 0 or not looks_unfinished(" ".join(self._finals)):
+            await self.trigger_user_turn_stopped()
+            return
+        if self._hold_task is None:
+            self.holds += 1
+            self._hold_task = self.task_manager.create_task(self._hold(), f"{self}::_hold")
+
+    async def _hold(self):
+        try:
+            await asyncio.sleep(self._hold_s)
+        finally:
+            self._hold_task = None
+        self._held = True
+        await self._maybe_trigger_user_turn_stopped()

@@ -1,0 +1,89 @@
+"""The end of turn that waits out a comma, inside pipecat's real user aggregator."""
+
+from __future__ import annotations
+
+import pytest
+from pipecat.frames.frames import (
+    LLMContextFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.turns.user_start import VADUserTurnStartStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+from pipeline.builder import PipelineConfig, _make_turn_stop
+from pipeline.errors import PipelineError
+from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
+
+
+@pytest.mark.parametrize("text, unfinished", [
+    ("hello", True), ("Hello,", True), ("so", True), ("i would like to", True),
+    ("my number is five five and", True), ("i would like to check my order", False),
+    ("what are your opening hours", False), ("yes", False), ("no thanks", False), ("", False),
+])
+def test_what_cannot_be_a_whole_turn(text, unfinished):
+    assert looks_unfinished(text) is unfinished
+
+
+def _final(text: str) -> TranscriptionFrame:
+    frame = TranscriptionFrame(text, "caller", "2026-12-01T00:00:00Z")
+    frame.finalized = True
+    return frame
+
+
+def _speech(text: str, pause_s: float) -> list:
+    return [VADUserStartedSpeakingFrame(start_secs=0.1), SleepFrame(0.05),
+            VADUserStoppedSpeakingFrame(stop_secs=0.2), _final(text), SleepFrame(pause_s)]
+
+
+async def _turns(strategy, frames) -> tuple[list[str], None]:
+    pair = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(
+        user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()],
+                                                stop=[strategy]),
+        user_turn_stop_timeout=5.0))
+    down, _ = await run_test(pair.user(), frames_to_send=frames)
+    contexts = [f for f in down if isinstance(f, LLMContextFrame)]
+    texts = [m["content"] for f in contexts[-1:] for m in f.context.get_messages()
+             if m["role"] == "user"]
+    return texts, None
+
+
+async def test_a_comma_pause_after_hello_does_not_end_the_turn():
+    """Guards the README's demo: "hello, I would like to check my order" was cut at the comma
+    (a 250-500 ms pause) and the conversation then ran one turn behind."""
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
+    frames = _speech("hello", 0.3) + _speech("i would like to check my order", 0.8)
+    texts, _ = await _turns(hold, frames)
+    assert texts == ["hello i would like to check my order"]
+    assert hold.holds == 1
+    # the plain timer ends the turn at the comma: two turns
+    timer_texts, _ = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.0),
+                                  _speech("hello", 0.3) + _speech("i would like to", 0.8))
+    assert len(timer_texts) == 2
+
+
+async def test_a_finished_turn_ends_at_once_and_a_held_one_after_the_hold():
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
+    texts, _ = await _turns(hold, _speech("what are your opening hours", 0.3))
+    assert texts == ["what are your opening hours"] and hold.holds == 0   # within 0.3 s
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
+    texts, _ = await _turns(hold, _speech("hello", 0.9))
+    assert texts == ["hello"] and hold.holds == 1      # a lone hello is answered after the hold
+
+
+def test_the_builder_uses_it_by_default_and_checks_the_hold():
+    stop = _make_turn_stop(PipelineConfig())
+    assert isinstance(stop[0], HoldUnfinishedTurnStopStrategy)
+    assert not isinstance(_make_turn_stop(PipelineConfig(turn="silence"))[0],
+                          HoldUnfinishedTurnStopStrategy)
+    with pytest.raises(PipelineError, match="turn_hold_s"):
+        PipelineConfig(turn_hold_s=5.0)
+    with pytest.raises(ValueError, match="hold_s"):
+        HoldUnfinishedTurnStopStrategy(hold_s=-1.0)
