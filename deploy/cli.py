@@ -75,12 +75,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="do not check X-Twilio-Signature (local work only; logged loudly)")
     p.add_argument("--vad", choices=["webrtc", "silero"], default="silero",
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
-    p.add_argument("--stt", choices=["ssm", "sphinx"], default="ssm",
-                   help="speech recognizer: parley's streaming SSM model (models/stt; WER 0.17 on "
-                   "voices it never trained on against pocketsphinx's 0.80, ~6x less CPU, finals "
-                   "~10 ms after the caller stops; in ten live test phrases pocketsphinx did a "
-                   "little better: WER 0.43 against 0.48, benchmarks/bench_stt_live.py), or the "
-                   "pocketsphinx baseline (default %(default)s)")
+    p.add_argument("--stt", choices=["ssm", "sphinx", "whisper"], default="ssm",
+                   help="speech recognizer: parley's streaming SSM model (models/stt; finals "
+                   "~10 ms after the caller stops, biased each turn toward what the agent "
+                   "expects; on recorded people still far behind Whisper: WER 1.05 against "
+                   "0.34, benchmarks/bench_stt_human.py), the pocketsphinx baseline, or Whisper "
+                   "tiny.en (not streaming: finals ~0.5-1 s after the caller stops, most "
+                   "accurate; one shared model a process) (default %(default)s)")
     p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
                    help="with --stt sphinx: pocketsphinx decoders built before the first call, "
                    "for phone calls (8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "

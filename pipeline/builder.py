@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 VadKind = Literal["webrtc", "silero"]
 TurnKind = Literal["silence", "hold", "smart-turn"]
-SttKind = Literal["sphinx", "ssm"]
+SttKind = Literal["sphinx", "ssm", "whisper"]
 TtsKind = Literal["espeak", "ssm"]
 Aggregation = Literal["phrase", "sentence"]
 
@@ -78,7 +78,7 @@ class PipelineConfig:
         for name, value, allowed in (
             ("vad", self.vad, ("webrtc", "silero")),
             ("turn", self.turn, ("silence", "hold", "smart-turn")),
-            ("stt", self.stt, ("sphinx", "ssm")),
+            ("stt", self.stt, ("sphinx", "ssm", "whisper")),
             ("tts", self.tts, ("espeak", "ssm")),
             ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
         ):
@@ -128,6 +128,10 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
 
         return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5,
                              audio_passthrough=passthrough)
+    if config.stt == "whisper":  # accurate, not streaming: finals ~0.5-1 s after the stop
+        from pipeline.services.whisper_stt import WhisperSTTService
+
+        return WhisperSTTService(sample_rate=config.sample_rate_hz, audio_passthrough=passthrough)
     from pipeline.services.sphinx_stt import SphinxSTTService
 
     # finalized transcripts end the turn at once; the p99 only bounds the wait when one is late

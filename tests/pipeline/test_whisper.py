@@ -72,3 +72,40 @@ def test_eval_stt_runs_whisper_on_a_manifest(tmp_path, flite_speech):
     assert res.engine == "whisper" and res.n == 2
     assert res.wer <= 0.3, res.examples
     assert 0 < res.final_latency_ms_p50 <= res.final_latency_ms_p95
+
+
+async def test_whisper_service_gives_one_final_per_utterance_and_drops_hints(asr, flite_speech):
+    """``--stt whisper``: the VAD's stop ends the utterance, Whisper reads it whole on a thread,
+    one finalized transcript follows; the agent's hints stop at the recogniser."""
+    from pipecat.frames.frames import (
+        InputAudioRawFrame,
+        TranscriptionFrame,
+        VADUserStartedSpeakingFrame,
+        VADUserStoppedSpeakingFrame,
+    )
+    from pipecat.pipeline.worker import PipelineParams
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    from pipeline.frames import Hints, RecognitionHintsFrame
+    from pipeline.services.whisper_stt import WhisperSTTService
+
+    rate = 8000
+    speech = flite_speech("what are your opening hours", rate, voice="slt")
+    silence = np.zeros(rate // 2, np.int16)
+
+    def audio(pcm):
+        return [InputAudioRawFrame(audio=pcm[i:i + 160].tobytes(), sample_rate=rate,
+                                   num_channels=1) for i in range(0, len(pcm), 160)]
+
+    frames = [RecognitionHintsFrame(Hints(expect=frozenset({"yes_no"})))]
+    frames += audio(silence) + [VADUserStartedSpeakingFrame(start_secs=0.1)]
+    frames += audio(speech) + audio(silence)
+    frames += [VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(3.0)]
+    stt = WhisperSTTService(recognizer=asr)
+    down, _ = await run_test(stt, frames_to_send=frames,
+                             pipeline_params=PipelineParams(audio_in_sample_rate=rate))
+    finals = [f for f in down if isinstance(f, TranscriptionFrame)]
+    assert len(finals) == 1 and finals[0].finalized
+    assert wer(["what are your opening hours"], [normalize_text(finals[0].text)]) <= 0.2
+    assert not [f for f in down if isinstance(f, RecognitionHintsFrame)]
+    assert len(stt.final_latencies_s) == 1
