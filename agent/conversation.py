@@ -27,12 +27,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from agent.retrieval import BM25Index, find_phrase, similar, words
+import numpy as np
+
+from agent.retrieval import STOPWORDS, BM25Index, find_phrase, similar, stem, words
 from agent.slots import digits_in, extract, spoken_digits, yes_or_no
 from agent.spec import AgentSpec, DtmfOption, HandoffSpec, SlotSpec, TaskSpec
 from pipeline.frames import Hints, Recognition
+
+if TYPE_CHECKING:
+    from agent.semantic import SentenceEncoder
 
 __all__ = ["Action", "CallTool", "Conversation", "EndCall", "Say", "SlotFilled", "State",
            "Transfer"]
@@ -95,6 +100,18 @@ YES_NO_MIN_CONFIDENCE = 0.6
 on the held-out voices this caught 3 of 5 wrong answers and re-asked 4 of 53 right ones
 (benchmarks/bench_stt_hints.py)."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
+SEMANTIC_SURE = 0.5
+"""A question this close in meaning (cosine) to a knowledge item's question or answer is
+answered from it; between ``SEMANTIC_AGREE`` and this, only when BM25 picks the same item and
+explains at least ``BM25_AGREE_COVERAGE`` of the question's words; below, the agent says it has
+no answer. Calibrated by hand on the receptionist's questions and paraphrases (tests)."""
+SEMANTIC_AGREE = 0.3
+BM25_AGREE_COVERAGE = 0.9
+_QUESTION_WORDS = {"can", "could", "do", "does", "did", "is", "are", "will", "would", "what",
+                   "where", "when", "how", "why", "which", "who", "may", "should", "what's",
+                   "where's", "who's", "how's", "when's"}
+_GENERIC = {"bring", "come", "go", "get", "make", "please", "someone", "somebody", "doctor",
+            "dentist", "team", "back", "them", "him", "her", "one", "today", "tomorrow"}
 _PHRASES = ("goodbye", "thank you goodbye", "that's all thank you", "talk to a person",
             "can you repeat that", "no thank you")
 
@@ -121,8 +138,11 @@ class _Fill(dict):
 class Conversation:
     """One call's dialogue with the caller, following ``spec`` deterministically."""
 
-    def __init__(self, spec: AgentSpec):
+    def __init__(self, spec: AgentSpec, encoder: SentenceEncoder | None = None):
+        """``encoder``: sentence embeddings for matching questions by meaning (``semantic.py``);
+        None matches by words alone (BM25)."""
         self.spec = spec
+        self._encoder = encoder
         self.state = State.IDLE
         self.values: dict[str, str] = {}
         self.last_said = ""
@@ -141,6 +161,11 @@ class Conversation:
         self._keypad = ""
         self._asked_anything_else = False
         self._heard: Recognition | None = None
+        self._offered_task: TaskSpec | None = None
+        self._kb_vectors = (np.stack([encoder.encode([k.question for k in spec.knowledge]),
+                                      encoder.encode([k.answer for k in spec.knowledge])])
+                            if encoder is not None and spec.knowledge else None)
+        self._trigger_words = {stem(w) for t in spec.tasks for p in t.triggers for w in words(p)}
         self._phrases = tuple(dict.fromkeys(
             [k.question for k in spec.knowledge]
             + [t for task in spec.tasks for t in task.triggers if " " in t]
@@ -267,10 +292,46 @@ class Conversation:
 
     # --- states ---------------------------------------------------------------------------
 
+    def knowledge_match(self, text: str) -> int | None:
+        """The knowledge item that answers ``text``, or None (see ``SEMANTIC_SURE``)."""
+        if self._kb_vectors is None or self._encoder is None:
+            kb = self._index.search(text)
+            return kb.index if kb is not None else None
+        v = self._encoder.encode([text])[0]
+        sims = (self._kb_vectors @ v).max(axis=0)              # question or answer, per item
+        best = int(sims.argmax())
+        if sims[best] >= SEMANTIC_SURE:
+            return best
+        kb = self._index.search(text, min_coverage=BM25_AGREE_COVERAGE)
+        if kb is not None and kb.index == best and sims[best] >= SEMANTIC_AGREE:
+            return best
+        return None
+
+    def _asks_beyond_tasks(self, ws: list[str]) -> bool:
+        """A question with words no task's triggers explain ("can I bring my dog to the
+        appointment"): a trigger word in it is not a request to start that task."""
+        if not ws or ws[0] not in _QUESTION_WORDS:
+            return False
+        content = [stem(w) for w in ws if w not in STOPWORDS and w not in _GENERIC
+                   and not digits_in(w) and w not in ("oh", "double", "triple")]
+        return any(w not in self._trigger_words for w in content)
+
     def _idle(self, text: str, ws: list[str]) -> list[Action]:
-        kb = self._index.search(text)
+        kb = self.knowledge_match(text)
         task = next((t for t in self.spec.tasks if _has_any(ws, t.triggers)), None)
         number_task = self._number_task(text)
+        offered, self._offered_task = self._offered_task, None
+        if offered is not None and task is None and kb is None:
+            answer = self._yes_no(text)            # "Would you like to leave a message?"
+            if answer is True:
+                return self._start_task(offered, "")
+            if answer is False:
+                return [self._say(self.spec.messages.anything_else)]
+        question = bool(ws) and ws[0] in _QUESTION_WORDS and len(ws) >= 3
+        if kb is None and number_task is None and (
+                (task is not None and self._asks_beyond_tasks(ws))
+                or (task is None and question)):
+            return self._cannot_answer()
         if self._asked_anything_else and task is None and number_task is None and kb is None:
             answer = self._yes_no(text)
             if answer is False or ws == ["nothing"] or set(ws) <= _THANKS:
@@ -281,7 +342,7 @@ class Conversation:
         strong = self._questions.search(text, min_coverage=0.75)
         if kb is not None and (strong is not None or task is None) and number_task is None:
             self._misses = 0
-            return self._answer(self.spec.knowledge[kb.index].answer)
+            return self._answer(self.spec.knowledge[kb].answer)
         if task is not None or number_task is not None:
             self._misses = 0
             return self._start_task(task or number_task, text)
@@ -292,6 +353,19 @@ class Conversation:
             return [self._say(f"{self.spec.messages.not_understood} "
                               f"{self.spec.messages.offer_transfer}")]
         return [self._say(self.spec.messages.not_understood)]
+
+    def _cannot_answer(self) -> list[Action]:
+        """An honest answer to a question the knowledge does not hold, and the offer of a
+        message (the first task triggered by "message") or of a person."""
+        self._misses = 0
+        text = self.spec.messages.cannot_answer
+        self._offered_task = next((t for t in self.spec.tasks
+                                   if any("message" in p for p in t.triggers)), None)
+        if self._offered_task is not None:
+            self.state = State.IDLE
+            self._asked_anything_else = False
+            return [self._say(f"{text} {self.spec.messages.offer_message}")]
+        return self._offer_help(text)
 
     def _number_task(self, text: str) -> TaskSpec | None:
         """A task whose first slot is a number the caller already said (3 digits or more)."""

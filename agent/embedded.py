@@ -52,6 +52,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.conversation import Action, CallTool, Conversation, EndCall, Say, SlotFilled, Transfer
 from agent.echo import last_user_text
 from agent.errors import ToolError
+from agent.semantic import SentenceEncoder
 from agent.spec import AgentSpec
 from agent.tools import ToolBox, action_frames, tool_call_event
 from pipeline.frames import (
@@ -72,13 +73,16 @@ class EmbeddedAgentProcessor(FrameProcessor):
     """Greets, answers from the spec's knowledge, fills slots, calls tools, hands off, ends."""
 
     def __init__(self, spec: AgentSpec, toolbox: ToolBox | None = None, *,
-                 call_sid: str = "", greet_on_start: bool = True, **kwargs):
+                 call_sid: str = "", greet_on_start: bool = True,
+                 encoder: SentenceEncoder | None = None, **kwargs):
+        """``encoder``: match questions by meaning (``agent.semantic``); None: by words."""
         super().__init__(**kwargs)
         self._spec = spec
         self._toolbox = toolbox if toolbox is not None else ToolBox(spec)
         self._call_sid = call_sid
         self._greet = greet_on_start
-        self.conversation = Conversation(spec)
+        self._encoder = encoder
+        self.conversation = Conversation(spec, encoder)
         self._silence_task: asyncio.Task | None = None
         self._limit_task: asyncio.Task | None = None
         self._tool_task: asyncio.Task | None = None
@@ -102,6 +106,9 @@ class EmbeddedAgentProcessor(FrameProcessor):
             await self._stop_silence_timer()
             text = last_user_text(frame.context.get_messages())
             heard = self._recognition_of(text)
+            if self._encoder is not None and text.strip():
+                # the embedding is cached, so the conversation's own lookup does not block
+                await asyncio.to_thread(self._encoder.encode, [text])
             await self._feed(lambda: self.conversation.hear(text, heard))
         elif isinstance(frame, InputDTMFFrame):
             await self._stop_silence_timer()

@@ -54,8 +54,10 @@ def build_agent(
     log.info("call %s: %s agent %r", call_sid, backend, spec.name)
     if backend == "embedded":
         from agent.embedded import EmbeddedAgentProcessor
+        from agent.semantic import SentenceEncoder
 
-        return EmbeddedAgentProcessor(spec, toolbox, call_sid=call_sid)
+        return EmbeddedAgentProcessor(spec, toolbox, call_sid=call_sid,
+                                      encoder=SentenceEncoder.default())
     runner = ToolRunner(spec, toolbox)
     prompt = build_system_prompt(spec, tools=runner.schemas(), params=params)
     env = os.environ if env is None else env

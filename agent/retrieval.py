@@ -29,7 +29,7 @@ a about am an and any are as at be been but by can could did do does for from ge
 have hello hi how i i'd i'm if in is it it's its just know like me my of oh on or our please
 so tell that that's the their them then there these they this to uh um us was we well what
 when which who why will with would yeah you your you're okay ok hey want wanted need
-yes no nope yep yup sure thanks thank right great actually maybe
+yes no nope yep yup sure thanks thank right great actually maybe take
 """.split())
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")

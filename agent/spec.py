@@ -127,6 +127,8 @@ class MessagesSpec:
     yes_or_no: str = "Sorry, was that a yes or a no?"
     offer_transfer: str = "Would you like me to put you through to a person?"
     no_handoff: str = "Sorry, nobody is available to take your call right now."
+    cannot_answer: str = "Sorry, I don't have the answer to that."
+    offer_message: str = "Would you like to leave a message?"   # when a task takes messages
 
 
 @dataclass(frozen=True)

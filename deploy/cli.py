@@ -154,6 +154,12 @@ def _agent_factory(spec_path: Path):
 
     spec = load_spec(spec_path, env=os.environ)
     logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
+    if spec.llm.backend == "embedded" and spec.knowledge:
+        from agent.semantic import SentenceEncoder
+
+        encoder = SentenceEncoder.default()   # loaded and the knowledge embedded before any call
+        if encoder is not None:
+            encoder.encode([k.question for k in spec.knowledge] + [k.answer for k in spec.knowledge])
     return lambda info: build_agent(spec, call_sid=info.call_sid, params=info.params, env=os.environ)
 
 
