@@ -1,0 +1,315 @@
+"""Do whole calls succeed? Scripted callers with goals, in voices the recogniser never trained on.
+
+    .venv/bin/python benchmarks/bench_conversations.py [--voices flite:slt espeak:en-us+f3]
+        [--repeat 2] [--stt ssm whisper] [--quick]
+
+Each call has a goal a real caller would have: ask the opening hours, the address, parking or
+insurance, leave a message with a name and a 10-digit number (read back and confirmed, or
+corrected after a "no"), ask for a person, say goodbye, and, on the order-status line, check an
+order by its number or ask how long shipping takes. The caller speaks each step with a held-out
+voice (flite's slt as the scripted caller speaks it, espeak-ng's en-us+f3 and mbrola us1, when
+installed, as WAV files), over Twilio's protocol to a real ``parley serve`` on loopback, waiting
+for each answer. Every call is placed twice in the same run: to a server on parley's streaming
+SSM recogniser and to one on Whisper tiny.en (``--stt whisper``), the upper bound.
+
+Scored from the server's call record (``GET /calls/{sid}``) and what the caller heard:
+
+- task success: the goal reached (the right answer read out, the slots filled with the right
+  values, the transfer made, the call ended on a goodbye);
+- slots exactly right: name and number values as said;
+- 10-digit numbers exactly right;
+- yes/no understood: after a caller's "yes" the slot is kept, after a "no" it is asked again;
+- false turn ends: server turns beyond the caller's utterances (a turn cut at a comma);
+- v2v p50/p95/p99: end of caller speech to the first agent audio byte.
+
+Prints one JSON line (per recogniser, and the SSM's score minus Whisper's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
+from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
+from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
+
+TOKEN = "bench-conv-" + "0" * 24
+NAMES = ["michael brown", "sarah jones", "david miller", "anna lee", "james wilson",
+         "mary johnson", "robert taylor", "linda davis", "peter clark", "susan white"]
+_DIGIT = "zero one two three four five six seven eight nine".split()
+
+
+@dataclass
+class Script:
+    """One call: what the caller says, and what must happen for the goal to count as reached."""
+
+    agent: str                             # "receptionist" | "orders"
+    goal: str
+    steps: list[str]
+    answer: str | None = None              # a phrase one of the agent's replies must hold
+    slots: dict[str, str] = field(default_factory=dict)   # slot -> the exact value
+    transfer: bool = False
+    hangup: bool = False
+    yes_no: list[tuple[int, bool]] = field(default_factory=list)   # (step index, said yes)
+
+
+def _spoken(digits: str, rng: random.Random) -> str:
+    groups = [digits[:3], digits[3:6], digits[6:]] if len(digits) == 10 else [digits]
+    return ", ".join(" ".join("oh" if c == "0" and rng.random() < 0.3 else _DIGIT[int(c)]
+                              for c in g) for g in groups)
+
+
+def scripts(rng: random.Random) -> list[Script]:
+    out = [
+        Script("receptionist", "hours", ["what are your opening hours", "no thank you"],
+               answer="Monday to Friday", hangup=True),
+        Script("receptionist", "address", ["where are you located", "thank you, goodbye"],
+               answer="River Street", hangup=True),
+        Script("receptionist", "parking", ["is there parking", "no thanks, goodbye"],
+               answer="free parking", hangup=True),
+        Script("receptionist", "insurance", ["do you take cigna insurance", "goodbye"],
+               answer="Cigna", hangup=True),
+        Script("receptionist", "person", ["can I talk to a person please"], transfer=True),
+        Script("receptionist", "goodbye", ["thank you, goodbye"], hangup=True),
+        Script("orders", "shipping", ["how long does shipping take", "no thank you"],
+               answer="business days", hangup=True),
+        Script("orders", "order", ["one two three four five", "yes", "no thank you"],
+               answer="has shipped", slots={"order_number": "12345"}, yes_no=[(1, True)],
+               hangup=True),
+    ]
+    for opener in ("I would like to leave a message", "hello, I would like to leave a message"):
+        name = rng.choice(NAMES)
+        digits = "555" + "".join(str(rng.randrange(10)) for _ in range(7))
+        out.append(Script(
+            "receptionist", "message" if "hello" not in opener else "message after a comma",
+            [opener, f"my name is {name}", "yes", _spoken(digits, rng), "yes",
+             "please call me back about my appointment", "no thank you"],
+            slots={"name": name.title(), "phone": digits},
+            yes_no=[(2, True), (4, True)], hangup=True))
+    name = rng.choice(NAMES)
+    wrong, digits = "555" + "0" * 7, "555" + "".join(str(rng.randrange(10)) for _ in range(7))
+    out.append(Script(
+        "receptionist", "message, number corrected",
+        ["can you take a message", f"my name is {name}", "yes", _spoken(wrong, rng), "no",
+         _spoken(digits, rng), "yes", "please call me back", "goodbye"],
+        slots={"name": name.title(), "phone": digits},
+        yes_no=[(2, True), (4, False), (6, True)], hangup=True))
+    return out
+
+
+# --- running the calls --------------------------------------------------------------------------
+
+class Server(ServeProcess):
+    def __init__(self, name: str, extra: list[str], log_dir: str, env: dict[str, str]):
+        port = free_port()
+        super().__init__(name, ["-m", "deploy.cli", "serve", "--port", str(port),
+                                "--log-level", "WARNING", *extra],
+                         port=port, log_path=Path(log_dir) / f"{name}.log",
+                         env={"TWILIO_AUTH_TOKEN": TOKEN, **env})
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/twilio/stream"
+
+
+async def _record(server: Server, call_sid: str) -> dict:
+    url = f"http://127.0.0.1:{server.port}/calls/{call_sid}"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        for _ in range(10):
+            headers = {SIGNATURE_HEADER: compute_signature(TOKEN, url, {})}
+            async with session.get(url, headers=headers) as resp:
+                data = await resp.json(content_type=None) if resp.status == 200 else {}
+            if data.get("ended"):
+                return data
+            await asyncio.sleep(0.3)
+    return data
+
+
+def _wav_steps(steps: list[str], voice_name: str, folder: Path, seed: int) -> list[Utterance]:
+    """The steps spoken by a voice of ``ssm_engine.data.voices``, as WAV utterances."""
+    from ssm_engine.data.audio import write_wav
+    from ssm_engine.data.voices import voice
+
+    v = voice(voice_name)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, text in enumerate(steps):
+        path = folder / f"{abs(hash((voice_name, text, seed)))}-{i}.wav"
+        if not path.exists():
+            x, rate = v.synthesize(text, rng)
+            write_wav(path, x, rate)
+        out.append(Utterance(wav=path))
+    return out
+
+
+async def place(server: Server, script: Script, voice_name: str, folder: Path,
+                seed: int) -> dict:
+    if voice_name.startswith("flite:"):
+        utts = tuple(Utterance(text=s) for s in script.steps)
+        flite_voice = voice_name.split(":", 1)[1]
+    else:
+        utts = tuple(await asyncio.to_thread(_wav_steps, script.steps, voice_name, folder, seed))
+        flite_voice = "slt"
+    report = await run_call(CallerConfig(url=server.url, auth_token=TOKEN, utterances=utts,
+                                         voice=flite_voice, timeout_s=60 + 15 * len(utts),
+                                         reply_timeout_s=25.0))
+    record = await _record(server, report.call_sid)
+    return score(script, report, record) | {"voice": voice_name, "goal": script.goal,
+                                            "agent": script.agent}
+
+
+def score(script: Script, report, record: dict) -> dict:
+    turns = record.get("turns", [])
+    replies = [record.get("greeting", "")] + [t.get("agent_text", "") for t in turns]
+    events = [e for t in turns for e in t.get("events", [])]
+    slots: dict[str, str] = {}
+    for e in events:
+        if e.get("kind") == "slot":
+            slots[e["data"]["name"]] = e["data"]["value"]
+    kinds = {e.get("kind") for e in events}
+    ok = True
+    if script.answer:
+        ok &= any(script.answer.lower() in r.lower() for r in replies)
+    for name, value in script.slots.items():
+        ok &= slots.get(name) == value
+    if script.transfer:
+        ok &= "transfer" in kinds
+    if script.hangup:
+        ok &= "hangup" in kinds or bool(record.get("end_reason"))
+    slot_right = [slots.get(n) == v for n, v in script.slots.items()]
+    phone = [slots.get(n) == v for n, v in script.slots.items() if len(v) == 10]
+    yes_no = []
+    for step, said_yes in script.yes_no:
+        if step >= len(turns):
+            yes_no.append(False)
+            continue
+        t = turns[step]
+        kept = any(e.get("kind") == "slot" for e in t.get("events", []))
+        asked_again = t.get("agent_text", "").startswith("Sorry about that")
+        yes_no.append(kept if said_yes else asked_again)
+    return {
+        "success": bool(ok), "slots_right": slot_right, "phone_right": phone, "yes_no": yes_no,
+        "false_turn_ends": max(0, len(turns) - len(script.steps)),
+        "v2v_ms": [t.v2v_ms for t in report.turns if t.v2v_ms is not None],
+        "heard": [t.get("user_text", "") for t in turns],
+        "said": script.steps,
+    }
+
+
+def _pct(xs: list[float]) -> dict:
+    if not xs:
+        return {}
+    return {f"p{q}": round(float(np.percentile(xs, q)), 1) for q in (50, 95, 99)}
+
+
+def summarise(rows: list[dict]) -> dict:
+    def rate(xs: list[bool]) -> float | None:
+        return round(sum(xs) / len(xs), 3) if xs else None
+
+    return {
+        "calls": len(rows),
+        "task_success": rate([r["success"] for r in rows]),
+        "slots_exact": rate([x for r in rows for x in r["slots_right"]]),
+        "phone_10_digits_exact": rate([x for r in rows for x in r["phone_right"]]),
+        "yes_no_understood": rate([x for r in rows for x in r["yes_no"]]),
+        "false_turn_ends": sum(r["false_turn_ends"] for r in rows),
+        "v2v_ms": _pct([v for r in rows for v in r["v2v_ms"]]),
+        "by_goal": {g: rate([r["success"] for r in rows if r["goal"] == g])
+                    for g in dict.fromkeys(r["goal"] for r in rows)},
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    rng = random.Random(args.seed)
+    all_scripts = [s for _ in range(args.repeat) for s in scripts(rng)]
+    if args.quick:
+        all_scripts = all_scripts[:3]
+    logs = tempfile.TemporaryDirectory(prefix="parley-bench-conv-")
+    wavs = Path(logs.name) / "wav"
+    wavs.mkdir()
+    api_port = free_port()
+    api = ServeProcess("order-api", ["-m", "agent.examples.order_api", "--port", str(api_port)],
+                       port=api_port, log_path=Path(logs.name) / "order-api.log")
+    env = {"ORDER_API_URL": f"http://127.0.0.1:{api_port}"}
+    servers: dict[tuple[str, str], Server] = {}
+    for stt in args.stt:
+        for agent, spec in (("receptionist", "agent/examples/receptionist.yaml"),
+                            ("orders", "agent/examples/order_status.yaml")):
+            servers[(stt, agent)] = Server(f"{stt}-{agent}",
+                                           ["--stt", stt, "--agent", spec], logs.name, env)
+    results: dict[str, list[dict]] = {stt: [] for stt in args.stt}
+    try:
+        await asyncio.gather(api.wait_ready(), *(s.wait_ready(timeout_s=180)
+                                                 for s in servers.values()))
+        n = 0
+        for i, script in enumerate(all_scripts):
+            for voice_name in args.voices:
+                # the same call to each recogniser's server at once: machine noise hits both
+                calls = [place(servers[(stt, script.agent)], script, voice_name, wavs, i)
+                         for stt in args.stt]
+                for stt, row in zip(args.stt, await asyncio.gather(*calls)):
+                    results[stt].append(row)
+                n += 1
+                print(f"[{n}/{len(all_scripts) * len(args.voices)}] {script.goal} "
+                      f"({voice_name}): " + ", ".join(
+                          f"{stt} {'ok' if results[stt][-1]['success'] else 'FAIL'}"
+                          for stt in args.stt), file=sys.stderr, flush=True)
+    finally:
+        for s in servers.values():
+            s.stop()
+        api.stop()
+        logs.cleanup()
+    out: dict = {"bench": "conversations", "voices": args.voices, "seed": args.seed,
+                 "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                       capture_output=True, text=True).stdout.strip()}
+    for stt, rows in results.items():
+        out[stt] = summarise(rows)
+        out[f"{stt}_failures"] = [{"goal": r["goal"], "voice": r["voice"], "said": r["said"],
+                                   "heard": r["heard"]} for r in rows if not r["success"]][:12]
+        out[f"{stt}_false_turn_ends"] = [{"said": r["said"], "heard": r["heard"]} for r in rows
+                                         if r["false_turn_ends"]][:6]
+    if "ssm" in results and "whisper" in results:
+        a, b = out["ssm"]["task_success"], out["whisper"]["task_success"]
+        if a is not None and b is not None:
+            out["task_success_points_below_whisper"] = round(100 * (b - a), 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--voices", nargs="+", default=None,
+                    help="held-out voices (default flite:slt, espeak:en-us+f3, and mbrola:mb-us1 "
+                    "when installed)")
+    ap.add_argument("--stt", nargs="+", default=["ssm", "whisper"],
+                    choices=["ssm", "whisper", "sphinx"])
+    ap.add_argument("--repeat", type=int, default=1, help="each script this many times (new "
+                    "names and numbers)")
+    ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--quick", action="store_true", help="three scripts only (a smoke run)")
+    args = ap.parse_args(argv)
+    if args.voices is None:
+        import shutil
+
+        args.voices = ["flite:slt", "espeak:en-us+f3"]
+        if shutil.which("mbrola") and Path("/usr/share/mbrola/us1").exists():
+            args.voices.append("mbrola:mb-us1")
+    print(json.dumps(asyncio.run(main_async(args))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""How well does each recogniser understand people? The human development set, in one run.
+
+    scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
+    .venv/bin/python benchmarks/bench_stt_human.py [--manifest data/stt/human/human.tsv]
+        [--engines ssm whisper pocketsphinx] [--model models/stt] [--decoder beam]
+
+Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
+through the 8 kHz mu-law phone channel to parley's streaming SSM recogniser, Whisper tiny.en (the
+accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
+in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
+one thread, and the final latency (end of audio to final transcript) p50/p95/p99; and the
+ratios that issue 22 judges the recogniser by: SSM WER / Whisper WER (done when <= 2).
+
+Prints one JSON line; ``--hyps DIR`` also writes each engine's transcripts beside the
+references, worst first (``parley eval stt --hyps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from pipeline.stt_eval import evaluate, write_hyps  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--manifest", default="data/stt/human/human.tsv")
+    ap.add_argument("--engines", nargs="+", default=["ssm", "whisper", "pocketsphinx"],
+                    choices=["ssm", "whisper", "pocketsphinx"])
+    ap.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
+    ap.add_argument("--decoder", default="beam", help="SSM decoder (default %(default)s)")
+    ap.add_argument("--lm", default=None, help="SSM LM (default MODEL/lm.arpa.gz)")
+    ap.add_argument("--hyps", default=None, metavar="DIR")
+    args = ap.parse_args(argv)
+    if not Path(args.manifest).exists():
+        ap.error(f"{args.manifest} is missing: run scripts/install-human-speech, then "
+                 "parley data human")
+    torch.set_num_threads(1)
+    out: dict = {"bench": "stt_human", "manifest": args.manifest, "engines": {}}
+    for name in args.engines:
+        res = evaluate(name, args.manifest, model_dir=args.model, decoder=args.decoder,
+                       lm_path=args.lm, compile=False)
+        if args.hyps:
+            Path(args.hyps).mkdir(parents=True, exist_ok=True)
+            write_hyps(res, Path(args.hyps) / f"{name}.tsv")
+        by_source: dict[str, dict] = {}
+        for voice, v in res.by_voice.items():      # "source:speaker" -> per source
+            by_source.setdefault(voice.split(":")[0], []).append(v)
+        out["engines"][name] = {
+            "n": res.n, "audio_s": res.audio_s, "wer": res.wer, "cer": res.cer, "rtf": res.rtf,
+            "final_ms": {"p50": res.final_latency_ms_p50, "p95": res.final_latency_ms_p95,
+                         "p99": res.final_latency_ms_p99},
+            "by_voice": res.by_voice,
+        }
+        print(f"{name}: WER {res.wer:.3f} CER {res.cer:.3f} RTF {res.rtf:.3f}", file=sys.stderr)
+    eng = out["engines"]
+    if "ssm" in eng and "whisper" in eng:
+        out["ssm_over_whisper_wer"] = round(eng["ssm"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
+        out["ssm_over_whisper_cer"] = round(eng["ssm"]["cer"] / max(eng["whisper"]["cer"], 1e-9), 2)
+    if "ssm" in eng and "pocketsphinx" in eng:
+        out["ssm_over_pocketsphinx_wer"] = round(
+            eng["ssm"]["wer"] / max(eng["pocketsphinx"]["wer"], 1e-9), 2)
+    out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=False).stdout.strip()
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
