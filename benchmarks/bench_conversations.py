@@ -34,6 +34,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
 
 TOKEN = "bench-conv-" + "0" * 24
+_SYNTH_LOCK = threading.Lock()
 NAMES = ["michael brown", "sarah jones", "david miller", "anna lee", "james wilson",
          "mary johnson", "robert taylor", "linda davis", "peter clark", "susan white"]
 _DIGIT = "zero one two three four five six seven eight nine".split()
@@ -147,12 +149,15 @@ def _wav_steps(steps: list[str], voice_name: str, folder: Path, seed: int) -> li
     v = voice(voice_name)
     rng = np.random.default_rng(seed)
     out = []
-    for i, text in enumerate(steps):
-        path = folder / f"{abs(hash((voice_name, text, seed)))}-{i}.wav"
-        if not path.exists():
-            x, rate = v.synthesize(text, rng)
-            write_wav(path, x, rate)
-        out.append(Utterance(wav=path))
+    with _SYNTH_LOCK:            # the same call goes to every server at once: speak it once
+        for i, text in enumerate(steps):
+            path = folder / f"{abs(hash((voice_name, text, seed)))}-{i}.wav"
+            if not path.exists():
+                x, rate = v.synthesize(text, rng)
+                tmp = path.with_suffix(".tmp")
+                write_wav(tmp, x, rate)
+                tmp.replace(path)
+            out.append(Utterance(wav=path))
     return out
 
 
