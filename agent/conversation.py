@@ -128,7 +128,9 @@ def _wants_human(ws: list[str]) -> bool:
 
 
 def _says_goodbye(ws: list[str]) -> bool:
-    return "bye" in ws or "goodbye" in ws or _has_any(ws, _GOODBYE)
+    # a short turn ending in "by" is a goodbye the recogniser split ("the by", "good by")
+    misheard = len(ws) <= 3 and ws[-1:] in (["by"], ["buy"])
+    return "bye" in ws or "goodbye" in ws or misheard or _has_any(ws, _GOODBYE)
 
 
 class _Fill(dict):

@@ -342,3 +342,17 @@ def test_questions_are_matched_by_meaning_and_the_rest_is_not_guessed(receptioni
         assert reply == f"{m.cannot_answer} {m.offer_message}", reply
     else:
         assert expected in reply, reply
+
+
+@pytest.mark.parametrize("heard", ["the by", "good by", "thank you by", "okay buy"])
+def test_a_goodbye_the_recogniser_split_still_ends_the_call(receptionist, heard):
+    """Guards the calls where "goodbye" was heard as "the by" (3 of 5) and the call went on."""
+    conv = Conversation(receptionist)
+    actions = conv.hear(heard)
+    assert isinstance(actions[-1], EndCall) and conv.state is State.ENDED
+
+
+def test_by_inside_a_sentence_is_no_goodbye(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("can i stop by on saturday to pay my bill")
+    assert conv.state is not State.ENDED
