@@ -13,7 +13,8 @@ here in plain torch (``_Bert``, the Hugging Face ``BertModel`` layout the safete
 neither sentence-transformers nor transformers is needed; the test checks its embeddings against
 vectors sentence-transformers computed for the same sentences.
 
-Cost: ~3-8 ms a short sentence on one core; ``encode`` caches recent sentences. Calls from the
+Cost: 6-12 ms a short sentence on one core (a quick check of eight sentences, not a benchmark);
+``encode`` caches recent sentences. Calls from the
 event loop should go through a thread (``EmbeddedAgentProcessor`` does).
 """
 

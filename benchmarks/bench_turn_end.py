@@ -25,12 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_conversations import Script, Server, place  # noqa: E402
+from benchmarks.bench_conversations import Script, Server, _pct, place  # noqa: E402
 
 COMMA = ["hello, I would like to check my order", "yes, my name is anna lee",
          "hi, is this the dental office", "well, I was wondering about your opening hours",
@@ -39,10 +37,6 @@ COMMA = ["hello, I would like to check my order", "yes, my name is anna lee",
 PLAIN = ["what are your opening hours", "where are you located", "is there parking",
          "I would like to leave a message"]
 TURNS = ("hold", "silence", "smart-turn")
-
-
-def _pct(xs: list[float]) -> dict:
-    return {f"p{q}": round(float(np.percentile(xs, q)), 1) for q in (50, 95, 99)} if xs else {}
 
 
 async def main_async(args: argparse.Namespace) -> dict:

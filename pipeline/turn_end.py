@@ -15,6 +15,10 @@ start cancels the hold, as it cancels any pending end). A finished-looking trans
 turn as before, so the common case keeps its latency.
 
 The rules read the final transcript (lower case words), so they work with any recogniser.
+The strategy hooks into ``SpeechTimeoutUserTurnStopStrategy``'s private steps
+(``_maybe_trigger_user_turn_stopped``, ``_discard_pending_end_of_turn``, ``_cancel_all_tasks``,
+``_reset``) as pipecat 1.14, which the project pins, has them; tests/pipeline/test_turn_end.py
+runs it inside pipecat's real user aggregator, so a pipecat that renames them fails there.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Audio and the VAD's start/stop signals go into one queue, in arrival order; one task drains it,
 joining consecutive audio into a single decode call, so the event loop never waits on a model.
-A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()``, finishes with
-``_drain()`` in ``stop()``, and writes ``_on_audio(bytes)`` and ``_on_command(kind, arg)``; engine
+A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()`` and writes
+``_on_audio(bytes)`` and ``_on_command(kind, arg)``; ``stop()`` finishes what is queued, then
+``cancel()`` drops it, and both end with the subclass's ``_release()`` (its engine, its utterance); engine
 errors listed in ``_decode_errors`` become ErrorFrames and the call goes on. The base also keeps
 the last ``preroll_s`` of audio heard outside an utterance (``_keep_preroll``/``_take_preroll``:
 the VAD fires after speech began) and pushes finals with their latency (``_push_final``).
@@ -22,6 +23,8 @@ import time
 from collections.abc import AsyncGenerator
 
 from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
     ErrorFrame,
     Frame,
     TranscriptionFrame,
@@ -60,6 +63,23 @@ class QueuedSTTService(STTService):
         """Seconds from receiving ``VADUserStoppedSpeakingFrame`` to pushing the transcript."""
         self.hints: Hints = NO_HINTS
         """What the agent last said to listen for (``RecognitionHintsFrame``)."""
+
+    async def stop(self, frame: EndFrame) -> None:
+        """Finish what is queued (an open utterance is finalized), release, then stop."""
+        await self._drain()
+        await self._release()
+        await super().stop(frame)
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        """Drop what is queued (the decode task is cancelled), release, then cancel."""
+        if self._worker is not None:
+            await self.cancel_task(self._worker)
+            self._worker = None
+        await self._release()
+        await super().cancel(frame)
+
+    async def _release(self) -> None:
+        """What the subclass lets go once its decode task has ended (default: nothing)."""
 
     async def _drain(self) -> None:
         """Finish what is queued (an open utterance is finalized), then end the decode task."""

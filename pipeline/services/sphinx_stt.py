@@ -35,8 +35,6 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from pipecat.frames.frames import (
-    CancelFrame,
-    EndFrame,
     ErrorFrame,
     InterimTranscriptionFrame,
     StartFrame,
@@ -99,20 +97,7 @@ class SphinxSTTService(QueuedSTTService):
         )
         self._worker = self.create_task(self._decode_loop(), name="sphinx_decode")
 
-    async def stop(self, frame: EndFrame) -> None:
-        """Finish what is queued (an open utterance is finalized), then stop."""
-        await self._drain()
-        await self._release_engine()
-        await super().stop(frame)
-
-    async def cancel(self, frame: CancelFrame) -> None:
-        if self._worker is not None:
-            await self.cancel_task(self._worker)
-            self._worker = None
-        await self._release_engine()
-        await super().cancel(frame)
-
-    async def _release_engine(self) -> None:
+    async def _release(self) -> None:
         """Hand the engine back after the work already queued on its thread, then shut that down.
 
         Shielded: if this await is cancelled, the release still runs (``shutdown(wait=False)``

@@ -44,8 +44,6 @@ import numpy as np
 import soxr
 import torch
 from pipecat.frames.frames import (
-    CancelFrame,
-    EndFrame,
     InterimTranscriptionFrame,
     StartFrame,
 )
@@ -351,19 +349,10 @@ class SSMSTTService(QueuedSTTService):
                                                    self._decoder)
         self._worker = self.create_task(self._decode_loop(), name="ssm_stt_decode")
 
-    async def stop(self, frame: EndFrame) -> None:
-        """Finish what is queued (an open utterance is finalized), then stop."""
-        await self._drain()
-        await super().stop(frame)
-
-    async def cancel(self, frame: CancelFrame) -> None:
-        if self._worker is not None:
-            await self.cancel_task(self._worker)
-            self._worker = None
-        if self._utt is not None:
+    async def _release(self) -> None:
+        if self._utt is not None:      # cancelled mid-utterance (stop finalizes it first)
             self._utt.abort()
             self._utt = None
-        await super().cancel(frame)
 
     async def _on_audio(self, audio: bytes) -> None:
         if self._utt is None:

@@ -64,16 +64,8 @@ class WhisperSTTService(QueuedSTTService):
             self._asr = await asyncio.to_thread(shared_recognizer)
         self._worker = self.create_task(self._decode_loop(), name="whisper_stt_decode")
 
-    async def stop(self, frame) -> None:
-        await self._drain()
-        await super().stop(frame)
-
-    async def cancel(self, frame) -> None:
-        if self._worker is not None:
-            await self.cancel_task(self._worker)
-            self._worker = None
-        self._chunks = None
-        await super().cancel(frame)
+    async def _release(self) -> None:
+        self._chunks = None            # an utterance cut off by a cancel is dropped
 
     async def _on_audio(self, audio: bytes) -> None:
         if self._chunks is None:

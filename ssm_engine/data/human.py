@@ -23,6 +23,7 @@ come out per source as well as overall.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import json
 import logging
@@ -314,19 +315,31 @@ SOURCES: tuple[HumanSource, ...] = (
 
 # --- building the set ----------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
+def _archive_audio(path: Path) -> dict[str, bytes]:
+    """Every audio file of a source archive, read in one pass (a .tar.gz has no random access:
+    reading members one by one decompressed it once a clip)."""
+    with tarfile.open(path) as tar:
+        out = {}
+        for m in tar.getmembers():
+            f = tar.extractfile(m) if "/wav/" in m.name else None
+            if f is not None:
+                out[m.name] = f.read()
+        return out
+
+
 def _load(clip: Clip) -> np.ndarray:
     """A clip's samples as float32 mono at RATE_HZ."""
     if clip.member is not None:
         import soundfile
 
-        with tarfile.open(clip.path) as tar:
-            f = tar.extractfile(clip.member)
-            if f is None:
-                raise DataError(f"{clip.path}: no file {clip.member}")
-            try:
-                y, rate = soundfile.read(io.BytesIO(f.read()), dtype="float32", always_2d=True)
-            except (RuntimeError, soundfile.LibsndfileError) as exc:
-                raise DataError(f"{clip.path}:{clip.member}: cannot read audio: {exc}") from exc
+        data = _archive_audio(clip.path).get(clip.member)
+        if data is None:
+            raise DataError(f"{clip.path}: no file {clip.member}")
+        try:
+            y, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        except (RuntimeError, soundfile.LibsndfileError) as exc:
+            raise DataError(f"{clip.path}:{clip.member}: cannot read audio: {exc}") from exc
         x = y.mean(axis=1)
     elif clip.raw_rate_hz is not None:
         x = np.fromfile(clip.path, dtype="<i2").astype(np.float32) / 32768.0

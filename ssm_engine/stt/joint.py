@@ -228,7 +228,7 @@ class JointDecoder:
         if not pool:
             return []
         if self.frames == 0:
-            return [(t, 0.0, t in marked) for t in free] if free else []
+            return [(t, 0.0, t in marked) for t in free]
         rows = torch.cat(self._rows)
         v = search.vocab_size
         skip = math.log(cfg.blank_skip)

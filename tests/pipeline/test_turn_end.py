@@ -43,7 +43,7 @@ def _speech(text: str, pause_s: float) -> list:
             VADUserStoppedSpeakingFrame(stop_secs=0.2), _final(text), SleepFrame(pause_s)]
 
 
-async def _turns(strategy, frames) -> tuple[list[str], None]:
+async def _turns(strategy, frames) -> list[str]:
     pair = LLMContextAggregatorPair(LLMContext(), user_params=LLMUserAggregatorParams(
         user_turn_strategies=UserTurnStrategies(start=[VADUserTurnStartStrategy()],
                                                 stop=[strategy]),
@@ -52,7 +52,7 @@ async def _turns(strategy, frames) -> tuple[list[str], None]:
     contexts = [f for f in down if isinstance(f, LLMContextFrame)]
     texts = [m["content"] for f in contexts[-1:] for m in f.context.get_messages()
              if m["role"] == "user"]
-    return texts, None
+    return texts
 
 
 async def test_a_comma_pause_after_hello_does_not_end_the_turn():
@@ -60,21 +60,21 @@ async def test_a_comma_pause_after_hello_does_not_end_the_turn():
     (a 250-500 ms pause) and the conversation then ran one turn behind."""
     hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
     frames = _speech("hello", 0.3) + _speech("i would like to check my order", 0.8)
-    texts, _ = await _turns(hold, frames)
+    texts = await _turns(hold, frames)
     assert texts == ["hello i would like to check my order"]
     assert hold.holds == 1
     # the plain timer ends the turn at the comma: two turns
-    timer_texts, _ = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.0),
+    timer_texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.0),
                                   _speech("hello", 0.3) + _speech("i would like to", 0.8))
     assert len(timer_texts) == 2
 
 
 async def test_a_finished_turn_ends_at_once_and_a_held_one_after_the_hold():
     hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
-    texts, _ = await _turns(hold, _speech("what are your opening hours", 0.3))
+    texts = await _turns(hold, _speech("what are your opening hours", 0.3))
     assert texts == ["what are your opening hours"] and hold.holds == 0   # within 0.3 s
     hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
-    texts, _ = await _turns(hold, _speech("hello", 0.9))
+    texts = await _turns(hold, _speech("hello", 0.9))
     assert texts == ["hello"] and hold.holds == 1      # a lone hello is answered after the hold
 
 
