@@ -173,6 +173,9 @@ class Conversation:
             [k.question for k in spec.knowledge]
             + [t for task in spec.tasks for t in task.triggers if " " in t]
             + list(_PHRASES)))
+        # built once (each normalises its phrases): after an answer, also a yes/no
+        self._idle_hints = {False: Hints(phrases=self._phrases),
+                            True: Hints(expect=frozenset({"yes_no"}), phrases=self._phrases)}
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -190,8 +193,7 @@ class Conversation:
                 return Hints(expect=frozenset({"yes_no"}))
             return Hints()
         if self.state is State.IDLE:
-            return Hints(expect=frozenset({"yes_no"} if self._asked_anything_else else ()),
-                         phrases=self._phrases)
+            return self._idle_hints[self._asked_anything_else]
         return Hints()
 
     def hear(self, text: str, heard: Recognition | None = None) -> list[Action]:
