@@ -4,6 +4,7 @@
 
     TelephonyError                 base of everything below
      ├── ProtocolError             a malformed or unexpected Twilio Media Streams message
+     │    ├── HandshakeError       a Media Stream that never sent a usable ``start``
      │    └── SignalingError       a malformed WebRTC offer / candidate patch (telephony.webrtc.errors)
      │         └── UnknownPeerError  a candidate patch for a connection we do not have
      ├── SignatureError            a missing or invalid X-Twilio-Signature
@@ -17,7 +18,7 @@ the boundary, with ``raise X from exc``.
 
 from __future__ import annotations
 
-__all__ = ["CallerError", "ProtocolError", "SignatureError", "SynthesisError", "TelephonyError"]
+__all__ = ["CallerError", "HandshakeError", "ProtocolError", "SignatureError", "SynthesisError", "TelephonyError"]
 
 
 class TelephonyError(Exception):
@@ -26,6 +27,10 @@ class TelephonyError(Exception):
 
 class ProtocolError(TelephonyError):
     """A Media Streams message that is not JSON, too large, of an unknown event, or misshapen."""
+
+
+class HandshakeError(ProtocolError):
+    """The stream never sent a usable ``start``."""
 
 
 class SignatureError(TelephonyError):

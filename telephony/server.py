@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
@@ -39,10 +38,10 @@ from telephony.metrics import Metrics
 from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.calls import AgentFactory
+from telephony.core.supervisor import CallSupervisor, drain_calls
 from telephony.twilio.call import TwilioCall, read_start
 from telephony.twilio.rest import TwilioCallControl
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
-from telephony.webrtc.call import WebRTCCall
 from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
 
 log = logging.getLogger(__name__)
@@ -81,7 +80,8 @@ class CallServer:
         self.config = config
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
-        self.live: dict[str, TwilioCall | WebRTCCall] = {}
+        self.live: dict[str, CallSupervisor] = {}  # Twilio and browser calls
+        self.sip: SipServer | None = None  # serve_forever's SIP server, counted in /healthz
         self.metrics = Metrics()
         self.draining = False
         self.call_control = None
@@ -89,7 +89,7 @@ class CallServer:
             self.call_control = TwilioCallControl(config.twilio_account_sid, config.auth_token,
                                                   api_base=config.twilio_api_base)
         self._runner: web.AppRunner | None = None
-        self.loop_lag = LoopLagProbe(self.metrics.observe_loop_lag, live_calls=lambda: len(self.live))
+        self.loop_lag = LoopLagProbe(self.metrics.observe_loop_lag, live_calls=self.live_calls)
         self._lag_task: asyncio.Task | None = None
         self.port: int | None = None
         self.app = web.Application(client_max_size=64 * 1024)
@@ -125,19 +125,8 @@ class CallServer:
     async def drain(self) -> None:
         """Stop taking calls, let live ones finish for ``drain_grace_s``, end the rest politely."""
         self.draining = True
-        log.warning("draining: no new calls; %d live call(s) get %.0f s to finish",
-                    len(self.live), self.config.drain_grace_s)
-        deadline = time.monotonic() + self.config.drain_grace_s
-        while self.live and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        calls = list(self.live.values())
-        for call in calls:
-            await call.end_politely(self.config.shutdown_farewell)
-        deadline = time.monotonic() + 15.0
-        while self.live and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        if self.live:
-            log.error("%d call(s) did not end in time: %s", len(self.live), sorted(self.live))
+        await drain_calls(lambda: self.live.values(), grace_s=self.config.drain_grace_s,
+                          farewell=self.config.shutdown_farewell)
 
     async def stop(self) -> None:
         if self._lag_task is not None:
@@ -175,10 +164,14 @@ class CallServer:
 
     # -- handlers ----------------------------------------------------------------------------
 
+    def live_calls(self) -> int:
+        """Calls live on this server, every transport (SIP's too when it runs beside HTTP)."""
+        return len(self.live) + (len(self.sip.live) if self.sip is not None else 0)
+
     async def healthz(self, request: web.Request) -> web.Response:
         if self.draining:
-            return web.json_response({"status": "draining", "live_calls": len(self.live)}, status=503)
-        return web.json_response({"status": "ok", "live_calls": len(self.live)})
+            return web.json_response({"status": "draining", "live_calls": self.live_calls()}, status=503)
+        return web.json_response({"status": "ok", "live_calls": self.live_calls()})
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
@@ -246,6 +239,7 @@ async def serve_forever(server: CallServer, sip: "SipServer | None" = None) -> N
     """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given."""
     await server.start()
     if sip is not None:
+        server.sip = sip
         await sip.start()
     pauses = GcPauses()
     pauses.install()

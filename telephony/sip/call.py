@@ -1,13 +1,14 @@
-"""One SIP call, from INVITE to BYE: the dialog and the per-call supervisor.
+"""One SIP call, from INVITE to BYE: the dialog, and the SIP edge of the call core.
 
 States: ``ringing`` (180 sent, CANCEL possible) -> ``answered`` (200 + SDP sent, retransmitted
 until ACK, pipeline running) -> ``ended``. ``history`` keeps every step (``ringing``,
 ``answered``, ``acked``, ``hold``, ``resumed``, ``refer-sent``, ``transferred``, ``bye-received``,
 ``bye-sent``, ``cancelled``, ``ended``) so tests can assert the whole exchange.
 
-The supervisor is the only catch-all in the call path: whatever breaks inside a call is logged
-with its call id and traceback, the call ends cleanly (BYE sent, RTP closed, record kept), and
-the server goes on. With ``reraise_call_errors`` (tests) the error propagates after the clean-up.
+The call's life (the agent, the pipeline, the one catch-all, the record) is the
+:class:`~telephony.core.supervisor.CallSupervisor`'s; this edge answers (ringing, CANCEL), hangs
+up (BYE when answered, 487 while ringing), transfers (REFER), and closes (BYE if none went
+either way, RTP closed). It talks to the user agent through :class:`~telephony.sip.endpoint.SipEndpoint`.
 """
 
 from __future__ import annotations
@@ -16,25 +17,16 @@ import asyncio
 import logging
 import random
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from pipecat.frames.frames import EndFrame, TTSSpeakFrame
-from pipecat.workers.runner import WorkerRunner
-
-from pipeline.builder import build_pipeline
 from pipeline.frames import TransferCallFrame
-from pipeline.records import CallRecord
-from telephony.callbook import CallBook
+from telephony.core.supervisor import CallSupervisor
+from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import SdpParseError, SipParseError
 from telephony.sip.headers import NameAddr
 from telephony.sip.media import RtpSession, random_tag
 from telephony.sip.message import SipRequest, SipResponse
 from telephony.sip.sdp import SessionDescription, answer_offer
 from telephony.sip.transport import SipTransport
-from telephony.calls import CallInfo
-
-if TYPE_CHECKING:
-    from telephony.sip.server import SipServer
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +37,17 @@ class CallState(Enum):
     ENDED = "ended"
 
 
-class SipCall:
+class SipCall(CallSupervisor):
     """Runs one call's pipeline over its RTP session and keeps its dialog and record."""
 
-    def __init__(self, server: "SipServer", invite: SipRequest, addr: tuple[str, int],
+    transport_name = "sip"
+
+    def __init__(self, server: SipEndpoint, invite: SipRequest, addr: Address,
                  offer: SessionDescription, session: RtpSession):
         self.server = server
         self.config = server.config
         self.invite = invite
         self.addr = addr
-        self.call_id = invite.call_id
         self.session = session
         self.state = CallState.RINGING
         self.history: list[str] = []
@@ -72,112 +65,69 @@ class SipCall:
         self.local_cseq = 0
         self.sdp_version = 0
         self._sdp_session_id = random.getrandbits(32)
-        self.end_reason: str | None = None
         self._offer = offer
         self._answer_body = b""
         self._acked = asyncio.Event()
         self._cancelled = asyncio.Event()
         self._notify: asyncio.Future[int] | None = None
-        self._worker = None
-        self._reason_when_done: str | None = None
         self._bye_started = False
         self._tasks: set[asyncio.Task] = set()
-        self.record = CallRecord(call_sid=self.call_id, transport="sip",
-                                 params={"from": self.remote.uri, "to": self.local.uri})
-        self.transport = SipTransport(session, on_transfer=self._on_transfer)
-        self.book = CallBook(self.record, server.store, server.metrics, tracker=self.transport.tracker,
-                             frames=session.stats.frames, stats=session.stats.as_dict)
-        self.latency = self.book.observe(self.transport.output())
+        transport = SipTransport(session, on_transfer=self._on_transfer)
+        super().__init__(call_id=invite.call_id, transport=transport, tracker=transport.tracker,
+                         frames=session.stats.frames, stats=session.stats.as_dict,
+                         agent_factory=server.agent_factory, pipeline_config=server.pipeline_config,
+                         store=server.store, metrics=server.metrics,
+                         params={"from": self.remote.uri, "to": self.local.uri},
+                         reraise=self.config.reraise_call_errors)
 
     def _step(self, name: str) -> None:
         self.history.append(name)
         log.debug("[%s] %s", self.call_id, name)
 
-    # -- the call -----------------------------------------------------------------------------
+    # -- the call's life (CallSupervisor's hooks) ------------------------------------------------
 
-    async def run(self) -> None:
+    async def _answer(self) -> bool:
         log.info("[%s] SIP call from %s (codec %s)", self.call_id, self.addr[0], self.session.media.codec.name)
         self.server.respond(self.invite, self.addr, 180, to_tag=self.local_tag)
         self._step("ringing")
-        try:
-            if self.config.ring_s > 0:
-                try:
-                    async with asyncio.timeout(self.config.ring_s):
-                        await self._cancelled.wait()
-                except TimeoutError:
-                    pass
-            if self._cancelled.is_set():
-                self.end_reason = "caller cancelled"
-                return
-            self._send_answer(self.invite, self._offer)
-            self.state = CallState.ANSWERED
-            self._step("answered")
-            self.book.started()
-            await self._run_pipeline()
-        except asyncio.CancelledError:
-            self.end_reason = self.end_reason or "server shutting down"
-            raise
-        except Exception as exc:  # the per-call supervisor: log, end cleanly, keep the record
-            self.end_reason = f"error: {type(exc).__name__}: {exc}"
-            self.record.errors.append(self.end_reason)
-            log.exception("[%s] call failed; ending it cleanly", self.call_id)
-            if self.config.reraise_call_errors:
-                raise
-        finally:
-            await self._finish()
+        if self.config.ring_s > 0:
+            try:
+                async with asyncio.timeout(self.config.ring_s):
+                    await self._cancelled.wait()
+            except TimeoutError:
+                pass
+        if self._cancelled.is_set():
+            self.end_reason = self.end_reason or "caller cancelled"
+            return False
+        self._send_answer(self.invite, self._offer)
+        self.state = CallState.ANSWERED
+        self._step("answered")
+        return True
 
-    async def _run_pipeline(self) -> None:
-        agent = self.server.agent_factory(CallInfo(self.call_id, "sip", dict(self.record.params)))
-        built = build_pipeline(self.transport, agent, self.server.pipeline_config, observers=[self.latency])
-        self._worker = built.worker
-        if self.end_reason is not None:  # hung up while the pipeline was being built
-            return
-        runner = WorkerRunner(handle_sigint=False)
-        await runner.add_workers(built.worker)
-        await runner.run()
-        if self.end_reason is None:  # the pipeline ended by itself: the agent (or end_politely) hung up
-            self.end_reason = self._reason_when_done or "agent ended the call"
-            await self._send_bye()
+    async def _pipeline_ended(self) -> str | None:
+        await self._send_bye()  # the agent (or the drain's farewell) hung up
+        return None
 
-    async def _finish(self) -> None:
+    async def _on_hang_up(self, reason: str) -> None:
+        if self.state is CallState.RINGING:
+            if not self._cancelled.is_set():
+                self.server.respond(self.invite, self.addr, 487, to_tag=self.local_tag)
+                self._cancelled.set()
+        elif self.state is CallState.ANSWERED:
+            await self._send_bye()  # a no-op when the caller's BYE came first
+
+    async def _close(self) -> None:
         if self.state is CallState.ANSWERED:
-            await asyncio.shield(self._send_bye())  # a no-op when a BYE already went either way
+            await self._send_bye()  # a no-op when a BYE already went either way
         self.state = CallState.ENDED
         self._step("ended")
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.session.close()
-        self.book.ended(self.end_reason or "ended")
-        log.info("[%s] SIP call ended: %s (%d turns, %d RTP in, %d out, %d bad)", self.call_id,
-                 self.record.end_reason, len(self.record.turns), self.session.stats.packets_in,
-                 self.session.stats.packets_out, self.session.stats.bad_packets)
-
-    async def hangup(self, reason: str) -> None:
-        """End the call from our side (BYE when answered, 487 when still ringing)."""
-        if self.state is CallState.ENDED or self.end_reason is not None:
-            return
-        self.end_reason = reason
-        if self.state is CallState.RINGING:
-            self.server.respond(self.invite, self.addr, 487, to_tag=self.local_tag)
-            self._cancelled.set()
-            return
-        await self._send_bye()
-        await self._stop_worker(reason)
-
-    async def end_politely(self, farewell: str, reason: str = "server shutting down") -> None:
-        """Say ``farewell`` after what is playing, then BYE (SIGTERM's drain). Still ringing: 487."""
-        if self.state is CallState.RINGING or self._worker is None:
-            await self.hangup(reason)
-            return
-        if self.end_reason is None:
-            log.info("[%s] ending the call: %s", self.call_id, reason)
-            self._reason_when_done = reason
-            await self._worker.queue_frames([TTSSpeakFrame(farewell), EndFrame()])
-
-    async def _stop_worker(self, reason: str) -> None:
-        if self._worker is not None:
-            await self._worker.cancel(reason=reason)
+        stats = self.session.stats
+        log.info("[%s] RTP: %d packets in, %d out, %d bad", self.call_id, stats.packets_in,
+                 stats.packets_out, stats.bad_packets)
 
     # -- signalling from the caller -----------------------------------------------------------
 
@@ -219,7 +169,7 @@ class SipCall:
                 interval = min(interval * 2, 4.0)
         log.warning("[%s] no ACK for our 200 OK in %.0f s: hanging up", self.call_id, waited)
         self._acked.set()  # the transaction gave up: the BYE need not wait for it any more
-        await self.hangup("no ACK")
+        await self.hang_up("no ACK")
 
     def matches(self, req: SipRequest) -> bool:
         """Whether ``req`` belongs to this dialog: the caller's From tag, and our To tag once answered.
@@ -239,12 +189,12 @@ class SipCall:
             self._acked.set()
             self._step("acked")
 
-    def on_invite_retransmitted(self, req: SipRequest, addr: tuple[str, int]) -> None:
+    def on_invite_retransmitted(self, req: SipRequest, addr: Address) -> None:
         """The caller did not hear our 180 yet (the final answer, once sent, is replayed from the cache)."""
         if self.state is CallState.RINGING:
             self.server.respond(req, addr, 180, to_tag=self.local_tag)
 
-    def on_reinvite(self, req: SipRequest, addr: tuple[str, int]) -> None:
+    def on_reinvite(self, req: SipRequest, addr: Address) -> None:
         if self.state is not CallState.ANSWERED:
             self.server.respond(req, addr, 491 if self.state is CallState.RINGING else 481, to_tag=self.local_tag)
             return
@@ -256,24 +206,21 @@ class SipCall:
         self._offer = offer
         self._send_answer(req, offer)
 
-    def on_cancel(self, req: SipRequest, addr: tuple[str, int]) -> None:
+    def on_cancel(self, req: SipRequest, addr: Address) -> None:
         self.server.respond(req, addr, 200, to_tag=self.local_tag)
         if self.state is CallState.RINGING and not self._cancelled.is_set():
             self.server.respond(self.invite, self.addr, 487, to_tag=self.local_tag)
             self._step("cancelled")
-            self.end_reason = "caller cancelled"
+            self.end_reason = self.end_reason or "caller cancelled"
             self._cancelled.set()
 
-    def on_bye(self, req: SipRequest, addr: tuple[str, int]) -> None:
+    def on_bye(self, req: SipRequest, addr: Address) -> None:
         self.server.respond(req, addr, 200, to_tag=self.local_tag)
         self._step("bye-received")
-        if self.end_reason is None:
-            self.end_reason = "caller hung up (BYE)"
         self._cancelled.set()
-        if self._worker is not None:
-            self._spawn(self._stop_worker(self.end_reason))
+        self._spawn(self.hang_up("caller hung up (BYE)"))
 
-    def on_notify(self, req: SipRequest, addr: tuple[str, int]) -> None:
+    def on_notify(self, req: SipRequest, addr: Address) -> None:
         """Progress of a transfer we asked for (REFER): the body is a sipfrag status line."""
         self.server.respond(req, addr, 200, to_tag=self.local_tag)
         line = req.body.split(b"\r\n", 1)[0].decode("utf-8", "replace").split(" ")
@@ -339,12 +286,4 @@ class SipCall:
             log.warning("[%s] transfer to %s failed (%s); the call goes on", self.call_id, target, reason)
             return
         self._step("transferred")
-        self.end_reason = f"transferred to {target}"
-        await self._send_bye()
-        await self._stop_worker(self.end_reason)
-
-    # -- the record ---------------------------------------------------------------------------
-
-    def sync(self) -> None:
-        """Bring the record up to date (turns, words said and heard, RTP and frame counters)."""
-        self.book.sync()
+        await self.hang_up(f"transferred to {target}")  # BYE, then the pipeline stops

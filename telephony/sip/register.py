@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from telephony.sip.config import RegistrationConfig
 from telephony.sip.digest import DigestChallenge, authorization
+from telephony.sip.endpoint import SipEndpoint
 from telephony.sip.errors import RegistrationError, SipParseError
 from telephony.sip.media import random_tag
 from telephony.sip.message import SipResponse
-
-if TYPE_CHECKING:
-    from telephony.sip.server import SipServer
 
 log = logging.getLogger(__name__)
 
 
 class Registration:
-    def __init__(self, server: "SipServer", config: RegistrationConfig):
+    def __init__(self, server: SipEndpoint, config: RegistrationConfig):
         self.server = server
         self.config = config
         self.call_id = f"{random_tag()}@parley"

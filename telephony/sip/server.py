@@ -28,6 +28,7 @@ from collections import OrderedDict, deque
 
 from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore, MemoryCallStore
+from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
 from telephony.sip.config import SipConfig
 from telephony.sip.digest import DigestServer
@@ -50,7 +51,7 @@ _REFUSAL_REASONS = {401: "sip-unauthorized", 403: "sip-forbidden", 486: "sip-bus
 
 
 class SipServer(asyncio.DatagramProtocol):
-    """Owns the signalling socket, the transaction tables and the live calls."""
+    """Owns the signalling socket, the transaction tables and the live calls (a :class:`~telephony.sip.endpoint.SipEndpoint`)."""
 
     def __init__(self, config: SipConfig, agent_factory: AgentFactory, store: CallStore | None = None,
                  pipeline_config: PipelineConfig | None = None, metrics: Metrics | None = None):
@@ -94,24 +95,14 @@ class SipServer(asyncio.DatagramProtocol):
                     end_timeout_s: float = 15.0) -> None:
         """SIGTERM: new INVITEs get 503; live calls get ``grace_s`` to finish, then hear ``farewell`` and a BYE."""
         self.draining = True
-        log.warning("SIP draining: no new calls; %d live call(s) get %.0f s to finish", len(self.live), grace_s)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        while self.live and loop.time() < deadline:
-            await asyncio.sleep(0.1)
-        for call in list(self.live.values()):
-            await call.end_politely(farewell)
-        deadline = loop.time() + end_timeout_s
-        while self.live and loop.time() < deadline:
-            await asyncio.sleep(0.1)
-        if self.live:
-            log.error("%d SIP call(s) did not end in time: %s", len(self.live), sorted(self.live))
+        await drain_calls(lambda: self.live.values(), grace_s=grace_s, farewell=farewell,
+                          end_timeout_s=end_timeout_s, what="SIP call")
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Refuse new calls, hang up the live ones (BYE), unregister, close the socket."""
         self.draining = True
         for call in list(self.live.values()):
-            await call.hangup("server shutting down")
+            await call.hang_up(SHUTDOWN_REASON)
         if self._register_task is not None:
             self._register_task.cancel()
             await asyncio.gather(self._register_task, return_exceptions=True)

@@ -21,32 +21,27 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import numpy as np
-from pipecat.audio.dtmf.types import KeypadEntry
 from pipecat.frames.frames import (
-    BotStoppedSpeakingFrame,
     CancelFrame,
     EndFrame,
     Frame,
     InputAudioRawFrame,
-    InputDTMFFrame,
-    InterruptionFrame,
     OutputAudioRawFrame,
     OutputDTMFFrame,
     OutputDTMFUrgentFrame,
     StartFrame,
-    TTSStartedFrame,
-    TTSTextFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
-from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
+from pipeline.frames import TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
 from telephony.pacer import LEAD_S, OutputPacer, paced_transport_params
-from telephony.playout import PlayoutTracker
+from telephony.core.output import PlayoutOutput, keypad_frame
+from telephony.playout import PlayoutTracker, Utterance
 
 log = logging.getLogger(__name__)
 
@@ -97,57 +92,28 @@ class SipInputTransport(BaseInputTransport):
                 await self.push_audio_frame(
                     InputAudioRawFrame(audio=item.pcm, sample_rate=SAMPLE_RATE_HZ, num_channels=1))
             elif isinstance(item, DtmfIn):
-                try:
-                    entry = KeypadEntry(item.digit)
-                except ValueError:
-                    log.info("[%s] DTMF %r has no pipecat key; skipped", session.call_id, item.digit)
-                    continue
-                await self.push_frame(InputDTMFFrame(button=entry))
+                key = keypad_frame(item.digit, session.call_id)
+                if key is not None:
+                    await self.push_frame(key)
 
 
-class SipOutputTransport(BaseOutputTransport):
+class SipOutputTransport(PlayoutOutput, BaseOutputTransport):
     def __init__(self, session: RtpSession, tracker: PlayoutTracker, params: TransportParams, **kwargs):
-        super().__init__(params, **kwargs)
+        super().__init__(params, tracker=tracker, call_id=session.call_id, **kwargs)
         self._session = session
-        self._tracker = tracker
         self._pacer = OutputPacer(session.stats.frames, lead_s=LEAD_S)
-        # After an interruption the media sender may still hand over the chunk it had taken;
-        # nothing may reach the caller until the next utterance starts.
-        self._muted = False
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
         await self.set_transport_ready(frame)
 
-    async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, InterruptionFrame):
-            # before the base class, whose reset may announce BotStoppedSpeaking (= all heard)
-            self._muted = True
-            await self._interrupted()
-        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
-            self._muted = False
-        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
-            self._tracker.add_words(frame.text, frame.pts)
-        await super().process_frame(frame, direction)
-
-    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
-        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
-            self._pacer.idle()
-            self._tracker.finish()  # sent in real time = played
-        await super().push_frame(frame, direction)
-
-    async def _interrupted(self) -> None:
+    async def _utterance_ended(self) -> None:
         self._pacer.idle()
-        utt = self._tracker.clear()
-        if utt is None:
-            return
-        log.info("[%s] barge-in: utterance %d stopped after %.0f of %.0f ms",
-                 self._session.call_id, utt.number, utt.heard_ms, utt.sent_ms)
-        await self.push_frame(
-            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=utt.heard_text(),
-                                  complete=False),
-            FrameDirection.UPSTREAM,
-        )
+        self._tracker.finish()  # sent in real time = played
+        self.on_change()
+
+    async def _clear_wire(self, utterance: Utterance | None) -> None:
+        self._pacer.idle()  # RTP has no playout to clear: what was sent was played
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         session = self._session

@@ -23,21 +23,14 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 from aiohttp import WSMsgType, web
 from pipecat.frames.frames import (
-    BotStoppedSpeakingFrame,
     CancelFrame,
     EndFrame,
     EndWorkerFrame,
     Frame,
     InputAudioRawFrame,
-    InputDTMFFrame,
-    InterruptionFrame,
     OutputAudioRawFrame,
-    OutputDTMFFrame,
     StartFrame,
-    TTSStartedFrame,
-    TTSTextFrame,
 )
-from pipecat.audio.dtmf.types import KeypadEntry
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
@@ -46,6 +39,7 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.audio_meter import FrameCounts, InboundMeter
+from telephony.core.output import PlayoutOutput, keypad_frame
 from telephony.errors import ProtocolError
 from telephony.pacer import LEAD_S, OutputPacer, paced_transport_params
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
@@ -89,9 +83,6 @@ class _Link:
         self.stats = TwilioCallStats()
         self.closed_reason: str | None = None
         self.pending_transfer: TransferCallFrame | None = None
-        # called when what was said or heard changed (an utterance ended, was heard, was cleared),
-        # so the call record is written as the call goes
-        self.on_change: Callable[[], None] = lambda: None
 
     async def send(self, message) -> bool:
         if self.ws.closed:
@@ -202,16 +193,13 @@ class TwilioInputTransport(BaseInputTransport):
                 link.stats.marks_echoed += 1
                 utt = link.tracker.mark_echoed(message.name)
                 if utt is not None and utt.state is UtteranceState.HEARD:
-                    link.on_change()
+                    self._transport.output().on_change()
                     await self._report_heard(utt)
             elif isinstance(message, Dtmf):
                 link.stats.dtmf.append(message.digit)
-                try:
-                    entry = KeypadEntry(message.digit)
-                except ValueError:
-                    log.warning("[%s] unknown DTMF digit %r skipped", link.call_id, message.digit)
-                    continue
-                await self.push_frame(InputDTMFFrame(button=entry))
+                key = keypad_frame(message.digit, link.call_id)
+                if key is not None:
+                    await self.push_frame(key)
             elif isinstance(message, Stop):
                 reason = "caller hung up (stop)"
                 break
@@ -229,59 +217,31 @@ class TwilioInputTransport(BaseInputTransport):
         )
 
 
-class TwilioOutputTransport(BaseOutputTransport):
+class TwilioOutputTransport(PlayoutOutput, BaseOutputTransport):
     def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
-        super().__init__(params, **kwargs)
+        super().__init__(params, tracker=link.tracker, call_id=link.call_id, **kwargs)
         self._transport = transport
         self._link = link
         self._pacer = OutputPacer(link.stats.frames, lead_s=LEAD_S)
-        # After a clear, the media sender may still hand over the one chunk it had taken from its
-        # queue; nothing may reach the caller until the next utterance starts.
-        self._muted = False
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
         await self.set_transport_ready(frame)
 
-    async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, InterruptionFrame):
-            self._muted = True
-        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
-            self._muted = False
-        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
-            self._link.tracker.add_words(frame.text, frame.pts)  # pts: the pipeline clock, ns
-        await super().process_frame(frame, direction)
-        if isinstance(frame, InterruptionFrame):
-            await self._clear()
-
-    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
-        # The media sender announces the end of an utterance right after its last audio chunk:
-        # that is where the end mark belongs.
-        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
-            self._pacer.idle()
-            name = self._link.tracker.end()
-            if name is not None and await self._link.send(OutMark(self._link.start.stream_sid, name)):
-                self._link.stats.marks_sent += 1
-            if name is not None:
-                self._link.on_change()
-        await super().push_frame(frame, direction)
-
-    async def _clear(self) -> None:
-        link = self._link
-        utt = link.tracker.clear()
+    async def _utterance_ended(self) -> None:
+        # the media sender announces the end of an utterance right after its last audio chunk:
+        # that is where the end mark belongs
         self._pacer.idle()
-        if utt is None:
-            return
-        if await link.send(Clear(link.start.stream_sid)):
-            link.stats.clears_sent += 1
-        heard = utt.heard_text()
-        link.on_change()
-        log.info("[%s] barge-in: utterance %d cleared after %.0f of %.0f ms",
-                 link.call_id, utt.number, utt.heard_ms, utt.sent_ms)
-        await self.push_frame(
-            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=heard, complete=False),
-            FrameDirection.UPSTREAM,
-        )
+        name = self._link.tracker.end()
+        if name is not None and await self._link.send(OutMark(self._link.start.stream_sid, name)):
+            self._link.stats.marks_sent += 1
+        if name is not None:
+            self.on_change()
+
+    async def _clear_wire(self, utterance: Utterance | None) -> None:
+        self._pacer.idle()
+        if utterance is not None and await self._link.send(Clear(self._link.start.stream_sid)):
+            self._link.stats.clears_sent += 1
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         link = self._link

@@ -12,9 +12,10 @@ keeps only those too), and the frame counters.
 
 The call ends when the agent ends it (its last words play, then the peer connection closes with
 pipecat's ``peerLeft``), when the page sends ``{"type": "hangup"}``, when the peer connection
-closes or fails, or when the page's keep-alive pings stop for ``KEEPALIVE_LOST_S``. Like the
-Twilio supervisor, this is the only catch-all: it logs the traceback with the call id, ends the
-call cleanly, keeps the record, and re-raises with ``reraise`` (tests).
+closes or fails, or when the page's keep-alive pings stop for ``KEEPALIVE_LOST_S``. The call's
+life (the one catch-all, the record, the drain's polite end) is the call core's
+(:class:`~telephony.core.supervisor.CallSupervisor`); this edge tells the page and closes the
+peer connection.
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from dataclasses import replace
 
 from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
-from pipecat.workers.runner import WorkerRunner
 
-from pipeline.builder import PipelineConfig, build_pipeline
+from pipeline.builder import CallPipeline, PipelineConfig
 from pipeline.latency import TurnLatency
-from pipeline.records import CallRecord, CallStore
-from telephony.callbook import CallBook
-from telephony.calls import AgentFactory, CallInfo
+from pipeline.records import CallStore
+from telephony.calls import AgentFactory
+from telephony.core.supervisor import CallSupervisor
 from telephony.metrics import Metrics
 from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver, PageMessage
 from telephony.webrtc.media import WebRTCCallTransport
@@ -49,83 +49,74 @@ WATCH_PERIOD_S = 0.5
 DISCONNECT_TIMEOUT_S = 5.0
 
 
-class WebRTCCall:
+class WebRTCCall(CallSupervisor):
     """Runs one call's pipeline over its peer connection and keeps its record current."""
+
+    transport_name = "webrtc"
 
     def __init__(self, connection: SmallWebRTCConnection, *, agent_factory: AgentFactory,
                  pipeline_config: PipelineConfig, store: CallStore, params: dict[str, str] | None = None,
                  reraise: bool = False, metrics: Metrics | None = None):
         self.connection = connection
         self.pc_id = connection.pc_id  # pipecat's name for the peer connection (signaling uses it)
-        self.call_sid = f"WR{uuid.uuid4().hex}"  # the record's id, URL-safe like Twilio's CA...
-        self.params = dict(params or {})
-        self.record = CallRecord(call_sid=self.call_sid, transport="webrtc", params=self.params)
-        self._agent_factory = agent_factory
-        self._config = replace(pipeline_config, sample_rate_hz=SAMPLE_RATE_HZ)
-        self._reraise = reraise
-        self._worker = None
-        self._hangup = asyncio.Event()
-        self._finished = False
+        call_id = f"WR{uuid.uuid4().hex}"  # the record's id, URL-safe like Twilio's CA...
         self._ended_sent = False
-        self._cancelled = False  # the watcher cancelled the pipeline (a hang-up), vs. the agent ended it
-        self.hangup_reason: str | None = None
-        self.transport = WebRTCCallTransport(
+        self._closed = asyncio.Event()
+        self._watcher: asyncio.Task | None = None
+        transport = WebRTCCallTransport(
             connection,
             TransportParams(audio_in_enabled=True, audio_out_enabled=True, audio_in_channels=1,
                             audio_out_end_silence_secs=END_SILENCE_S),
-            name=f"webrtc-{self.call_sid}",
+            name=f"webrtc-{call_id}", call_id=call_id,
         )
-        self.book = CallBook(self.record, store, metrics or Metrics(), tracker=self.transport.tracker,
-                             frames=self.transport.frames, on_turn=self._on_turn)
-        self.latency = self.book.observe(self.transport.output())
-        self.events = PageEventsObserver(send=self.send, output_transport=self.transport.output(),
+        super().__init__(call_id=call_id, transport=transport, tracker=transport.tracker,
+                         frames=transport.frames, agent_factory=agent_factory,
+                         pipeline_config=replace(pipeline_config, sample_rate_hz=SAMPLE_RATE_HZ),
+                         store=store, metrics=metrics, params=params, on_turn=self._on_turn, reraise=reraise)
+        self.params = dict(self.record.params)
+        self.events = PageEventsObserver(send=self.send, output_transport=transport.output(),
                                          tts=None, turn_number=lambda: len(self.latency.turns))
-        self.transport.add_event_handler("on_app_message", self._on_app_message)
-        self.transport.add_event_handler("on_client_disconnected", self._on_client_disconnected)
+        transport.add_event_handler("on_app_message", self._on_app_message)
+        transport.add_event_handler("on_client_disconnected", self._on_client_disconnected)
         connection.add_event_handler("failed", self._on_failed)
+
+    @property
+    def hangup_reason(self) -> str | None:
+        return self.end_reason
 
     # -- events from the peer ------------------------------------------------------------------
 
-    def hang_up(self, reason: str) -> None:
-        """End the call (from any task); the first reason given is the one recorded."""
-        if self.hangup_reason is None:
-            self.hangup_reason = reason
-        self._hangup.set()
-
     async def _on_app_message(self, _transport, message, _sender) -> None:
         if isinstance(message, dict) and message.get("type") == "hangup":
-            self.hang_up("caller hung up")
+            await self.hang_up("caller hung up")
 
     async def _on_client_disconnected(self, _transport, _connection) -> None:
-        self.hang_up("peer connection closed")
+        await self.hang_up("peer connection closed")
 
     async def _on_failed(self, _connection) -> None:
-        self.hang_up("peer connection failed")
+        await self.hang_up("peer connection failed")
 
     async def _watch(self) -> None:
-        """Cancel the pipeline on hang-up, or when the page's keep-alive pings stop."""
+        """Hang up when the page's keep-alive pings stop for ``KEEPALIVE_LOST_S``."""
         lost_since: float | None = None
         was_connected = False
-        while not self._hangup.is_set():
+        while not self._closed.is_set():
             try:
                 async with asyncio.timeout(WATCH_PERIOD_S):
-                    await self._hangup.wait()
+                    await self._closed.wait()
             except TimeoutError:
                 pass
-            if self._hangup.is_set():
+            if self._closed.is_set():
                 break
             if self.connection.is_connected():
                 was_connected, lost_since = True, None
             elif was_connected:
                 lost_since = lost_since or time.monotonic()
                 if time.monotonic() - lost_since >= KEEPALIVE_LOST_S:
-                    self.hang_up("caller gone (keep-alive lost)")
-        if self._worker is not None and not self._finished:
-            self._cancelled = True
-            self._send_ended(self.hangup_reason or "hung up")  # before the transport closes the channel
-            await self._worker.cancel(reason=self.hangup_reason)
+                    await self.hang_up("caller gone (keep-alive lost)")
+                    return
 
-    # -- the page and the record ---------------------------------------------------------------
+    # -- the page --------------------------------------------------------------------------------
 
     def send(self, message: PageMessage) -> None:
         """Send one message to the page (queued by pipecat until the data channel opens)."""
@@ -134,54 +125,34 @@ class WebRTCCall:
     def _send_ended(self, reason: str) -> None:
         if not self._ended_sent:
             self._ended_sent = True
-            self.send(CallMessage("ended", self.call_sid, reason))
+            self.send(CallMessage("ended", self.call_id, reason))
 
     def _on_turn(self, turn: TurnLatency) -> None:
         self.send(LatencyMessage.of(turn))
 
-    def sync(self) -> None:
-        """Bring the record up to date (turns, words said and heard, frame counters)."""
-        self.book.sync()
+    # -- the call's life (CallSupervisor's hooks) ------------------------------------------------
 
-    # -- the call ------------------------------------------------------------------------------
+    async def _answer(self) -> bool:
+        self.send(CallMessage("started", self.call_id))
+        self._watcher = asyncio.create_task(self._watch(), name=f"webrtc-watch-{self.call_id}")
+        return True
 
-    async def run(self) -> None:
-        log.info("[%s] webrtc call started (params %s)", self.call_sid, sorted(self.params))
-        self.send(CallMessage("started", self.call_sid))
-        reason = "ended"
-        self.book.started()
-        watcher = asyncio.create_task(self._watch(), name=f"webrtc-watch-{self.call_sid}")
+    def _observers(self) -> list:
+        return [self.latency, self.events]
+
+    def _built(self, built: CallPipeline) -> None:
+        self.events.set_tts(built.tts)
+
+    async def _on_hang_up(self, reason: str) -> None:
+        self._send_ended(reason)  # before the transport closes the data channel
+
+    async def _close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        self._send_ended(self.end_reason or "ended")
         try:
-            agent = self._agent_factory(CallInfo(self.call_sid, "webrtc", dict(self.params)))
-            built = build_pipeline(self.transport, agent, self._config,
-                                   observers=[self.latency, self.events])
-            self.events.set_tts(built.tts)
-            self._worker = built.worker
-            if self._hangup.is_set():  # the caller left before the pipeline started
-                self._cancelled = True
-            else:
-                runner = WorkerRunner(handle_sigint=False)
-                await runner.add_workers(built.worker)
-                await runner.run()
-            reason = (self.hangup_reason if self._cancelled else None) or "agent ended the call"
-        except asyncio.CancelledError:
-            reason = "server shutting down"
-            raise
-        except Exception as exc:  # the per-call supervisor: log, end cleanly, keep the record
-            reason = f"error: {type(exc).__name__}: {exc}"
-            self.record.errors.append(reason)
-            log.exception("[%s] call failed; ending it cleanly", self.call_sid)
-            if self._reraise:
-                raise
-        finally:
-            self._finished = True
-            self._hangup.set()
-            await asyncio.gather(watcher, return_exceptions=True)
-            self._send_ended(reason)
-            try:
-                async with asyncio.timeout(DISCONNECT_TIMEOUT_S):
-                    await self.connection.disconnect()
-            except TimeoutError:
-                log.warning("[%s] peer connection did not close in %.0f s", self.call_sid, DISCONNECT_TIMEOUT_S)
-            self.book.ended(reason)
-            log.info("[%s] webrtc call ended: %s (%d turns)", self.call_sid, reason, len(self.record.turns))
+            async with asyncio.timeout(DISCONNECT_TIMEOUT_S):
+                await self.connection.disconnect()
+        except TimeoutError:
+            log.warning("[%s] peer connection did not close in %.0f s", self.call_id, DISCONNECT_TIMEOUT_S)

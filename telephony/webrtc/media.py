@@ -20,9 +20,9 @@ resolves once no more than ``LEAD_CHUNKS`` chunks are queued ahead of its last o
 sender brings the next frame 20-30 ms before it is needed (pipecat's resolves when the last chunk
 is taken, leaving 10 ms, and a busy event loop turns that into gaps).
 
-The output transport (:class:`WebRTCOutputTransport`) feeds the tracker, and on an interruption
-drops the queued audio and reports what was heard upstream (``AgentSpeechHeardFrame``), as the
-Twilio and SIP transports do.
+The output transport (:class:`WebRTCOutputTransport`) is a
+:class:`~telephony.core.output.PlayoutOutput`, as the Twilio and SIP ones are: it feeds the
+tracker, and on an interruption drops the queued audio and reports what was heard upstream.
 """
 
 from __future__ import annotations
@@ -39,17 +39,7 @@ import numpy as np
 from av import AudioFrame
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
-from pipecat.frames.frames import (
-    BotStoppedSpeakingFrame,
-    Frame,
-    InputAudioRawFrame,
-    InterruptionFrame,
-    OutputAudioRawFrame,
-    OutputDTMFFrame,
-    TTSStartedFrame,
-    TTSTextFrame,
-)
-from pipecat.processors.frame_processor import FrameDirection
+from pipecat.frames.frames import InputAudioRawFrame, OutputAudioRawFrame
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import (
@@ -59,8 +49,8 @@ from pipecat.transports.smallwebrtc.transport import (
     SmallWebRTCTransport,
 )
 
-from pipeline.frames import AgentSpeechHeardFrame
 from telephony.audio_meter import FRAME_S, FrameCounts, InboundMeter
+from telephony.core.output import PlayoutOutput
 from telephony.playout import PlayoutTracker, Utterance
 
 log = logging.getLogger(__name__)
@@ -253,44 +243,20 @@ class MeteredWebRTCClient(SmallWebRTCClient):
             self._audio_output_track.clear()
 
 
-class WebRTCOutputTransport(SmallWebRTCOutputTransport):
-    """Feeds the playout tracker and reports the heard words on a barge-in."""
+class WebRTCOutputTransport(PlayoutOutput, SmallWebRTCOutputTransport):
+    """Feeds the playout tracker and reports the heard words on a barge-in (:class:`PlayoutOutput`)."""
 
-    def __init__(self, client: MeteredWebRTCClient, params: TransportParams, tracker: PlayoutTracker, **kwargs):
-        super().__init__(client, params, **kwargs)
+    def __init__(self, client: MeteredWebRTCClient, params: TransportParams, tracker: PlayoutTracker,
+                 *, call_id: str, **kwargs):
+        super().__init__(client, params, tracker=tracker, call_id=call_id, **kwargs)
         self._metered = client
-        self._tracker = tracker
-        # After an interruption the media sender may still hand over the chunk it had taken;
-        # nothing may reach the caller until the next utterance starts.
-        self._muted = False
 
-    async def process_frame(self, frame: Frame, direction: FrameDirection):
-        if isinstance(frame, InterruptionFrame):
-            # before the base class, whose reset may announce BotStoppedSpeaking (= all heard)
-            self._muted = True
-            await self._interrupted()
-        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
-            self._muted = False
-        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
-            self._tracker.add_words(frame.text, frame.pts)
-        await super().process_frame(frame, direction)
+    async def _utterance_ended(self) -> None:
+        self._tracker.finish()  # the last chunks are queued in the track: sent = played
+        self.on_change()
 
-    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
-        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
-            self._tracker.finish()  # the last chunks are queued in the track: sent = played
-        await super().push_frame(frame, direction)
-
-    async def _interrupted(self) -> None:
+    async def _clear_wire(self, utterance: Utterance | None) -> None:
         self._metered.clear_audio()
-        utt = self._tracker.clear()
-        if utt is None:
-            return
-        log.info("[%s] barge-in: utterance %d stopped after %.0f ms", self.name, utt.number, utt.heard_ms)
-        await self.push_frame(
-            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=utt.heard_text(),
-                                  complete=False),
-            FrameDirection.UPSTREAM,
-        )
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         if self._muted:
@@ -302,7 +268,8 @@ class WebRTCOutputTransport(SmallWebRTCOutputTransport):
 class WebRTCCallTransport(SmallWebRTCTransport):
     """SmallWebRTC with the metered client and output transport; ``frames`` and ``tracker`` per call."""
 
-    def __init__(self, connection: SmallWebRTCConnection, params: TransportParams, *, name: str = "webrtc"):
+    def __init__(self, connection: SmallWebRTCConnection, params: TransportParams, *, name: str = "webrtc",
+                 call_id: str = "webrtc"):
         # pipecat 1.14's SmallWebRTCTransport.__init__, with our client (its own would register a
         # second set of handlers on the connection)
         BaseTransport.__init__(self, input_name=f"{name}-in", output_name=f"{name}-out")
@@ -315,6 +282,7 @@ class WebRTCCallTransport(SmallWebRTCTransport):
         )
         self.frames = FrameCounts()
         self.tracker = PlayoutTracker()
+        self._call_id = call_id
         self._client = MeteredWebRTCClient(connection, self._callbacks, self.frames)
         self._input = None
         self._output = None
@@ -324,5 +292,6 @@ class WebRTCCallTransport(SmallWebRTCTransport):
 
     def output(self) -> WebRTCOutputTransport:
         if not self._output:
-            self._output = WebRTCOutputTransport(self._client, self._params, self.tracker, name=self._output_name)
+            self._output = WebRTCOutputTransport(self._client, self._params, self.tracker,
+                                                 call_id=self._call_id, name=self._output_name)
         return self._output

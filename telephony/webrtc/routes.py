@@ -32,6 +32,7 @@ from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore
 from telephony.calls import AgentFactory
+from telephony.core.supervisor import SHUTDOWN_REASON
 from telephony.metrics import Metrics
 from telephony.webrtc import ice
 from telephony.webrtc.call import WebRTCCall
@@ -199,7 +200,7 @@ class WebRTCGateway:
     async def close(self, _app: web.Application | None = None) -> None:
         """End every live call (the application's ``on_shutdown`` hook)."""
         for call in list(self.calls.values()):
-            call.hang_up("server shutting down")
+            await call.hang_up(SHUTDOWN_REASON)
         if self._tasks:
             done, pending = await asyncio.wait(set(self._tasks), timeout=5.0)
             for task in pending:

@@ -50,7 +50,7 @@ async def test_drain_refuses_new_calls_and_ends_live_ones_politely():
         await server.stop()
     assert report.server_hung_up  # ended by the server, not by the caller
     record = server.store.get(report.call_sid)
-    assert record.ended and record.end_reason == "agent ended the call"
+    assert record.ended and record.end_reason == "server shutting down"
     spoken = " ".join([record.greeting] + [t.agent_text for t in record.turns])
     assert "we have to end this call now" in spoken.lower()  # the farewell was said
     assert not server.live

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import numpy as np
 import pytest
 
+from agent.echo import EchoAgentProcessor
 from pipeline.audio.flite import synthesize_flite
 from pipeline.audio.g711 import resample
 from telephony.errors import CallerError
+from telephony.server import CallServer, ServerConfig
 from telephony.sip.caller import SipCallerConfig, _Receiver, place_sip_call
 from telephony.sip.rtp import RtpPacket
 
@@ -112,3 +115,25 @@ async def test_an_invite_and_its_retransmission_together_start_one_call(sip_serv
         assert list(sip_server.live) == ["dup-invite-1@127.0.0.1"]
     finally:
         sock.close()
+
+
+async def test_healthz_counts_live_sip_calls(sip_server, hello_8k):
+    """Regression: /healthz counted only Twilio and browser calls, so a server busy with SIP
+    calls reported none live."""
+    http = CallServer(ServerConfig(port=0, insecure_dev=True), agent_factory=lambda _i: EchoAgentProcessor())
+    http.sip = sip_server  # as serve_forever does
+    port = await http.start()
+    try:
+        call = asyncio.create_task(place_sip_call("127.0.0.1", sip_server.port, [hello_8k], greeting_wait_s=3.0,
+                                                  reply_timeout_s=15.0, timeout_s=40.0))
+        await wait_for(lambda: sip_server.live, 10.0)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                assert (await r.json())["live_calls"] == 1
+        await call
+        await wait_for(lambda: not sip_server.live, 10.0)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                assert (await r.json())["live_calls"] == 0
+    finally:
+        await http.stop()

@@ -18,6 +18,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection
 
 from agent.echo import EchoAgentProcessor
+from telephony.server import CallServer, ServerConfig
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 from telephony.webrtc.client import place_call
 
@@ -149,3 +150,36 @@ async def test_a_caller_whose_pings_stop_is_hung_up(webrtc_server, speech, monke
             break
         await asyncio.sleep(0.1)
     assert record.end_reason == "caller gone (keep-alive lost)"
+
+
+async def test_drain_ends_a_live_browser_call_with_the_farewell(speech):
+    """Regression: the drain called ``end_politely`` on every live call, and browser calls had
+    none (AttributeError stopped the drain). Now the call core ends every transport's calls."""
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN, drain_grace_s=0.3,
+                                     shutdown_farewell="We are closing now. Goodbye."),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    await server.start()
+    pcm, rate_hz = speech
+    try:
+        call = asyncio.create_task(place_call(f"http://127.0.0.1:{server.port}", pcm, rate_hz,
+                                              until=lambda _m: False, timeout_s=30.0, lead_s=20.0))
+        for _ in range(200):  # until the greeting has played
+            live = list(server.live.values())
+            if live and live[0].record.greeting:
+                break
+            await asyncio.sleep(0.05)
+        (live,) = server.live.values()
+        await asyncio.wait_for(server.drain(), 25)
+        result = await asyncio.wait_for(call, 30)
+    finally:
+        await server.stop()
+    assert not server.live
+    agent = result.transcripts("agent")
+    assert agent and agent[-1].endswith("We are closing now Goodbye"), agent  # the farewell reached the page
+    # the server ended it after the farewell, as when the agent says goodbye (pipecat's peerLeft)
+    assert any(m.get("type") == "signalling" and m.get("message", {}).get("type") == "peerLeft"
+               for m in result.messages), [m.get("type") for m in result.messages]
+    record = server.store.get(live.call_id)
+    assert record.ended and record.end_reason == "server shutting down"
+    said = " ".join([record.greeting] + [t.agent_text for t in record.turns])
+    assert "we are closing now" in said.lower(), said  # and the record kept it

@@ -1,0 +1,113 @@
+"""What every transport does with the agent's voice and the caller's keys, written once.
+
+    class TwilioOutputTransport(PlayoutOutput, BaseOutputTransport):
+        async def _clear_wire(self, utterance): ...     # barge-in: stop what the far end still plays
+        async def _utterance_ended(self): ...           # the media sender sent an utterance's last chunk
+
+:class:`PlayoutOutput` goes before a pipecat output transport in the bases. It keeps the call's
+:class:`~telephony.playout.PlayoutTracker` (which words left, and which the caller heard) and
+handles a barge-in in one order for every transport:
+
+1. ``InterruptionFrame``: mute (the media sender may still hand over the chunk it had taken;
+   nothing may reach the caller until the next utterance starts);
+2. the tracker closes the interrupted utterance, and the edge clears its wire (Twilio ``clear``,
+   the WebRTC track's queue, the RTP pacer);
+3. what the caller heard of it goes upstream as ``AgentSpeechHeardFrame(complete=False)``, and
+   the call record is written (``on_change``);
+4. then the base class (which drops the queued audio and may announce ``BotStoppedSpeaking``:
+   that must not count the cut utterance as heard, so it comes last).
+
+``TTSStartedFrame`` or ``OutputDTMFFrame`` unmutes; ``TTSTextFrame`` words are timed into the
+tracker; ``BotStoppedSpeakingFrame`` (right after an utterance's last chunk) calls the edge's
+``_utterance_ended``.
+
+:func:`keypad_frame` turns a key the caller pressed (Twilio's ``dtmf``, RFC 4733) into pipecat's
+``InputDTMFFrame``, or None for a key pipecat's keypad lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pipecat.audio.dtmf.types import KeypadEntry
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    Frame,
+    InputDTMFFrame,
+    InterruptionFrame,
+    OutputDTMFFrame,
+    TTSStartedFrame,
+    TTSTextFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+
+from pipeline.frames import AgentSpeechHeardFrame
+from telephony.playout import PlayoutTracker, Utterance
+
+log = logging.getLogger(__name__)
+
+
+class PlayoutOutput:
+    """Mixin for a pipecat output transport: the tracker, mute and barge-in (module docstring)."""
+
+    def __init__(self, *args, tracker: PlayoutTracker, call_id: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._tracker = tracker
+        self._call_id = call_id
+        self._muted = False
+        # what was said or heard changed (an utterance ended, was heard, was cleared): the
+        # supervisor points this at the call record
+        self.on_change: Callable[[], None] = lambda: None
+
+    @property
+    def tracker(self) -> PlayoutTracker:
+        return self._tracker
+
+    # -- for the edge ---------------------------------------------------------------------------
+
+    async def _clear_wire(self, utterance: Utterance | None) -> None:
+        """Barge-in: stop what the far end would still play (``utterance``: the one cut, if any)."""
+
+    async def _utterance_ended(self) -> None:
+        """The media sender has just sent an utterance's last chunk."""
+
+    # -- the one order ----------------------------------------------------------------------------
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection):
+        if isinstance(frame, InterruptionFrame):
+            self._muted = True
+            await self._barge_in()
+        elif isinstance(frame, (TTSStartedFrame, OutputDTMFFrame)):
+            self._muted = False
+        if isinstance(frame, TTSTextFrame) and direction == FrameDirection.DOWNSTREAM:
+            self._tracker.add_words(frame.text, frame.pts)  # pts: the pipeline clock, ns
+        await super().process_frame(frame, direction)  # type: ignore[misc]
+
+    async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
+        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            await self._utterance_ended()
+        await super().push_frame(frame, direction)  # type: ignore[misc]
+
+    async def _barge_in(self) -> None:
+        utt = self._tracker.clear()
+        await self._clear_wire(utt)
+        if utt is None:
+            return
+        self.on_change()
+        log.info("[%s] barge-in: utterance %d stopped after %.0f of %.0f ms",
+                 self._call_id, utt.number, utt.heard_ms, utt.sent_ms)
+        await self.push_frame(
+            AgentSpeechHeardFrame(utterance=utt.number, text_sent=utt.text, text_heard=utt.heard_text(),
+                                  complete=False),
+            FrameDirection.UPSTREAM,
+        )
+
+
+def keypad_frame(digit: str, call_id: str) -> InputDTMFFrame | None:
+    """The caller pressed ``digit``: pipecat's frame for it, or None (logged) when its keypad lacks it."""
+    try:
+        return InputDTMFFrame(button=KeypadEntry(digit))
+    except ValueError:
+        log.info("[%s] DTMF %r has no pipecat key; skipped", call_id, digit)
+        return None

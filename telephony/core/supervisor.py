@@ -1,0 +1,201 @@
+"""One call's life, whatever carries it: the per-call supervisor every transport's edge extends.
+
+    class TwilioCall(CallSupervisor):
+        transport_name = "twilio"
+        async def _pipeline_ended(self) -> str | None: ...   # the agent hung up: finish the wire's side
+        async def _close(self) -> None: ...                   # always, last: close the wire
+
+    call = TwilioCall(call_id=..., transport=pipecat_transport, tracker=..., frames=..., ...)
+    await call.run()                       # until the call ends; the record is kept throughout
+    await call.hang_up("caller hung up")   # from the edge, when the far end left (first reason wins)
+    await call.end_politely(farewell)      # the drain: the farewell after what is playing, then the end
+
+``run`` is the same for every transport: ``_answer`` (the edge's pickup: SIP rings, answers and
+may be cancelled), the call counted as live, the agent built by the factory, ``build_pipeline``,
+pipecat's runner, then one of three endings:
+
+- the far end left or we hung up (``hang_up``): the pipeline is cancelled, its reason recorded;
+- the pipeline ended by itself (the agent said goodbye, a transfer, ``end_politely``): the edge's
+  ``_pipeline_ended`` lets the last words play and finishes the wire's side (Twilio's transfer,
+  SIP's BYE), and may name a more precise reason;
+- something broke: this is the only catch-all in the call path. The traceback is logged with the
+  call id, the reason is ``error: ...``, the call ends cleanly, and with ``reraise`` (tests) the
+  error propagates after the clean-up.
+
+Then, always: ``_close`` (the edge closes its wire), the record's end written, one log line.
+The :class:`~telephony.callbook.CallBook` keeps the record and the server's metrics current as
+the call goes, and the output transport (:class:`~telephony.core.output.PlayoutOutput`) writes
+it whenever what the caller heard changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.workers.runner import WorkerRunner
+
+from pipeline.builder import CallPipeline, PipelineConfig, build_pipeline
+from pipeline.latency import TurnLatency
+from pipeline.records import CallRecord, CallStore
+from telephony.audio_meter import FrameCounts
+from telephony.callbook import CallBook
+from telephony.calls import AgentFactory, CallInfo
+from telephony.metrics import Metrics
+from telephony.playout import PlayoutTracker
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_REASON = "server shutting down"
+
+
+class CallSupervisor:
+    """Runs one call's pipeline and keeps its record; a transport's edge fills in the hooks."""
+
+    transport_name: ClassVar[str]
+
+    def __init__(self, *, call_id: str, transport: BaseTransport, tracker: PlayoutTracker,
+                 frames: FrameCounts, agent_factory: AgentFactory, pipeline_config: PipelineConfig,
+                 store: CallStore, metrics: Metrics | None = None, params: dict[str, str] | None = None,
+                 stats: Callable[[], dict[str, int]] | None = None,
+                 on_turn: Callable[[TurnLatency], None] | None = None, reraise: bool = False):
+        self.call_id = call_id
+        self.transport = transport
+        self.record = CallRecord(call_sid=call_id, transport=self.transport_name, params=dict(params or {}))
+        self.book = CallBook(self.record, store, metrics or Metrics(), tracker=tracker, frames=frames,
+                             stats=stats, on_turn=on_turn)
+        self.latency = self.book.observe(transport.output())
+        self.end_reason: str | None = None  # the first reason given wins
+        self._agent_factory = agent_factory
+        self._config = pipeline_config
+        self._reraise = reraise
+        self._worker = None
+        self._pipeline_over = False
+        self._polite_reason: str | None = None
+        output = transport.output()
+        if hasattr(output, "on_change"):  # a PlayoutOutput: what was heard changed, write it down
+            output.on_change = self.sync
+
+    @property
+    def call_sid(self) -> str:
+        """The record's id (Twilio's name for it)."""
+        return self.call_id
+
+    # -- what an edge may fill in ---------------------------------------------------------------
+
+    async def _answer(self) -> bool:
+        """Pick up; False when the call ended before it was answered (``end_reason`` says why)."""
+        return True
+
+    def _observers(self) -> list:
+        """The pipeline's observers: the latency observer, and any the edge adds."""
+        return [self.latency]
+
+    def _built(self, built: CallPipeline) -> None:
+        """The pipeline exists, not yet running."""
+
+    async def _pipeline_ended(self) -> str | None:
+        """The pipeline ended by itself: let the last words play, finish the wire's side.
+
+        Returns a reason more precise than the agent's (a transfer, the caller hanging up during
+        the last words), or None."""
+        return None
+
+    async def _on_hang_up(self, reason: str) -> None:
+        """``hang_up`` was called: tell the far end, if it must be told (SIP's BYE)."""
+
+    async def _close(self) -> None:
+        """The call is over: close the wire. Runs once, whatever ended the call."""
+
+    # -- the call -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        log.info("[%s] %s call started (params %s)", self.call_id, self.transport_name, sorted(self.record.params))
+        try:
+            if await self._answer():
+                self.book.started()
+                await self._run_pipeline()
+        except asyncio.CancelledError:
+            self.end_reason = self.end_reason or SHUTDOWN_REASON
+            raise
+        except Exception as exc:  # the per-call supervisor: log, end cleanly, keep the record
+            self.end_reason = f"error: {type(exc).__name__}: {exc}"
+            self.record.errors.append(self.end_reason)
+            log.exception("[%s] call failed; ending it cleanly", self.call_id)
+            if self._reraise:
+                raise
+        finally:
+            self._pipeline_over = True
+            try:
+                await asyncio.shield(self._close())
+            finally:
+                self.book.ended(self.end_reason or "ended")
+                log.info("[%s] %s call ended: %s (%d turns)", self.call_id, self.transport_name,
+                         self.record.end_reason, len(self.record.turns))
+
+    async def _run_pipeline(self) -> None:
+        agent = self._agent_factory(CallInfo(self.call_id, self.transport_name, dict(self.record.params)))
+        built = build_pipeline(self.transport, agent, self._config, observers=self._observers())
+        self._built(built)
+        self._worker = built.worker
+        if self.end_reason is not None:  # the far end left while the pipeline was being built
+            return
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(built.worker)
+        await runner.run()
+        self._pipeline_over = True
+        if self.end_reason is None:  # it ended by itself: the agent, a transfer or end_politely
+            reason = await self._pipeline_ended()
+            self.end_reason = self.end_reason or reason or self._polite_reason or "agent ended the call"
+
+    # -- ending it ------------------------------------------------------------------------------
+
+    async def hang_up(self, reason: str) -> None:
+        """End the call now: the far end left, or we hang up. The first reason is the one kept."""
+        if self.end_reason is not None:
+            return
+        self.end_reason = reason
+        await self._on_hang_up(reason)
+        if self._worker is not None and not self._pipeline_over:
+            await self._worker.cancel(reason=reason)
+
+    async def end_politely(self, farewell: str, reason: str = SHUTDOWN_REASON) -> None:
+        """Say ``farewell`` after what is playing, then end the call (the drain). Not yet
+        talking (still ringing, or the pipeline not built): hang up at once."""
+        if self.end_reason is not None or self._polite_reason is not None:
+            return
+        if self._worker is None or self._pipeline_over:
+            await self.hang_up(reason)
+            return
+        log.info("[%s] ending the call: %s", self.call_id, reason)
+        self._polite_reason = reason
+        await self._worker.queue_frames([TTSSpeakFrame(farewell), EndFrame()])
+
+    def sync(self) -> None:
+        """Bring the record up to date (turns, words said and heard, counters)."""
+        self.book.sync()
+
+
+async def drain_calls(live: Callable[[], Iterable[CallSupervisor]], *, grace_s: float, farewell: str,
+                      end_timeout_s: float = 15.0, what: str = "call") -> None:
+    """SIGTERM's drain of live calls: ``grace_s`` to finish, then a farewell each, then wait.
+
+    ``live`` lists the calls still live each time it is called (they leave it as they end)."""
+    loop = asyncio.get_running_loop()
+    calls = list(live())
+    log.warning("draining: no new %ss; %d live %s(s) get %.0f s to finish", what, len(calls), what, grace_s)
+    deadline = loop.time() + grace_s
+    while list(live()) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+    for call in list(live()):
+        await call.end_politely(farewell)
+    deadline = loop.time() + end_timeout_s
+    while list(live()) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+    left = sorted(c.call_id for c in live())
+    if left:
+        log.error("%d %s(s) did not end in time: %s", len(left), what, left)
