@@ -1,6 +1,6 @@
 # parley: two commands on a fresh machine.
 #   make serve   creates .venv, installs everything, starts the agent on 127.0.0.1:8765
-#   make test    installs if needed, runs the test suite
+#   make test    installs if needed, checks the house rules (make lint), runs the test suite
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8765
 
-.PHONY: serve test install bench clean
+.PHONY: serve test lint install bench clean
 
 install: $(STAMP)
 
@@ -28,7 +28,12 @@ $(STAMP): pyproject.toml scripts/install-system-deps
 serve: $(STAMP)
 	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) $(if $(TWILIO_AUTH_TOKEN),,--insecure-dev)
 
-test: $(STAMP)
+# the house rules first (seconds): layers and no import circles, then the lint rules
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check .
+
+test: lint
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -21,15 +21,14 @@ import asyncio
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha, percentiles as pct  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
@@ -76,13 +75,6 @@ async def one_call(server: Server, phrases: list[str]) -> list[dict]:
     return turns
 
 
-def pct(values: list[float]) -> dict[str, float | None]:
-    v = np.array([x for x in values if x is not None], dtype=float)
-    if v.size == 0:
-        return {"p50": None, "p95": None, "p99": None, "n": 0}
-    return {"p50": round(float(np.percentile(v, 50)), 1), "p95": round(float(np.percentile(v, 95)), 1),
-            "p99": round(float(np.percentile(v, 99)), 1), "n": int(v.size)}
-
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,7 +112,7 @@ async def main() -> None:
             s.stop()
         logs.cleanup()
 
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    sha = git_sha()
     out: dict[str, object] = {"bench": "call", "git": sha, "seed": args.seed, "concurrent_calls": args.concurrent,
                               "loadavg_1m": round(os.getloadavg()[0], 2)}
     for name in servers:

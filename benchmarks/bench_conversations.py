@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +42,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
@@ -279,8 +279,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         api.stop()
         logs.cleanup()
     out: dict = {"bench": "conversations", "voices": args.voices, "seed": args.seed,
-                 "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                       capture_output=True, text=True).stdout.strip()}
+                 "git": git_sha()}
     for stt, rows in results.items():
         out[stt] = summarise(rows)
         out[f"{stt}_failures"] = [{"goal": r["goal"], "voice": r["voice"], "said": r["said"],

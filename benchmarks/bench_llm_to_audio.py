@@ -32,13 +32,13 @@ import asyncio
 import json
 import logging
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from loguru import logger  # noqa: E402
 from pipecat.frames.frames import (  # noqa: E402
@@ -253,8 +253,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
     results = asyncio.run(main_async(args))
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
+    sha = git_sha()
     phrase, sentence = results["phrase"], results["sentence"]
     out = {
         "bench": "llm_to_audio", "git": sha, "seed": args.seed, "turns": args.turns,

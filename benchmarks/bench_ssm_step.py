@@ -181,7 +181,7 @@ def train_throughput(cfg: SSMConfig, quick: bool) -> float:
     torch.manual_seed(3)
     model = SSMStack(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    b, l = (2, 128) if quick else (4, 512)
+    b, l = (2, 128) if quick else (4, 512)  # noqa: E741 (batch, length: the paper's symbols)
     x = torch.randn(b, l, cfg.d_model)
     rates = []
     for i in range(2 if quick else 4):
@@ -251,7 +251,7 @@ def main() -> None:
         tx_times = latency_by_position({p: tx_fn(p) for p in positions}, tx_steps, min(warmup, 3))
         tx_lat = {p: pct(t) for p, t in tx_times.items()}
         log(f"transformer step: {tx_lat}")
-        del caches
+        caches.clear()
 
         best, best99, curve = streams_realtime(ssm, args.quick)
         small_cfg = dataclasses.replace(cfg, d_state=32)

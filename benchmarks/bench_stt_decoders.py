@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch  # noqa: E402
 from ssm_engine.stt.decode import StreamingGreedyDecoder, cer, wer  # noqa: E402
@@ -129,8 +129,7 @@ def main() -> int:
                     row[kind] = {"n": len(idx), "wer": round(wer(r, h), 4),
                                  "cer": round(cer(r, h), 4)}
         results[name] = row
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
+    sha = git_sha()
     print(json.dumps({"bench": "stt_decoders", "git": sha, "model": str(model_dir),
                       "manifest": str(manifest), "n": len(refs), "push_frames": CHUNK,
                       "results": results}))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import git_sha  # noqa: E402
 
 from agent.slots import digits_in, yes_or_no  # noqa: E402
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
@@ -168,11 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     out["examples"] = [{"truth": r[1], "free": r[3].text, "hinted": r[5].text,
                         "conf": round(r[5].confidence or 0, 2)} for r in rows
                        if r[3].text != r[5].text][:8]
-    try:
-        out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, check=False).stdout.strip()
-    except OSError:
-        pass
+    out["git"] = git_sha()
     print(json.dumps(out))
     return 0
 

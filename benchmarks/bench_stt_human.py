@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ssm" in eng and "pocketsphinx" in eng:
         out["ssm_over_pocketsphinx_wer"] = round(
             eng["ssm"]["wer"] / max(eng["pocketsphinx"]["wer"], 1e-9), 2)
-    out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip()
+    out["git"] = git_sha()
     print(json.dumps(out))
     return 0
 

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
@@ -148,8 +148,7 @@ async def main() -> None:
             for t in ts:
                 print(f"{name:>13} {t['voice']}: {t['caller_said']!r} -> "
                       f"{t['agent_transcript']!r}", file=sys.stderr)
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
+    sha = git_sha()
     out: dict[str, object] = {"bench": "stt_live", "git": sha, "voices": args.voices,
                               "phrases": len(phrases), "loadavg_1m": round(os.getloadavg()[0], 2)}
     for name, ts in turns.items():

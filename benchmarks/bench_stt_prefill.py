@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from ssm_engine.batcher import DEFAULT_PREFILL_MIN  # noqa: E402
 from ssm_engine.stt.model import load_stt  # noqa: E402
@@ -70,8 +70,7 @@ def main() -> None:
                 for k, v in pct(ts).items():
                     out[f"{way}_n{n}_ms_{k}"] = v
             out[f"ratio_step_vs_prefill_n{n}"] = round(out[f"step_n{n}_ms_p50"] / out[f"prefill_n{n}_ms_p50"], 2)
-    out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
+    out["git"] = git_sha()
     print(json.dumps(out))
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from pipeline.audio.wav import read_wav  # noqa: E402
 from pipeline.stt_eval import make_engine, phone_channel  # noqa: E402
@@ -101,8 +101,7 @@ def main() -> None:
         out[f"ratio_rtf_step_vs_{name}"] = round(out["step_rtf"] / out[f"{name}_rtf"], 2)
     out["stride5_compiled_meets_rtf_0.05"] = out["stride5_compiled_rtf"] <= 0.05
     out["stride5_compiled_meets_final_30ms_p50"] = out["stride5_compiled_final_ms_p50"] <= 30.0
-    out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip()
+    out["git"] = git_sha()
     print(json.dumps(out))
 
 

@@ -61,7 +61,6 @@ import os
 import random
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -72,6 +71,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha, percentiles as pct  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from pipeline.audio.flite import synthesize_flite  # noqa: E402
@@ -245,7 +245,7 @@ async def webrtc_call(server: Server, phrases: list[str], out: dict, voice: Voic
     for p in phrases:  # the client says one clip per call
         arrivals: list[tuple[float, dict]] = []
 
-        def until(messages: list[dict]) -> bool:
+        def until(messages: list[dict], arrivals: list[tuple[float, dict]] = arrivals) -> bool:
             while len(arrivals) < len(messages):
                 arrivals.append((time.monotonic(), messages[len(arrivals)]))
             return any(m.get("type") == "transcript" and m.get("role") == "agent" and m.get("turn") == 1
@@ -331,13 +331,6 @@ async def calls_in_processes(calls: list[tuple[str, list[str]]], server: ServerA
     return results, lags
 
 
-def pct(values: list[float | None]) -> dict[str, float | None]:
-    v = np.array([x for x in values if x is not None], dtype=float)
-    if v.size == 0:
-        return {"p50": None, "p95": None, "p99": None, "n": 0}
-    return {"p50": round(float(np.percentile(v, 50)), 1), "p95": round(float(np.percentile(v, 95)), 1),
-            "p99": round(float(np.percentile(v, 99)), 1), "n": int(v.size)}
-
 
 def summarise(prefix: str, results: dict[str, dict], out: dict) -> None:
     for kind, r in results.items():
@@ -413,7 +406,7 @@ async def main() -> None:
     await voice.prepare(PHRASES)
 
     t0 = time.perf_counter_ns()
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    sha = git_sha()
     out: dict[str, object] = {
         "bench": "transports", "git": sha, "seed": args.seed, "quick": args.quick,
         "stt": args.stt, "tts": args.tts, "vad": args.vad, "turns_per_transport": args.turns, "mixed_calls": args.mixed,

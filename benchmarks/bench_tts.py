@@ -26,13 +26,13 @@ import asyncio
 import json
 import logging
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -124,8 +124,7 @@ def main() -> None:
     torch.set_num_threads(1)
     logging.getLogger().setLevel(logging.WARNING)
     numbers = asyncio.run(run(args))
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
+    sha = git_sha()
     print(json.dumps({"bench": "tts", "git": sha, "seed": args.seed, "repeats": args.repeats,
                       "sentences": len(SENTENCES), "rate_hz": 8000, "torch_threads": 1,
                       "concurrency": args.concurrency, "model": str(args.model), **numbers}))

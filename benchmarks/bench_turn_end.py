@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from benchmarks.bench_conversations import Script, Server, _pct, place  # noqa: E402
 
@@ -62,8 +62,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             s.stop()
         logs.cleanup()
     out: dict = {"bench": "turn_end", "voices": args.voices,
-                 "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                       capture_output=True, text=True).stdout.strip()}
+                 "git": git_sha()}
     for t, rs in rows.items():
         comma = [r for r in rs if r["goal"] == "comma"]
         plain = [r for r in rs if r["goal"] == "plain"]

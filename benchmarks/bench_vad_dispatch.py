@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
 
 from loguru import logger  # noqa: E402
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer  # noqa: E402
@@ -90,8 +90,7 @@ async def main() -> None:
             out[f"{kind}_{mode}_cpu_us_per_frame"] = round(statistics.median(cpus), 1)
         out[f"{kind}_cpu_ratio_thread_vs_inline"] = round(
             out[f"{kind}_thread_cpu_us_per_frame"] / out[f"{kind}_inline_cpu_us_per_frame"], 2)
-    out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
+    out["git"] = git_sha()
     print(json.dumps(out))
 
 

@@ -192,7 +192,7 @@ def _warm_counts(text: str) -> tuple[int, int]:
     try:
         counts = (int(phone), int(browser) if browser else 1)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected PHONE or PHONE:BROWSER counts, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected PHONE or PHONE:BROWSER counts, got {text!r}") from None
     if min(counts) < 0 or max(counts) > SPHINX_MAX_IDLE:
         raise argparse.ArgumentTypeError(f"counts must be 0..{SPHINX_MAX_IDLE} (the pool keeps "
                                          f"at most that many idle), got {text!r}")
@@ -209,7 +209,7 @@ def _proc_count(text: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
     if not 0 <= n <= 8:
         raise argparse.ArgumentTypeError(f"expected 0..8 processes, got {n}")
     return n

@@ -25,7 +25,7 @@ _EXPORTS = {
     "TurnLatency": "pipeline.latency",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["CallPipeline", "LatencyObserver", "PipelineConfig", "TurnLatency", "build_pipeline"]
 
 
 def __getattr__(name: str) -> object:

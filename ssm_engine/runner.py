@@ -225,7 +225,7 @@ class BatchRunner:
                         cmd.future.set_result(None)
                     else:
                         cmd.future.set_result(self._batcher.export_bytes(cmd.stream_id))
-                except Exception as exc:   # handed to the caller through its future
+                except Exception as exc:  # noqa: BLE001 (handed to the caller through its future)
                     cmd.future.set_exception(exc)
         self._flush(pending)
 

@@ -365,7 +365,7 @@ class TwilioCaller:
                 continue
             if keys_sent_t is not None:  # hear the answer to the keys before speaking again
                 sent = keys_sent_t
-                if await self._wait_until(lambda: self._last_media_t > sent or self._closed.is_set(),
+                if await self._wait_until(lambda sent=sent: self._last_media_t > sent or self._closed.is_set(),
                                           KEYS_ANSWER_S):
                     await self._wait_agent_done(None)
                 keys_sent_t = None

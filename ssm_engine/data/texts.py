@@ -22,7 +22,7 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..stt.text import normalize_text, number_to_words, ordinal_words
+from ..words import normalize_text, number_to_words, ordinal_words
 
 __all__ = ["SentenceGenerator", "FILLER", "NaturalSampler"]
 

@@ -12,7 +12,7 @@ sides of the project read numbers the same way.
 
 from __future__ import annotations
 
-from ..stt.text import number_to_words, ordinal_words
+from ..words import number_to_words, ordinal_words
 
 __all__ = ["DIGITS", "MONTHS", "cardinal", "ordinal", "year", "digits", "digit_groups",
            "decimal", "money", "clock", "date"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ssm_engine.stt.beam import BeamConfig
 from ssm_engine.stt.hints import DIGIT_WORDS, NO_HINTS, Hints, digits_lm

@@ -109,7 +109,7 @@ def test_a_cancelled_stream_leaves_the_batch_and_the_others_go_on(voice: TTSVoic
     b.cancel()
     rest = voice.pull_many([a, b, c])
     assert rest[1] == [] and b.done
-    for k, s in ((0, a), (2, c)):
+    for k, _stream in ((0, a), (2, c)):
         pcm = np.concatenate([ch.pcm for ch in start[k] + rest[k]])
         assert np.abs(pcm - _alone(voice, TEXTS[k], k)).max() < 1e-5
 
