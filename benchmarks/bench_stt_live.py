@@ -162,13 +162,11 @@ async def main() -> None:
 
 def _serve(argv: list[str]) -> int:
     """``--serve [--decoder greedy|beam] SERVE-ARGS``: run ``parley serve`` with that decoder."""
-    import pipeline.services.ssm_stt as ssm_stt
     from deploy.cli import main as parley
 
     if "--decoder" in argv:
         i = argv.index("--decoder")
-        ssm_stt.DEFAULT_DECODER = argv[i + 1]  # type: ignore[assignment]
-        argv = argv[:i] + argv[i + 2:]
+        argv = [*argv[:i], "--stt-decoder", argv[i + 1], *argv[i + 2:]]
     return parley(["serve", *argv])
 
 

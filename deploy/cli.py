@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 DEFAULT_AGENT = Path(__file__).resolve().parent.parent / "agent" / "examples" / "receptionist.yaml"
@@ -100,6 +101,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "(~3x less CPU per lone call; ~30 s at the first start, a few seconds later from "
                    "the compile cache; needs a C++ compiler: without one the server logs why and "
                    "runs the step eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
+    p.add_argument("--stt-decoder", choices=["beam", "greedy", "char-beam", "phone-beam"],
+                   default="beam",
+                   help="with --stt ssm: how finals are decoded: both heads' beam searches with "
+                   "the lexicon and LM, rescored together (beam), greedy CTC, or one head's "
+                   "search alone (default %(default)s)")
     p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
@@ -233,6 +239,36 @@ def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool)
                                 lambda: sum(r.restarts for r in runners()))
 
 
+def _prewarm_ssm_stt(config):
+    """Load (and compile) the shared SSM recogniser before the first call; the config it runs with.
+
+    Compiling needs a C++ compiler: without one the server runs the step eagerly (about twice the
+    CPU per call) rather than not at all. A model that cannot load raises either way."""
+    from pipeline.errors import EngineUnavailableError
+    from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine
+
+    log = logging.getLogger("parley")
+    p = config.pipeline
+    t0 = time.perf_counter()
+    if p.stt_compile:
+        log.info("compiling the recogniser's step (about 30 s at the first start, seconds from "
+                 "the compile cache later; --stt-compile off skips it)")
+    try:
+        SSMSTTEngine.shared(DEFAULT_MODEL_DIR, p.stt_decoder, compile=p.stt_compile, runner=p.stt_runner)
+    except EngineUnavailableError as exc:
+        if not p.stt_compile:
+            raise
+        log.warning("SSM recognizer: the compiled step is unavailable (%s); running it eagerly "
+                    "instead (--stt-compile off skips the attempt)", exc)
+        p = replace(p, stt_compile=False)
+        config = replace(config, pipeline=p)
+        SSMSTTEngine.shared(DEFAULT_MODEL_DIR, p.stt_decoder, compile=False, runner=p.stt_runner)
+    log.info("SSM recognizer ready %s in %.1f s (step %s)",
+             "in a worker process" if p.stt_runner == "process" else "in the server process",
+             time.perf_counter() - t0, "compiled" if p.stt_compile else "eager")
+    return config
+
+
 def _serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
@@ -283,31 +319,12 @@ def _serve(args: argparse.Namespace) -> int:
                                 tts=args.tts, tts_model_dir=tts_model_dir)
         ),
     )
+    config = replace(config, pipeline=replace(
+        config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
+        stt_runner="process" if args.stt_procs > 0 else "thread"))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
-        import pipeline.services.ssm_stt as ssm_stt
-        from pipeline.errors import EngineUnavailableError
-
-        ssm_stt.DEFAULT_COMPILE = args.stt_compile == "on"
-        if args.stt_procs > 0:
-            ssm_stt.SSMSTTEngine.shared_runner = "process"
-        t0 = time.perf_counter()
-        try:
-            ssm_stt.SSMSTTEngine.shared(ssm_stt.DEFAULT_MODEL_DIR, ssm_stt.DEFAULT_DECODER)
-        except EngineUnavailableError as exc:
-            if not ssm_stt.DEFAULT_COMPILE:
-                raise
-            # e.g. no C++ compiler for torch.compile: serve eagerly (about twice the CPU per
-            # call) rather than not at all. A model that cannot load raises again here.
-            logging.getLogger("parley").warning(
-                "SSM recognizer: the compiled step is unavailable (%s); running it eagerly "
-                "instead (--stt-compile off skips the attempt)", exc)
-            ssm_stt.DEFAULT_COMPILE = False
-            ssm_stt.SSMSTTEngine.shared(ssm_stt.DEFAULT_MODEL_DIR, ssm_stt.DEFAULT_DECODER)
-        logging.getLogger("parley").info(
-            "SSM recognizer ready %s in %.1f s (step %s)",
-            "in a worker process" if args.stt_procs > 0 else "in the server process",
-            time.perf_counter() - t0, "compiled" if ssm_stt.DEFAULT_COMPILE else "eager")
+        config = _prewarm_ssm_stt(config)
     if config.pipeline.stt == "sphinx":
         from pipeline.engines.sphinx import SPHINX_POOL, set_default_pool
 

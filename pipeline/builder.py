@@ -67,6 +67,11 @@ class PipelineConfig:
     allow_interruptions: bool = True
     tts_voice: str = "en-us"  # espeak-ng voice
     tts_model_dir: str | None = None  # the SSM voice's folder (None: the repo's models/tts)
+    # with stt="ssm": how finals are decoded, whether the model's 5-frame step is compiled
+    # (torch.compile; ~3x less CPU a lone call, ~30 s at the first start), and where it runs
+    stt_decoder: str = "beam"
+    stt_compile: bool = False
+    stt_runner: str = "thread"
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -81,6 +86,8 @@ class PipelineConfig:
             ("stt", self.stt, ("sphinx", "ssm", "whisper")),
             ("tts", self.tts, ("espeak", "ssm")),
             ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
+            ("stt_decoder", self.stt_decoder, ("beam", "greedy", "char-beam", "phone-beam")),
+            ("stt_runner", self.stt_runner, ("thread", "process")),
         ):
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")
@@ -127,7 +134,8 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
         from pipeline.services.ssm_stt import SSMSTTService
 
         return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5,
-                             audio_passthrough=passthrough)
+                             decoder=config.stt_decoder, compile=config.stt_compile,
+                             runner=config.stt_runner, audio_passthrough=passthrough)
     if config.stt == "whisper":  # accurate, not streaming: finals ~0.5-1 s after the stop
         from pipeline.services.whisper_stt import WhisperSTTService
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -250,7 +251,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--stride", type=int, default=None, metavar="K",
                    help="SSM: run the model every K 20 ms steps, as one K-frame pass (default 5; "
                    "1 steps every frame)")
-    p.add_argument("--compile", choices=["on", "off"], default=None,
+    p.add_argument("--compile", choices=["on", "off"],
+                   default="off" if os.environ.get("PARLEY_STT_COMPILE") == "0" else "on",
                    help="SSM: compile the K-frame pass with torch.compile (default on, unless "
                    "PARLEY_STT_COMPILE=0)")
     p.add_argument("--out", default=None, help="also write the JSON object to this file")
@@ -268,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
     res = evaluate(args.engine, args.manifest, rate_hz=args.rate, codec=args.codec,
                    limit=args.limit, model_dir=args.model, decoder=args.decoder, lm_path=args.lm,
                    progress=not args.json, stride=args.stride,
-                   compile=None if args.compile is None else args.compile == "on")
+                   compile=args.compile == "on")
     if args.hyps:
         write_hyps(res, args.hyps)
     doc = asdict(res)

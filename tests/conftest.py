@@ -7,9 +7,9 @@ import pipecat.tests.utils as pipecat_test_utils
 # failed tests at random. Regression guard for that flake: allow 20 s to start.
 pipecat_test_utils.run_test.__kwdefaults__["start_timeout"] = 20.0
 
-# SSM recognizers compile their k-frame prefill (torch.compile, ~30 s cold) unless told not to.
-# Tests that only need a working recognizer run it eagerly (servers they start inherit this);
-# the compiled path has its own tests, which ask for it explicitly.
+# `parley serve` and `parley eval stt` compile the SSM recognizer's k-frame prefill (torch.compile,
+# ~30 s cold) unless PARLEY_STT_COMPILE=0: the servers tests start as processes run it eagerly.
+# (In process, engines are eager unless asked; the compiled path has its own tests, which ask.)
 import os  # noqa: E402
 
 os.environ.setdefault("PARLEY_STT_COMPILE", "0")

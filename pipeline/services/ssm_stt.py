@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import threading
 import time
 from concurrent.futures import Future
@@ -83,12 +82,14 @@ with a phone head (and its lexicon), both heads' searches rescored together (``J
 else over characters; ``char-beam`` and ``phone-beam``, one head's search alone (baselines)."""
 DEFAULT_STRIDE = 5
 """20 ms steps per model run of an utterance (partials every 100 ms); 1 runs every frame."""
-DEFAULT_COMPILE = os.environ.get("PARLEY_STT_COMPILE", "1") != "0"
-"""Whether engines compile their k-frame prefill: yes unless PARLEY_STT_COMPILE=0 (tests that only
-need a working recogniser skip the compile that way; ``parley serve --stt-compile off`` too)."""
+DEFAULT_COMPILE = False
+"""Engines run their k-frame prefill eagerly unless asked to compile it (``compile=True``, about a
+third of the CPU for a lone stream, ~30 s at the first start): ``parley serve`` and ``parley eval
+stt`` ask by default (``PipelineConfig.stt_compile``, ``--stt-compile``, ``--compile``)."""
 DEFAULT_DECODER: Decoder = "beam"
-"""How services decode finals unless told otherwise (set before the server starts to change
-it process-wide, as ``benchmarks/bench_stt_live.py`` does for its greedy server)."""
+"""How services decode finals unless told otherwise (``PipelineConfig.stt_decoder``)."""
+Runner = Literal["thread", "process"]
+"""Where an engine steps the model: a thread of this process, or a child process (its own GIL)."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -194,19 +195,16 @@ def _as_float(pcm: bytes | np.ndarray) -> np.ndarray:
 class SSMSTTEngine:
     """A loaded STTModel and the BatchRunner thread that steps every utterance of the process.
 
-    ``SSMSTTEngine.shared(model_dir)`` returns one started engine per directory (thread-safe);
-    construct one directly (and ``close()`` it) in tests."""
+    ``SSMSTTEngine.shared(model_dir, decoder, compile=..., runner=...)`` returns one started engine
+    per folder and settings (thread-safe); construct one directly (and ``close()`` it) in tests."""
 
-    _shared: dict[tuple[Path, str], SSMSTTEngine] = {}
+    _shared: dict[tuple[Path, str, bool, str], SSMSTTEngine] = {}
     _shared_lock = threading.Lock()
-
-    shared_runner: Literal["thread", "process"] = "thread"
-    """Where ``shared()`` engines step the model (``parley serve`` sets "process")."""
 
     def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
                  flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
                  beam_config: BeamConfig | None = None,
-                 runner: Literal["thread", "process"] = "thread",
+                 runner: Runner = "thread",
                  stride: int = DEFAULT_STRIDE, compile: bool | None = None) -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
         (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
@@ -276,13 +274,13 @@ class SSMSTTEngine:
         self.load_s = time.perf_counter() - t0
 
     @classmethod
-    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR,
-               decoder: Decoder = "beam") -> SSMSTTEngine:
-        key = (Path(model_dir).resolve(), decoder)
+    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder = "beam", *,
+               compile: bool = DEFAULT_COMPILE, runner: Runner = "thread") -> SSMSTTEngine:
+        key = (Path(model_dir).resolve(), decoder, bool(compile), runner)
         with cls._shared_lock:
             engine = cls._shared.get(key)
             if engine is None:
-                engine = cls._shared[key] = cls(key[0], decoder=decoder, runner=cls.shared_runner)
+                engine = cls._shared[key] = cls(key[0], decoder=decoder, compile=compile, runner=runner)
             return engine
 
     @classmethod
@@ -316,16 +314,17 @@ class SSMSTTService(QueuedSTTService):
 
     """Streaming SSM recogniser for pipecat (see module docstring).
 
-    engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir, decoder)``, loaded at
-        start); decoder: how finals are decoded, "beam" (lexicon + LM), "greedy" or a baseline
-        ("char-beam", "phone-beam", see ``Decoder``; default
-        ``DEFAULT_DECODER``).
+    engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir, decoder, compile=compile,
+        runner=runner)``, loaded at start); decoder: how finals are decoded, "beam" (lexicon +
+        LM), "greedy" or a baseline ("char-beam", "phone-beam", see ``Decoder``; default
+        ``DEFAULT_DECODER``); compile, runner: the shared engine's (``SSMSTTEngine``).
     sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
     """
 
     def __init__(self, *, engine: SSMSTTEngine | None = None,
                  model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder | None = None,
+                 compile: bool = DEFAULT_COMPILE, runner: Runner = "thread",
                  sample_rate: int | None = None,
                  preroll_s: float = 0.5, ttfs_p99_latency: float = 0.1, **kwargs) -> None:
         super().__init__(sample_rate=sample_rate, ttfs_p99_latency=ttfs_p99_latency,
@@ -334,6 +333,8 @@ class SSMSTTService(QueuedSTTService):
         self._engine = engine
         self._model_dir = model_dir
         self._decoder: Decoder = decoder or DEFAULT_DECODER
+        self._compile = compile
+        self._runner: Runner = runner
         self._utt: SSMUtterance | None = None
 
     def can_generate_metrics(self) -> bool:
@@ -345,8 +346,9 @@ class SSMSTTService(QueuedSTTService):
             raise AudioFormatError(f"SSMSTTService: sample rate {self.sample_rate} not in "
                                    f"{SUPPORTED_RATES_HZ}")
         if self._engine is None:
-            self._engine = await asyncio.to_thread(SSMSTTEngine.shared, self._model_dir,
-                                                   self._decoder)
+            self._engine = await asyncio.to_thread(functools.partial(
+                SSMSTTEngine.shared, self._model_dir, self._decoder, compile=self._compile,
+                runner=self._runner))
         self._worker = self.create_task(self._decode_loop(), name="ssm_stt_decode")
 
     async def _release(self) -> None:

@@ -261,9 +261,32 @@ def test_eval_cli_registers_beside_other_commands():
     args = parser.parse_args(["eval", "stt", "--engine", "pocketsphinx", "--manifest", "m.tsv",
                               "--rate", "16000", "--codec", "none", "--json"])
     assert (args.engine, args.rate, args.codec, args.json) == ("pocketsphinx", 16000, "none", True)
-    assert (args.stride, args.compile) == (None, None)          # the engine's defaults
+    assert args.stride is None                                   # the engine's default
+    assert args.compile == "off"       # the suite sets PARLEY_STT_COMPILE=0; "on" without it
     args = parser.parse_args(["eval", "stt", "--manifest", "m.tsv", "--stride", "1",
                               "--compile", "off"])
     assert (args.stride, args.compile) == (1, "off")
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "stt", "--manifest", "m.tsv", "--rate", "44100"])
+
+
+def test_the_recognisers_settings_travel_in_the_pipeline_config():
+    """Regression: the decoder, compile and runner were module globals that `parley serve` and
+    benchmarks mutated; they are PipelineConfig fields now, and each setting has its own shared
+    engine, so a service asks for exactly what the server pre-warmed."""
+    from pipeline.builder import PipelineConfig, _make_stt
+
+    with pytest.raises(PipelineError, match="stt_decoder"):
+        PipelineConfig(stt_decoder="viterbi")
+    with pytest.raises(PipelineError, match="stt_runner"):
+        PipelineConfig(stt_runner="gpu")
+    stt = _make_stt(PipelineConfig(stt="ssm", stt_decoder="greedy", stt_runner="thread"))
+    assert (stt._decoder, stt._compile, stt._runner) == ("greedy", False, "thread")
+    greedy = SSMSTTEngine.shared(DEFAULT_MODEL_DIR, "greedy")
+    try:
+        assert SSMSTTEngine.shared(DEFAULT_MODEL_DIR, "greedy", compile=False, runner="thread") is greedy
+        assert (DEFAULT_MODEL_DIR.resolve(), "greedy", False, "thread") in SSMSTTEngine._shared
+        assert greedy.decoder == "greedy" and greedy.model.compiled_frames in (0, None)
+    finally:
+        SSMSTTEngine._shared.pop((DEFAULT_MODEL_DIR.resolve(), "greedy", False, "thread"), None)
+        greedy.close()
