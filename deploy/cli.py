@@ -27,7 +27,8 @@ examples:
   parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
   parley serve --tts espeak             # speak with the espeak-ng baseline instead of parley's SSM voice
   parley eval tts --engine ssm --sentences FILE --json   # first-audio latency, RTF, intelligibility
-  parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default)
+  parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default;
+                                        # without TWILIO_AUTH_TOKEN: SIP and the browser page only)
   parley calls list                     # call records; parley calls show CALL_SID
   open http://127.0.0.1:8765/           # call the agent from the browser (WebRTC)
 
@@ -69,7 +70,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", default=None, metavar="PATH",
                    help="call records (SQLite); default $PARLEY_DB or ~/.local/share/parley/calls.db")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
-    p.add_argument("--port", type=int, default=8765, help="port to listen on (default %(default)s; 0 = any)")
+    p.add_argument("--port", type=_port, default=8765, help="port to listen on (default %(default)s; 0 = any)")
     p.add_argument("--public-url", default=os.environ.get("PARLEY_PUBLIC_URL"),
                    help="the https:// URL Twilio reaches this server at (what it signs)")
     p.add_argument("--insecure-dev", action="store_true",
@@ -136,7 +137,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drain-s", type=float, default=30.0,
                    help="on SIGTERM: how long live calls may go on before being ended politely "
                    "(default %(default)s s)")
-    p.add_argument("--sip-port", type=int, default=None,
+    p.add_argument("--sip-port", type=_port, default=None,
                    help="also answer SIP calls on this UDP port (e.g. 5060; off by default)")
     p.add_argument("--sip-host", default=None, help="address for SIP and RTP (default: --host)")
     p.add_argument("--sip-advertised-ip", default=None,
@@ -208,6 +209,17 @@ def _warm_counts(text: str) -> tuple[int, int]:
 DEFAULT_STT_PROCS = min(8, max(1, (os.cpu_count() or 2) - 1))
 """pocketsphinx decoding takes ~0.28 core per caller speaking: a worker per core, one core left
 to the server's event loop."""
+
+
+def _port(text: str) -> int:
+    """A TCP/UDP port, 0..65535 (0: any free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {port}")
+    return port
 
 
 def _proc_count(text: str) -> int:
@@ -301,10 +313,13 @@ def _serve(args: argparse.Namespace) -> int:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteCallStore(db_path)
     logging.getLogger("parley").info("call records: %s", db_path)
+    token = os.environ.get("TWILIO_AUTH_TOKEN")
     config = ServerConfig(
         host=args.host,
         port=args.port,
-        auth_token=os.environ.get("TWILIO_AUTH_TOKEN"),
+        auth_token=token,
+        # SIP without a Twilio account: serve SIP (and the browser page), not Twilio
+        twilio=bool(token) or args.insecure_dev or args.sip_port is None,
         insecure_dev=args.insecure_dev,
         public_url=args.public_url,
         drain_grace_s=args.drain_s,
@@ -358,6 +373,15 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("parley-voice")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
     from pipeline.stt_eval import register_cli as register_stt_eval
@@ -372,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"parley {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
     register_call(sub)

@@ -63,12 +63,17 @@ class ServerConfig:
     twilio_api_base: str = "https://api.twilio.com"
     drain_grace_s: float = 30.0  # on SIGTERM: how long live calls may go on before being ended
     shutdown_farewell: str = "I'm sorry, we have to end this call now. Goodbye."
+    # False: no Twilio account (a SIP-only or browser-only server): the Twilio routes and the
+    # signed call records answer 404 and say why, and no auth token is needed
+    twilio: bool = True
 
     def __post_init__(self):
-        if not self.insecure_dev and not self.auth_token:
+        if self.twilio and not self.insecure_dev and not self.auth_token:
             raise TelephonyError(
                 "no Twilio auth token: set TWILIO_AUTH_TOKEN (or pass --insecure-dev for local work)"
             )
+        if not 0 <= self.port <= 65535:
+            raise TelephonyError(f"port {self.port} is outside 0..65535")
         if self.public_url is not None and urlsplit(self.public_url).scheme not in ("http", "https"):
             raise TelephonyError(f"public_url must start with http:// or https://, not {self.public_url!r}")
 
@@ -112,10 +117,18 @@ class CallServer:
     async def start(self) -> int:
         if self.config.insecure_dev:
             log.warning("INSECURE DEV MODE: Twilio signatures are NOT checked. Never expose this server.")
+        if not self.config.twilio:
+            log.warning("Twilio calls are off (no TWILIO_AUTH_TOKEN): /twilio/* and /calls/* answer 404")
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # in use, no such address, not allowed: one line, not a traceback
+            await self._runner.cleanup()
+            self._runner = None
+            raise TelephonyError(f"cannot listen on {self.config.host}:{self.config.port}: "
+                                 f"{exc.strerror or exc}") from exc
         sockets = site._server.sockets if site._server else []  # read the bound port back (port 0)
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
         log.info("parley listening on http://%s:%d", self.config.host, self.port)
@@ -154,6 +167,8 @@ class CallServer:
         return urlunsplit((scheme, netloc, request.path, request.query_string, ""))
 
     def _check(self, request: web.Request, url: str, params: dict[str, str]) -> None:
+        if not self.config.twilio:
+            raise web.HTTPNotFound(text="Twilio is not configured on this server (TWILIO_AUTH_TOKEN)\n")
         if self.config.insecure_dev:
             return
         signature = request.headers.get(SIGNATURE_HEADER, "")

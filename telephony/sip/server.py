@@ -32,7 +32,7 @@ from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
 from telephony.sip.config import SipConfig
 from telephony.sip.digest import DigestServer
-from telephony.sip.errors import SdpParseError, SipError, SipParseError
+from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipParseError
 from telephony.sip.headers import NameAddr, Via
 from telephony.sip.media import RtpSession, random_tag
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to
@@ -81,8 +81,12 @@ class SipServer(asyncio.DatagramProtocol):
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
-        self._transport, _ = await loop.create_datagram_endpoint(
-            lambda: self, local_addr=(self.config.host, self.config.port))
+        try:
+            self._transport, _ = await loop.create_datagram_endpoint(
+                lambda: self, local_addr=(self.config.host, self.config.port))
+        except OSError as exc:  # in use, no such address: one line, not a traceback
+            raise SipConfigError(f"cannot listen for SIP on udp://{self.config.host}:{self.config.port}: "
+                                 f"{exc.strerror or exc}") from exc
         self.port = self._transport.get_extra_info("sockname")[1]
         log.info("SIP listening on udp://%s:%d (RTP %d-%d)", self.config.host, self.port,
                  self.config.rtp_port_min, self.config.rtp_port_max)

@@ -60,3 +60,13 @@ def test_stt_compile_is_on_unless_the_environment_turns_it_off(monkeypatch):
     monkeypatch.setenv("PARLEY_STT_COMPILE", "0")                # as the test suite runs
     assert build_parser().parse_args(["serve"]).stt_compile == "off"
     assert build_parser().parse_args(["serve", "--stt-compile", "on"]).stt_compile == "on"
+
+
+def test_version_and_ports_out_of_range(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("parley 0.")
+    for flag in ("--port", "--sip-port"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", flag, "65536"])
+        assert "a port is 0..65535" in capsys.readouterr().err

@@ -111,3 +111,30 @@ async def test_behind_a_proxy_the_public_url_is_what_is_signed():
                 await ws.close()  # the upgrade was accepted
     finally:
         await srv.stop()
+
+
+async def test_a_server_without_twilio_needs_no_token_and_says_why_twilio_is_off():
+    """A SIP-only (or browser-only) server: `parley serve --sip-port` without TWILIO_AUTH_TOKEN
+    used to refuse to start."""
+    with pytest.raises(TelephonyError, match="TWILIO_AUTH_TOKEN"):
+        ServerConfig(port=0)
+    server = CallServer(ServerConfig(port=0, twilio=False), agent_factory=lambda _i: None)
+    port = await server.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"http://127.0.0.1:{port}/twilio/voice", data=FORM) as r:
+                assert r.status == 404 and "TWILIO_AUTH_TOKEN" in await r.text()
+            async with s.get(f"http://127.0.0.1:{port}/calls/CA123") as r:
+                assert r.status == 404
+            async with s.get(f"http://127.0.0.1:{port}/healthz") as r:
+                assert r.status == 200
+    finally:
+        await server.stop()
+
+
+async def test_a_port_in_use_is_one_clear_error(server):
+    other = CallServer(ServerConfig(port=server.port, insecure_dev=True), agent_factory=lambda _i: None)
+    with pytest.raises(TelephonyError, match=f"cannot listen on 127.0.0.1:{server.port}"):
+        await other.start()
+    with pytest.raises(TelephonyError, match="outside 0..65535"):
+        ServerConfig(port=70000, insecure_dev=True)

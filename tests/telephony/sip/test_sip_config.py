@@ -41,3 +41,11 @@ def test_registration_config():
     assert reg.aor == "sip:parley@pbx.example.com"
     with pytest.raises(SipConfigError):
         RegistrationConfig(registrar_host="pbx", username="u", password="p", expires_s=5)
+
+
+async def test_a_sip_port_in_use_is_one_clear_error(sip_server):
+    from telephony.sip import SipServer
+
+    other = SipServer(SipConfig(port=sip_server.port), agent_factory=lambda _i: None)
+    with pytest.raises(SipConfigError, match=f"cannot listen for SIP on udp://127.0.0.1:{sip_server.port}"):
+        await other.start()
