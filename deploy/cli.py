@@ -211,26 +211,24 @@ DEFAULT_STT_PROCS = min(8, max(1, (os.cpu_count() or 2) - 1))
 to the server's event loop."""
 
 
+def _int_in(text: str, lo: int, hi: int, what: str, out_of_range: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not lo <= n <= hi:
+        raise argparse.ArgumentTypeError(f"{out_of_range}, got {n}")
+    return n
+
+
 def _port(text: str) -> int:
     """A TCP/UDP port, 0..65535 (0: any free one)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {port}")
-    return port
+    return _int_in(text, 0, 65535, "a port number", "a port is 0..65535")
 
 
 def _proc_count(text: str) -> int:
     """``--stt-procs``: 0..8 worker processes."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
-    if not 0 <= n <= 8:
-        raise argparse.ArgumentTypeError(f"expected 0..8 processes, got {n}")
-    return n
+    return _int_in(text, 0, 8, "a number of processes", "expected 0..8 processes")
 
 
 def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
