@@ -71,6 +71,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from common import git_sha, percentiles as pct  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
@@ -155,41 +156,41 @@ class Server(ServeProcess, ServerAddress):
         except (aiohttp.ClientError, TimeoutError):
             return None
 
-    async def metrics_frames(self) -> dict[str, dict[str, int]]:
-        """The audio-frame counters of ``/metrics``, by transport: {"sip": {"in": .., "in_lost": ..}}."""
-        series = re.compile(r'parley_audio_frames(?:_missed)?_total\{transport="(\w+)",direction="(\w+)"'
-                            r'(?:,reason="(\w+)")?\} (\d+)')
+    async def _samples(self) -> list | None:
+        """The /metrics samples as a scraper reads them, or None if the page cannot be read."""
         text = await self.metrics_text()
         if text is None:
-            return {}
+            return None
+        return [smp for family in text_string_to_metric_families(text) for smp in family.samples]
+
+    async def metrics_frames(self) -> dict[str, dict[str, int]]:
+        """The audio-frame counters of ``/metrics``, by transport: {"sip": {"in": .., "in_lost": ..}}."""
         out: dict[str, dict[str, int]] = collections.defaultdict(dict)
-        for transport, direction, reason, n in series.findall(text):
-            out[transport][direction + (f"_{reason}" if reason else "")] = int(n)
+        for smp in await self._samples() or []:
+            if smp.name in ("parley_audio_frames_total", "parley_audio_frames_missed_total"):
+                reason = smp.labels.get("reason")
+                key = smp.labels["direction"] + (f"_{reason}" if reason else "")
+                out[smp.labels["transport"]][key] = int(smp.value)
         return dict(out)
 
     async def loop_lag_buckets(self) -> dict[str, int]:
         """The server's event-loop lag histogram (``parley_event_loop_lag_ms``, cumulative), by
         bucket bound: {"1": n, ..., "+Inf": n}; {} if /metrics cannot be read."""
-        series = re.compile(r'parley_event_loop_lag_ms_bucket\{le="([^"]+)"\} (\d+)')
-        text = await self.metrics_text()
-        if text is None:
-            return {}
-        return {le: int(n) for le, n in series.findall(text)}
+        return {_bound(smp.labels["le"]): int(smp.value) for smp in await self._samples() or []
+                if smp.name == "parley_event_loop_lag_ms_bucket"}
 
     async def gc_pauses(self) -> dict[str, dict[str, float]]:
         """The server's garbage-collector pauses so far (``parley_gc_pause_ms``), by generation:
         {"2": {"n": .., "sum_ms": .., "over_50ms": ..}}; {} if /metrics cannot be read."""
-        text = await self.metrics_text()
-        if text is None:
-            return {}
         out: dict[str, dict[str, float]] = collections.defaultdict(dict)
-        for gen, le, n in re.findall(r'parley_gc_pause_ms_bucket\{generation="(\d)",le="([^"]+)"\} (\d+)', text):
-            if le == "50":
-                out[gen]["le_50ms"] = int(n)
-            if le == "+Inf":
-                out[gen]["n"] = int(n)
-        for gen, total in re.findall(r'parley_gc_pause_ms_sum\{generation="(\d)"\} ([\d.]+)', text):
-            out[gen]["sum_ms"] = float(total)
+        for smp in await self._samples() or []:
+            gen = smp.labels.get("generation")
+            if smp.name == "parley_gc_pause_ms_bucket" and _bound(smp.labels["le"]) == "50":
+                out[gen]["le_50ms"] = int(smp.value)
+            elif smp.name == "parley_gc_pause_ms_bucket" and smp.labels["le"] == "+Inf":
+                out[gen]["n"] = int(smp.value)
+            elif smp.name == "parley_gc_pause_ms_sum":
+                out[gen]["sum_ms"] = float(smp.value)
         return {g: {"n": v["n"], "sum_ms": v.get("sum_ms", 0.0), "over_50ms": v["n"] - v.get("le_50ms", 0)}
                 for g, v in out.items() if "n" in v}
 
@@ -202,6 +203,11 @@ class Server(ServeProcess, ServerAddress):
         kinds = collections.Counter(re.sub(r"[0-9a-f]{8,}|\d+", "#", ln[levels.search(ln).start():])[:160]  # type: ignore[union-attr]
                                     for ln in lines)
         return len(lines), [f"{n}x {k}" for k, n in kinds.most_common(12)]
+
+
+def _bound(le: str) -> str:
+    """A bucket bound as the figures name it: "50.0" -> "50", "2.5" stays, "+Inf" stays."""
+    return le if le == "+Inf" or float(le) != int(float(le)) else str(int(float(le)))
 
 
 class Voice:

@@ -1,4 +1,4 @@
-"""Server metrics in Prometheus' text format (``GET /metrics``), with no client library.
+"""Server metrics in Prometheus' text format (``GET /metrics``), through ``prometheus_client``.
 
     parley_live_calls{transport}                        gauge
     parley_calls_total{transport}                       counter
@@ -22,14 +22,25 @@ pocketsphinx workers, SSM recognizer and SSM voice processes); each is asked at 
 tts_first_audio, transport_first_byte); transport_first_byte is the server's voice-to-voice.
 Frame counters (:mod:`telephony.audio_meter`) include live calls: a call's ``FrameCounts`` is
 read at every scrape while it runs and folded into the totals when it ends.
+
+Each :class:`Metrics` owns a ``prometheus_client`` registry (``Metrics.registry``): the two
+histograms observed as calls go are the library's ``Histogram``; what is read at scrape time
+(calls, frames, engine workers, GC pauses) comes from one collector. ``render()`` is the
+library's exposition (``generate_latest``). ``_created`` series are off: the scrape is about
+the server's life, which ``process_start_time_seconds`` already dates.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import accumulate
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from pipeline.gc_pauses import GcPauses
 from pipeline.latency import MARKS
@@ -41,30 +52,17 @@ LAG_BUCKETS_MS = (1, 5, 10, 20, 50, 100, 250, 500, 1000, 2500)
 FRAME_SERIES = {("in", None): "in_frames", ("in", "lost"): "in_lost", ("in", "late"): "in_late",
                 ("out", None): "out_frames", ("out", "underrun"): "out_underrun", ("out", "late"): "out_late"}
 
+prometheus_client.disable_created_metrics()
 
-class _Histogram:
-    def __init__(self, buckets: tuple[float, ...] = BUCKETS_MS) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
-        self.n = 0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.total += value
-        self.n += 1
+class _ScrapeCollector(Collector):
+    """What is read at scrape time: calls, frames, engine workers, GC pauses."""
 
-    def lines(self, name: str, labels: str) -> list[str]:
-        """Prometheus ``_bucket`` (cumulative), ``_sum`` and ``_count`` lines."""
-        sep = "," if labels else ""
-        out, cumulative = [], 0
-        for bound, count in zip(self.buckets, self.counts):
-            cumulative += count
-            out.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {cumulative}')
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
-        out.append(f"{name}_sum{{{labels}}} {self.total:.3f}" if labels else f"{name}_sum {self.total:.3f}")
-        out.append(f"{name}_count{{{labels}}} {self.n}" if labels else f"{name}_count {self.n}")
-        return out
+    def __init__(self, metrics: "Metrics") -> None:
+        self._m = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._m._collect()
 
 
 class Metrics:
@@ -73,12 +71,17 @@ class Metrics:
         self.live: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.refused: dict[str, int] = defaultdict(int)
-        self._latency: dict[tuple[str, str], _Histogram] = defaultdict(_Histogram)
         self._frames_done: dict[str, FrameCounts] = defaultdict(FrameCounts)  # by transport
         self._frames_live: dict[int, tuple[str, FrameCounts]] = {}
-        self._loop_lag = _Histogram(LAG_BUCKETS_MS)
         self._engines: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {}
         self._gc: GcPauses | None = None
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_ScrapeCollector(self))
+        self._latency = Histogram("parley_turn_latency_ms",
+                                  "Per-turn latency after the end of the caller's speech.",
+                                  ["transport", "mark"], buckets=BUCKETS_MS, registry=self.registry)
+        self._loop_lag = Histogram("parley_event_loop_lag_ms", "How late the event loop ran (all calls share it).",
+                                   buckets=LAG_BUCKETS_MS, registry=self.registry)
 
     def register_gc(self, pauses: GcPauses) -> None:
         """Report this process's garbage-collector pauses (``pipeline.gc_pauses``)."""
@@ -123,71 +126,59 @@ class Metrics:
             self.refused[reason] += 1
 
     def observe_turn(self, transport: str, latency_ms: dict[str, float | None]) -> None:
-        with self._lock:
-            for mark in MARKS:
-                value = latency_ms.get(mark)
-                if value is not None:
-                    self._latency[(transport, mark)].observe(value)
+        for mark in MARKS:
+            value = latency_ms.get(mark)
+            if value is not None:
+                self._latency.labels(transport=transport, mark=mark).observe(value)
 
     def observe_loop_lag(self, lag_ms: float) -> None:
-        with self._lock:
-            self._loop_lag.observe(lag_ms)
+        self._loop_lag.observe(lag_ms)
 
     def render(self) -> str:
-        lines = [
-            "# HELP parley_live_calls Calls in progress.",
-            "# TYPE parley_live_calls gauge",
-        ]
+        """The Prometheus text exposition of everything above."""
+        return generate_latest(self.registry).decode()
+
+    def _collect(self) -> Iterator[Metric]:
+        live = GaugeMetricFamily("parley_live_calls", "Calls in progress.", labels=["transport"])
+        calls = CounterMetricFamily("parley_calls", "Calls taken.", labels=["transport"])
+        refused = CounterMetricFamily("parley_calls_refused", "Calls refused.", labels=["reason"])
+        frames = CounterMetricFamily("parley_audio_frames", "Audio frames (20 ms) by transport and direction.",
+                                     labels=["transport", "direction"])
+        missed = CounterMetricFamily("parley_audio_frames_missed", "Audio frames not delivered on time.",
+                                     labels=["transport", "direction", "reason"])
         with self._lock:
             for t, n in sorted(self.live.items()):
-                lines.append(f'parley_live_calls{{transport="{t}"}} {n}')
-            lines += ["# HELP parley_calls_total Calls taken.", "# TYPE parley_calls_total counter"]
+                live.add_metric([t], n)
             for t, n in sorted(self.calls.items()):
-                lines.append(f'parley_calls_total{{transport="{t}"}} {n}')
-            lines += ["# HELP parley_calls_refused_total Calls refused.", "# TYPE parley_calls_refused_total counter"]
+                calls.add_metric([t], n)
             for r, n in sorted(self.refused.items()):
-                lines.append(f'parley_calls_refused_total{{reason="{r}"}} {n}')
-            lines += [
-                "# HELP parley_turn_latency_ms Per-turn latency after the end of the caller's speech.",
-                "# TYPE parley_turn_latency_ms histogram",
-            ]
-            for (t, mark), h in sorted(self._latency.items()):
-                lines += h.lines("parley_turn_latency_ms", f'transport="{t}",mark="{mark}"')
-            lines += ["# HELP parley_event_loop_lag_ms How late the event loop ran (all calls share it).",
-                      "# TYPE parley_event_loop_lag_ms histogram"]
-            lines += self._loop_lag.lines("parley_event_loop_lag_ms", "")
+                refused.add_metric([r], n)
             transports = sorted({t for t, _ in self._frames_live.values()} | set(self._frames_done))
-            totals = {t: self._frames(t) for t in transports}
-            lines += ["# HELP parley_audio_frames_total Audio frames (20 ms) by transport and direction.",
-                      "# TYPE parley_audio_frames_total counter"]
             for t in transports:
+                total = self._frames(t)
                 for (direction, reason), name in FRAME_SERIES.items():
                     if reason is None:
-                        lines.append(f'parley_audio_frames_total{{transport="{t}",direction="{direction}"}} '
-                                     f"{getattr(totals[t], name)}")
-            lines += ["# HELP parley_audio_frames_missed_total Audio frames not delivered on time.",
-                      "# TYPE parley_audio_frames_missed_total counter"]
-            for t in transports:
-                for (direction, reason), name in FRAME_SERIES.items():
-                    if reason is not None:
-                        lines.append(f'parley_audio_frames_missed_total{{transport="{t}",direction="{direction}",'
-                                     f'reason="{reason}"}} {getattr(totals[t], name)}')
+                        frames.add_metric([t, direction], getattr(total, name))
+                    else:
+                        missed.add_metric([t, direction, reason], getattr(total, name))
             engines = dict(self._engines)
             pauses = self._gc
+        yield from (live, calls, refused, frames, missed)
         if pauses is not None:
-            lines += ["# HELP parley_gc_pause_ms How long each garbage collection stopped the server process.",
-                      "# TYPE parley_gc_pause_ms histogram"]
+            gc = HistogramMetricFamily("parley_gc_pause_ms",
+                                       "How long each garbage collection stopped the server process.",
+                                       labels=["generation"])
             for generation in range(3):
-                h = _Histogram(pauses.buckets_ms)
-                h.counts, h.total, h.n = pauses.histogram(generation)
-                lines += h.lines("parley_gc_pause_ms", f'generation="{generation}"')
+                counts, total_ms, n = pauses.histogram(generation)
+                bounds = [str(b) for b in pauses.buckets_ms] + ["+Inf"]
+                gc.add_metric([str(generation)], list(zip(bounds, accumulate(counts))), total_ms)
+            yield gc
         if engines:  # asked outside the lock: the callbacks take their own locks
-            up = [f'parley_engine_workers{{engine="{n}"}} {workers()}'
-                  for n, (workers, _) in sorted(engines.items())]
-            again = [f'parley_engine_restarts_total{{engine="{n}"}} {restarts()}'
-                     for n, (_, restarts) in sorted(engines.items())]
-            lines += ["# HELP parley_engine_workers Speech-engine worker processes running.",
-                      "# TYPE parley_engine_workers gauge", *up,
-                      "# HELP parley_engine_restarts_total Engine workers replaced after they died.",
-                      "# TYPE parley_engine_restarts_total counter", *again]
-        return "\n".join(lines) + "\n"
+            up = GaugeMetricFamily("parley_engine_workers", "Speech-engine worker processes running.",
+                                   labels=["engine"])
+            again = CounterMetricFamily("parley_engine_restarts", "Engine workers replaced after they died.",
+                                        labels=["engine"])
+            for name, (workers, restarts) in sorted(engines.items()):
+                up.add_metric([name], workers())
+                again.add_metric([name], restarts())
+            yield from (up, again)

@@ -17,6 +17,7 @@ import aiohttp
 
 from pipeline.records_sqlite import SQLiteCallStore
 from telephony.caller import CallerConfig, Utterance, run_call
+from tests.metrics_text import series as metric_series
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "process-test-token-0123456789"
@@ -77,8 +78,7 @@ async def _engine_series(port: int) -> dict[str, int]:
     async with aiohttp.ClientSession() as s:
         async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
             text = await r.text()
-    return {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
-            if line.startswith(("parley_engine_workers{", "parley_engine_restarts_total{"))}
+    return {**metric_series(text, "parley_engine_workers"), **metric_series(text, "parley_engine_restarts_total")}
 
 
 async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
@@ -113,8 +113,7 @@ async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
             async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
                 text = await r.text()
         assert "# TYPE parley_gc_pause_ms histogram" in text
-        counts = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
-                  if line.startswith("parley_gc_pause_ms_count{")}
+        counts = metric_series(text, "parley_gc_pause_ms_count")
         assert set(counts) == {f'parley_gc_pause_ms_count{{generation="{g}"}}' for g in "012"}
         assert counts['parley_gc_pause_ms_count{generation="0"}'] > 0   # a call makes garbage
     finally:

@@ -9,6 +9,7 @@ import numpy as np
 
 from agent.echo import EchoAgentConfig
 from telephony.webrtc.client import place_call
+from tests.metrics_text import sample
 
 from ..conftest import ContextKeepingAgent, words
 
@@ -50,5 +51,5 @@ async def test_barge_in_keeps_only_the_played_words(webrtc_server, speech):
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{base}/metrics") as r:
             text = await r.text()
-    assert 'parley_calls_total{transport="webrtc"} 1' in text
-    assert f'parley_audio_frames_total{{transport="webrtc",direction="in"}} {stats["frames_in"]}' in text
+    assert sample(text, 'parley_calls_total{transport="webrtc"}') == 1
+    assert sample(text, 'parley_audio_frames_total{transport="webrtc",direction="in"}') == stats["frames_in"]
