@@ -45,6 +45,7 @@ from pipeline.records import CallRecord, CallStore
 from telephony.audio_meter import FrameCounts
 from telephony.callbook import CallBook
 from telephony.calls import AgentFactory, CallInfo
+from telephony.core.output import PlayoutOutput
 from telephony.metrics import Metrics
 from telephony.playout import PlayoutTracker
 
@@ -77,7 +78,7 @@ class CallSupervisor:
         self._pipeline_over = False
         self._polite_reason: str | None = None
         output = transport.output()
-        if hasattr(output, "on_change"):  # a PlayoutOutput: what was heard changed, write it down
+        if isinstance(output, PlayoutOutput):  # what was said or heard changed: write it down
             output.on_change = self.sync
 
     @property

@@ -73,16 +73,11 @@ class WebRTCCall(CallSupervisor):
                          frames=transport.frames, agent_factory=agent_factory,
                          pipeline_config=replace(pipeline_config, sample_rate_hz=SAMPLE_RATE_HZ),
                          store=store, metrics=metrics, params=params, on_turn=self._on_turn, reraise=reraise)
-        self.params = dict(self.record.params)
         self.events = PageEventsObserver(send=self.send, output_transport=transport.output(),
                                          tts=None, turn_number=lambda: len(self.latency.turns))
         transport.add_event_handler("on_app_message", self._on_app_message)
         transport.add_event_handler("on_client_disconnected", self._on_client_disconnected)
         connection.add_event_handler("failed", self._on_failed)
-
-    @property
-    def hangup_reason(self) -> str | None:
-        return self.end_reason
 
     # -- events from the peer ------------------------------------------------------------------
 
