@@ -104,10 +104,6 @@ class SipCall(CallSupervisor):
         self._step("answered")
         return True
 
-    async def _pipeline_ended(self) -> str | None:
-        await self._send_bye()  # the agent (or the drain's farewell) hung up
-        return None
-
     async def _on_hang_up(self, reason: str) -> None:
         if self.state is CallState.RINGING:
             if not self._cancelled.is_set():
@@ -117,7 +113,7 @@ class SipCall(CallSupervisor):
             await self._send_bye()  # a no-op when the caller's BYE came first
 
     async def _close(self) -> None:
-        if self.state is CallState.ANSWERED:
+        if self.state is CallState.ANSWERED:  # the agent hung up, or we did: BYE, once
             await self._send_bye()  # a no-op when a BYE already went either way
         self.state = CallState.ENDED
         self._step("ended")
