@@ -233,10 +233,11 @@ class TwilioOutputTransport(PlayoutOutput, BaseOutputTransport):
         # that is where the end mark belongs
         self._pacer.idle()
         name = self._link.tracker.end()
-        if name is not None and await self._link.send(OutMark(self._link.start.stream_sid, name)):
+        if name is None:
+            return
+        if await self._link.send(OutMark(self._link.start.stream_sid, name)):
             self._link.stats.marks_sent += 1
-        if name is not None:
-            self.on_change()
+        self.on_change()
 
     async def _clear_wire(self, utterance: Utterance | None) -> None:
         self._pacer.idle()
