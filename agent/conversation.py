@@ -25,15 +25,16 @@ is never taken as an answer; the caller is asked again and offered the keypad (1
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
-from agent.retrieval import STOPWORDS, BM25Index, find_phrase, similar, stem, words
+from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Transfer
+from agent.phrases import GENERIC, KEY_PHRASES, QUESTION_WORDS, REPEAT, THANKS
+from agent.phrases import has_any, says_goodbye, wants_human
+from agent.knowledge import KnowledgeMatcher
+from agent.retrieval import STOPWORDS, stem, words
 from agent.slots import digits_in, extract, spoken_digits, yes_or_no
-from agent.spec import AgentSpec, DtmfOption, HandoffSpec, SlotSpec, TaskSpec
+from agent.spec import AgentSpec, DtmfOption, SlotSpec, TaskSpec
 from pipeline.frames import Hints, Recognition
 
 if TYPE_CHECKING:
@@ -43,55 +44,6 @@ __all__ = ["Action", "CallTool", "Conversation", "EndCall", "Say", "SlotFilled",
            "Transfer"]
 
 
-@dataclass(frozen=True)
-class Say:
-    text: str
-
-
-@dataclass(frozen=True)
-class Transfer:
-    handoff: HandoffSpec
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class EndCall:
-    reason: str
-
-
-@dataclass(frozen=True)
-class CallTool:
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SlotFilled:
-    name: str
-    value: str
-
-
-Action: TypeAlias = Say | Transfer | EndCall | CallTool | SlotFilled
-
-
-class State(Enum):
-    IDLE = "idle"
-    COLLECTING = "collecting"
-    CONFIRMING = "confirming"
-    WAITING_TOOL = "waiting_tool"
-    OFFERED_TRANSFER = "offered_transfer"
-    ENDED = "ended"
-
-
-_REPEAT = ("repeat", "say that again", "say again", "come again", "pardon", "what did you say",
-           "one more time", "didn't hear", "did not hear", "didn't catch", "say it again")
-_HUMAN_STRONG = ("person", "human", "agent", "operator", "representative", "transfer")
-_HUMAN_WEAK = ("someone", "somebody", "receptionist", "staff", "anyone", "real")
-_TALK = ("talk", "speak", "put me through", "connect me", "get me")
-_GOODBYE = ("goodbye", "good bye", "bye", "bye bye", "hang up", "that's all", "that is all",
-            "that's everything", "nothing else", "i'm done", "we're done")
-_THANKS = {"thanks", "thank", "you", "very", "much", "great", "that's", "it", "ok", "okay",
-           "cheers", "perfect", "lovely", "good"}
 _INTRODUCTION = re.compile(r"\b(?:my name is|my name's|this is)\s+(.+)$", re.IGNORECASE)
 _MAX_SLOT_ATTEMPTS = 3
 _MAX_MISSES_BEFORE_OFFER = 2
@@ -101,36 +53,6 @@ On the held-out voices under a yes/no hint, 2 of the 3 wrong readings (0.49, 0.3
 and one (0.71) does not; over yes/no and digit answers together 4 of 41 right ones fall under it
 (benchmarks/bench_stt_hints.py: the top reading's posterior, a little below the summed one)."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
-SEMANTIC_SURE = 0.5
-"""A question this close in meaning (cosine) to a knowledge item's question or answer is
-answered from it; between ``SEMANTIC_AGREE`` and this, only when BM25 picks the same item and
-explains at least ``BM25_AGREE_COVERAGE`` of the question's words; below, the agent says it has
-no answer. Calibrated by hand on the receptionist's questions and paraphrases (tests)."""
-SEMANTIC_AGREE = 0.3
-BM25_AGREE_COVERAGE = 0.9
-_QUESTION_WORDS = {"can", "could", "do", "does", "did", "is", "are", "will", "would", "what",
-                   "where", "when", "how", "why", "which", "who", "may", "should", "what's",
-                   "where's", "who's", "how's", "when's"}
-_GENERIC = {"bring", "come", "go", "get", "make", "please", "someone", "somebody", "doctor",
-            "dentist", "team", "back", "them", "him", "her", "one", "today", "tomorrow"}
-_PHRASES = ("goodbye", "thank you goodbye", "that's all thank you", "talk to a person",
-            "can you repeat that", "no thank you")
-
-
-def _has_any(ws: list[str], phrases: tuple[str, ...]) -> bool:
-    return any(find_phrase(ws, p) for p in phrases)
-
-
-def _wants_human(ws: list[str]) -> bool:
-    strong = any(similar(w, p) for w in ws for p in _HUMAN_STRONG)
-    weak = any(w in _HUMAN_WEAK for w in ws) and _has_any(ws, _TALK)
-    return strong or weak
-
-
-def _says_goodbye(ws: list[str]) -> bool:
-    # a short turn ending in "by" is a goodbye the recogniser split ("the by", "good by")
-    misheard = len(ws) <= 3 and ws[-1:] in (["by"], ["buy"])
-    return "bye" in ws or "goodbye" in ws or misheard or _has_any(ws, _GOODBYE)
 
 
 class _Fill(dict):
@@ -145,16 +67,10 @@ class Conversation:
         """``encoder``: sentence embeddings for matching questions by meaning (``semantic.py``);
         None matches by words alone (BM25)."""
         self.spec = spec
-        self._encoder = encoder
         self.state = State.IDLE
         self.values: dict[str, str] = {}
         self.last_said = ""
-        self._index = BM25Index([
-            " ".join((k.question, " ".join(k.keywords), " ".join(k.keywords), k.answer))
-            for k in spec.knowledge
-        ])
-        self._questions = BM25Index([" ".join((k.question, " ".join(k.keywords)))
-                                     for k in spec.knowledge])
+        self._knowledge = KnowledgeMatcher(spec.knowledge, encoder)
         self._task: TaskSpec | None = None
         self._slot: SlotSpec | None = None
         self._pending_value: str | None = None
@@ -165,14 +81,11 @@ class Conversation:
         self._asked_anything_else = False
         self._heard: Recognition | None = None
         self._offered_task: TaskSpec | None = None
-        self._kb_vectors = (np.stack([encoder.encode([k.question for k in spec.knowledge]),
-                                      encoder.encode([k.answer for k in spec.knowledge])])
-                            if encoder is not None and spec.knowledge else None)
         self._trigger_words = {stem(w) for t in spec.tasks for p in t.triggers for w in words(p)}
         self._phrases = tuple(dict.fromkeys(
             [k.question for k in spec.knowledge]
             + [t for task in spec.tasks for t in task.triggers if " " in t]
-            + list(_PHRASES)))
+            + list(KEY_PHRASES)))
         # built once (each normalises its phrases): after an answer, also a yes/no
         self._idle_hints = {False: Hints(phrases=self._phrases),
                             True: Hints(expect=frozenset({"yes_no"}), phrases=self._phrases)}
@@ -209,11 +122,11 @@ class Conversation:
         free_text = (self.state is State.COLLECTING and self._slot is not None
                      and self._slot.kind == "text" and len(ws) > 4)
         if not free_text:
-            if _has_any(ws, _REPEAT):
+            if has_any(ws, REPEAT):
                 return [Say(self.last_said or self.spec.greeting)]
-            if _wants_human(ws):
+            if wants_human(ws):
                 return self._transfer(None, "caller asked for a person")
-            if _says_goodbye(ws):
+            if says_goodbye(ws):
                 return self._end("caller said goodbye")
         if self.state is State.COLLECTING:
             return self._collect(text)
@@ -297,33 +210,18 @@ class Conversation:
 
     # --- states ---------------------------------------------------------------------------
 
-    def knowledge_match(self, text: str) -> int | None:
-        """The knowledge item that answers ``text``, or None (see ``SEMANTIC_SURE``)."""
-        if self._kb_vectors is None or self._encoder is None:
-            kb = self._index.search(text)
-            return kb.index if kb is not None else None
-        v = self._encoder.encode([text])[0]
-        sims = (self._kb_vectors @ v).max(axis=0)              # question or answer, per item
-        best = int(sims.argmax())
-        if sims[best] >= SEMANTIC_SURE:
-            return best
-        kb = self._index.search(text, min_coverage=BM25_AGREE_COVERAGE)
-        if kb is not None and kb.index == best and sims[best] >= SEMANTIC_AGREE:
-            return best
-        return None
-
     def _asks_beyond_tasks(self, ws: list[str]) -> bool:
         """A question with words no task's triggers explain ("can I bring my dog to the
         appointment"): a trigger word in it is not a request to start that task."""
-        if not ws or ws[0] not in _QUESTION_WORDS:
+        if not ws or ws[0] not in QUESTION_WORDS:
             return False
-        content = [stem(w) for w in ws if w not in STOPWORDS and w not in _GENERIC
+        content = [stem(w) for w in ws if w not in STOPWORDS and w not in GENERIC
                    and not digits_in(w) and w not in ("oh", "double", "triple")]
         return any(w not in self._trigger_words for w in content)
 
     def _idle(self, text: str, ws: list[str]) -> list[Action]:
-        kb = self.knowledge_match(text)
-        task = next((t for t in self.spec.tasks if _has_any(ws, t.triggers)), None)
+        kb = self._knowledge.match(text)
+        task = next((t for t in self.spec.tasks if has_any(ws, t.triggers)), None)
         number_task = self._number_task(text)
         offered, self._offered_task = self._offered_task, None
         if offered is not None and task is None and kb is None:
@@ -332,25 +230,26 @@ class Conversation:
                 return self._start_task(offered, "")
             if answer is False:
                 return [self._say(self.spec.messages.anything_else)]
-        question = bool(ws) and ws[0] in _QUESTION_WORDS and len(ws) >= 3
+        question = bool(ws) and ws[0] in QUESTION_WORDS and len(ws) >= 3
         if kb is None and number_task is None and (
                 (task is not None and self._asks_beyond_tasks(ws))
                 or (task is None and question)):
             return self._cannot_answer()
         if self._asked_anything_else and task is None and number_task is None and kb is None:
             answer = self._yes_no(text)
-            if answer is False or ws == ["nothing"] or set(ws) <= _THANKS:
+            if answer is False or ws == ["nothing"] or set(ws) <= THANKS:
                 return self._end("caller is done")
             if answer is True:
                 self._asked_anything_else = False
                 return [self._say("Sure. What can I help you with?")]
-        strong = self._questions.search(text, min_coverage=0.75)
+        strong = self._knowledge.questions.search(text, min_coverage=0.75)
         if kb is not None and (strong is not None or task is None) and number_task is None:
             self._misses = 0
             return self._answer(self.spec.knowledge[kb].answer)
-        if task is not None or number_task is not None:
+        chosen = task if task is not None else number_task
+        if chosen is not None:
             self._misses = 0
-            return self._start_task(task or number_task, text)
+            return self._start_task(chosen, text)
         self._misses += 1
         if self._misses >= _MAX_MISSES_BEFORE_OFFER and self.spec.handoffs:
             self._misses = 0

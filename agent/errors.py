@@ -6,7 +6,8 @@
      ├── SpecError                 an agent spec (YAML) that cannot be loaded; names the file and line
      ├── ToolError                 a tool call that failed (HTTP error, timeout, bad JSON, unknown tool)
      │    └── ToolArgumentsError   arguments (or a reply) that do not match the tool's JSON schema
-     └── LLMError                  an LLM backend that failed (network, timeout, bad reply)
+     ├── LLMError                  an LLM backend that failed (network, timeout, bad reply)
+     └── EncoderError              the sentence-embedding model cannot be loaded (a ValueError)
 
 Foreign exceptions (yaml, aiohttp, json, asyncio.TimeoutError) are translated once, at the
 boundary, with ``raise X from exc``.
@@ -14,7 +15,7 @@ boundary, with ``raise X from exc``.
 
 from __future__ import annotations
 
-__all__ = ["AgentError", "LLMError", "SpecError", "ToolArgumentsError", "ToolError"]
+__all__ = ["AgentError", "EncoderError", "LLMError", "SpecError", "ToolArgumentsError", "ToolError"]
 
 
 class AgentError(Exception):
@@ -35,3 +36,7 @@ class ToolArgumentsError(ToolError):
 
 class LLMError(AgentError):
     """An LLM backend that could not answer (network, timeout, malformed reply)."""
+
+
+class EncoderError(AgentError, ValueError):
+    """The sentence-embedding model's files are missing, unreadable, or not a BERT checkpoint."""

@@ -24,10 +24,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.services.llm_service import LLMService
 
 from agent.errors import LLMError
 from agent.llm.guards import GuardConfig, TurnGuard
@@ -61,6 +63,7 @@ def build_agent(
     runner = ToolRunner(spec, toolbox)
     prompt = build_system_prompt(spec, tools=runner.schemas(), params=params)
     env = os.environ if env is None else env
+    llm: LLMService[Any]
     if backend == "openai":
         from agent.llm.openai_compat import make_openai_llm
 

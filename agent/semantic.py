@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agent.errors import EncoderError
+
 __all__ = ["SentenceEncoder", "model_dir"]
 
 log = logging.getLogger(__name__)
@@ -109,7 +111,7 @@ class _Bert(nn.Module):
                     names[f"layers.{i}.{ours}.{p}"] = f"encoder.layer.{i}.{theirs}.{p}"
         missing = [theirs for theirs in names.values() if theirs not in state]
         if missing:
-            raise ValueError(f"not a BERT checkpoint: {missing[:3]} missing")
+            raise EncoderError(f"not a BERT checkpoint: {missing[:3]} missing")
         self.load_state_dict({ours: state[theirs] for ours, theirs in names.items()})
 
 
@@ -127,7 +129,7 @@ class SentenceEncoder:
             self._tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
             state = load_file(str(folder / "model.safetensors"))
         except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot load the sentence encoder from {folder}: {exc}") from exc
+            raise EncoderError(f"cannot load the sentence encoder from {folder}: {exc}") from exc
         self._tok.enable_truncation(max_tokens)
         self._tok.enable_padding(pad_id=cfg.get("pad_token_id", 0))
         self._bert = _Bert(cfg)

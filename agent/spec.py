@@ -18,149 +18,44 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar, get_args
 
 import yaml
 
 from agent.errors import SpecError
 from agent.schema import schema_problems
+from agent.spec_model import (
+    AgentSpec,
+    DtmfAction,
+    DtmfOption,
+    HandoffKind,
+    HandoffSpec,
+    HttpMethod,
+    KnowledgeItem,
+    LimitsSpec,
+    LLMSpec,
+    MessagesSpec,
+    SlotKind,
+    SlotSpec,
+    TaskSpec,
+    ToolKind,
+    ToolSpec,
+)
 
 __all__ = [
     "AgentSpec", "DtmfOption", "HandoffSpec", "KnowledgeItem", "LLMSpec", "LimitsSpec",
     "MessagesSpec", "SlotSpec", "TaskSpec", "ToolSpec", "load_spec", "parse_spec",
 ]
 
-SlotKind = Literal["name", "phone", "text", "number", "date", "yes_no"]
-ToolKind = Literal["webhook", "end_call", "transfer", "dtmf"]
-HandoffKind = Literal["dial", "enqueue", "sip"]
-DtmfAction = Literal["say", "transfer", "tool", "end_call"]
-Backend = Literal["embedded", "openai", "bedrock"]
+_Option = TypeVar("_Option", bound=str)
 
 
-@dataclass(frozen=True)
-class KnowledgeItem:
-    question: str
-    answer: str
-    keywords: tuple[str, ...] = ()
+def _options(literal: Any) -> tuple[Any, ...]:
+    """A ``Literal``'s allowed values, in order: the spec accepts exactly what the types say."""
+    return get_args(literal)
 
-
-@dataclass(frozen=True)
-class SlotSpec:
-    name: str
-    prompt: str
-    kind: SlotKind = "text"
-    confirm: bool = True
-    confirm_prompt: str | None = None   # a template: {value} and {spoken} (digits read one by one)
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    kind: ToolKind = "webhook"
-    url: str | None = None
-    method: Literal["POST", "GET"] = "POST"
-    input_schema: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
-    timeout_s: float = 3.0
-    retries: int = 1
-    say_result: str | None = None   # a template filled from the JSON reply and the slots
-
-
-@dataclass(frozen=True)
-class HandoffSpec:
-    name: str
-    kind: HandoffKind
-    target: str
-
-
-@dataclass(frozen=True)
-class LimitsSpec:
-    max_call_s: float = 600.0
-    silence_prompt_s: float = 8.0
-    max_silence_prompts: int = 2
-
-
-@dataclass(frozen=True)
-class LLMSpec:
-    backend: Backend = "embedded"
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    region: str | None = None
-    temperature: float = 0.3
-    timeout_s: float = 8.0
-    filler_after_s: float = 1.2
-    max_tokens: int = 300
-
-
-@dataclass(frozen=True)
-class DtmfOption:
-    key: str
-    action: DtmfAction
-    value: str = ""
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Something the caller can ask for: collect ``slots`` in order, call ``tool``, say ``done``."""
-
-    name: str
-    triggers: tuple[str, ...]
-    slots: tuple[str, ...] = ()
-    tool: str | None = None
-    done: str = ""   # a template filled from the slots (and the tool's reply)
-    intro: str = ""  # said before the first slot's prompt ("Sure, I can take a message.")
-
-
-@dataclass(frozen=True)
-class MessagesSpec:
-    not_understood: str = "Sorry, I didn't catch that. Could you say it another way?"
-    repeat_prompt: str = "Sorry, could you repeat that?"
-    silence_prompt: str = "Are you still there?"
-    goodbye: str = "Thank you for calling. Goodbye!"
-    transfer: str = "Please hold while I transfer you to a person."
-    fallback: str = "Sorry, something went wrong on my side."
-    filler: str = "One moment please."
-    anything_else: str = "Is there anything else I can help you with?"
-    yes_or_no: str = "Sorry, was that a yes or a no?"
-    offer_transfer: str = "Would you like me to put you through to a person?"
-    no_handoff: str = "Sorry, nobody is available to take your call right now."
-    cannot_answer: str = "Sorry, I don't have the answer to that."
-    offer_message: str = "Would you like to leave a message?"   # when a task takes messages
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    name: str
-    persona: str
-    greeting: str
-    language: str = "en-US"
-    knowledge: tuple[KnowledgeItem, ...] = ()
-    slots: tuple[SlotSpec, ...] = ()
-    tools: tuple[ToolSpec, ...] = ()
-    handoffs: tuple[HandoffSpec, ...] = ()
-    limits: LimitsSpec = LimitsSpec()
-    llm: LLMSpec = LLMSpec()
-    dtmf_menu: tuple[DtmfOption, ...] = ()
-    messages: MessagesSpec = MessagesSpec()
-    tasks: tuple[TaskSpec, ...] = ()
-
-    def slot(self, name: str) -> SlotSpec:
-        return next(s for s in self.slots if s.name == name)
-
-    def tool(self, name: str) -> ToolSpec | None:
-        return next((t for t in self.tools if t.name == name), None)
-
-    def handoff(self, name: str | None = None) -> HandoffSpec | None:
-        """The hand-off called ``name``, or the first one when ``name`` is None."""
-        if name is None:
-            return self.handoffs[0] if self.handoffs else None
-        return next((h for h in self.handoffs if h.name == name), None)
-
-
-# --- loading -------------------------------------------------------------------------------
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -234,11 +129,12 @@ class _Reader:
             raise self.fail(node, f"{what} must be true or false")
         return value
 
-    def choice(self, node: yaml.Node, what: str, options: tuple[str, ...]) -> str:
+    def choice(self, node: yaml.Node, what: str, options: tuple[_Option, ...]) -> _Option:
         value = self.string(node, what)
-        if value not in options:
-            raise self.fail(node, f"{what} must be one of {', '.join(options)}, not {value!r}")
-        return value
+        for option in options:
+            if value == option:
+                return option
+        raise self.fail(node, f"{what} must be one of {', '.join(options)}, not {value!r}")
 
     def strings(self, node: yaml.Node, what: str) -> tuple[str, ...]:
         if isinstance(node, yaml.ScalarNode):
@@ -313,8 +209,7 @@ def _slots(r: _Reader, node: yaml.Node) -> tuple[SlotSpec, ...]:
         out.append(SlotSpec(
             name=r.string(m["name"], f"{what}.name"),
             prompt=r.string(m["prompt"], f"{what}.prompt"),
-            kind=r.choice(m["kind"], f"{what}.kind",
-                          ("name", "phone", "text", "number", "date", "yes_no"))
+            kind=r.choice(m["kind"], f"{what}.kind", _options(SlotKind))
             if "kind" in m else "text",
             confirm=r.boolean(m["confirm"], f"{what}.confirm") if "confirm" in m else True,
             confirm_prompt=r.string(m["confirm_prompt"], f"{what}.confirm_prompt")
@@ -334,7 +229,7 @@ def _tools(r: _Reader, node: yaml.Node) -> tuple[ToolSpec, ...]:
         name = r.string(m["name"], f"{what}.name")
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
             raise r.fail(m["name"], f"{what}.name must be an identifier (letters, digits, _)")
-        kind = r.choice(m["kind"], f"{what}.kind", ("webhook", "end_call", "transfer", "dtmf")) \
+        kind: ToolKind = r.choice(m["kind"], f"{what}.kind", _options(ToolKind)) \
             if "kind" in m else "webhook"
         url = r.string(m["url"], f"{what}.url") if "url" in m else None
         if kind == "webhook":
@@ -355,7 +250,7 @@ def _tools(r: _Reader, node: yaml.Node) -> tuple[ToolSpec, ...]:
             description=r.string(m["description"], f"{what}.description")
             if "description" in m else name.replace("_", " "),
             kind=kind, url=url,
-            method=r.choice(m["method"], f"{what}.method", ("POST", "GET"))
+            method=r.choice(m["method"], f"{what}.method", _options(HttpMethod))
             if "method" in m else "POST",
             input_schema=schema,
             timeout_s=r.number(m["timeout_s"], f"{what}.timeout_s", minimum=0.01)
@@ -376,7 +271,7 @@ def _handoffs(r: _Reader, node: yaml.Node) -> tuple[HandoffSpec, ...]:
         m = r.mapping(n, what, {"name", "kind", "target"})
         if set(m) != {"name", "kind", "target"}:
             raise r.fail(n, f"{what}: needs 'name', 'kind' and 'target'")
-        kind = r.choice(m["kind"], f"{what}.kind", ("dial", "enqueue", "sip"))
+        kind = r.choice(m["kind"], f"{what}.kind", _options(HandoffKind))
         target = r.string(m["target"], f"{what}.target")
         if kind == "dial" and not re.fullmatch(r"\+?[0-9]{3,15}", target):
             raise r.fail(m["target"], f"{what}.target must be a phone number like +15550100")
@@ -418,7 +313,7 @@ def _dtmf(r: _Reader, node: yaml.Node) -> tuple[DtmfOption, ...]:
         key = r.key(m["key"], f"{what}.key")
         if not re.fullmatch(r"[0-9*#]", key):
             raise r.fail(m["key"], f"{what}.key must be one of 0-9, * or #")
-        action = r.choice(m["action"], f"{what}.action", ("say", "transfer", "tool", "end_call"))
+        action = r.choice(m["action"], f"{what}.action", _options(DtmfAction))
         value = r.string(m["value"], f"{what}.value") if "value" in m else ""
         if action in ("say", "tool") and not value:
             raise r.fail(n, f"{what}: action {action!r} needs a 'value'")

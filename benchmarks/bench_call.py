@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from common import git_sha, percentiles as pct  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
-from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
 PHRASES = [
@@ -64,7 +64,7 @@ class Server(ServeProcess):
 
 async def one_call(server: Server, phrases: list[str]) -> list[dict]:
     report = await run_call(CallerConfig(
-        url=server.url, auth_token=TOKEN, utterances=tuple(Utterance(text=p) for p in phrases),
+        url=server.url, auth_token=TOKEN, utterances=tuple(CallerUtterance(text=p) for p in phrases),
         timeout_s=30 + 8 * len(phrases),
     ))
     turns = []

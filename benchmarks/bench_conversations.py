@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from common import git_sha  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
-from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
 
 TOKEN = "bench-conv-" + "0" * 24
@@ -141,7 +141,7 @@ async def _record(server: Server, call_sid: str) -> dict:
     return data
 
 
-def _wav_steps(steps: list[str], voice_name: str, folder: Path, seed: int) -> list[Utterance]:
+def _wav_steps(steps: list[str], voice_name: str, folder: Path, seed: int) -> list[CallerUtterance]:
     """The steps spoken by a voice of ``ssm_engine.data.voices``, as WAV utterances."""
     from ssm_engine.data.audio import write_wav
     from ssm_engine.data.voices import voice
@@ -157,14 +157,14 @@ def _wav_steps(steps: list[str], voice_name: str, folder: Path, seed: int) -> li
                 tmp = path.with_suffix(".tmp")
                 write_wav(tmp, x, rate)
                 tmp.replace(path)
-            out.append(Utterance(wav=path))
+            out.append(CallerUtterance(wav=path))
     return out
 
 
 async def place(server: Server, script: Script, voice_name: str, folder: Path,
                 seed: int) -> dict:
     if voice_name.startswith("flite:"):
-        utts = tuple(Utterance(text=s) for s in script.steps)
+        utts = tuple(CallerUtterance(text=s) for s in script.steps)
         flite_voice = voice_name.split(":", 1)[1]
     else:
         utts = tuple(await asyncio.to_thread(_wav_steps, script.steps, voice_name, folder, seed))

@@ -59,7 +59,7 @@ from pipecat.transports.base_transport import TransportParams  # noqa: E402
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from agent.factory import build_agent  # noqa: E402
-from agent.llm.scripted_server import ScriptedChatServer, ScriptedReply  # noqa: E402
+from harness.scripted_llm import ScriptedChatServer, ScriptedReply  # noqa: E402
 from agent.spec import parse_spec  # noqa: E402
 from pipeline.services.espeak_tts import EspeakTTSService  # noqa: E402
 

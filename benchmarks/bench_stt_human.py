@@ -27,7 +27,7 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from pipeline.stt_eval import evaluate, write_hyps  # noqa: E402
+from harness.stt_eval import evaluate, write_hyps  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ the final transcript there?
 
 Three ``parley serve`` processes run side by side, identical but for the recogniser:
 ``--stt sphinx``, ``--stt ssm`` with greedy finals, and ``--stt ssm`` with the beam search and
-word LM. The scripted caller (telephony/caller.py) speaks the same caller phrases, with flite
+word LM. The scripted caller (harness/callers/twilio.py) speaks the same caller phrases, with flite
 voices, to each in turn (calls alternate between the servers, so machine noise hits all alike).
 Per engine: corpus WER and CER of the server's transcripts against what was said (the same
 ``normalize_text`` for all), and the final-transcript latency at p50/p95/p99 (``final_ms``: from
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from common import git_sha  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
-from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
 PHRASES = [
@@ -80,7 +80,7 @@ async def one_call(server: Server, phrases: list[str], voice: str) -> list[dict]
     "bye") come back with no transcript, so they count as unheard, not as absent."""
     report = await run_call(CallerConfig(
         url=server.url, auth_token=TOKEN, voice=voice,
-        utterances=tuple(Utterance(text=p) for p in phrases), timeout_s=40 + 10 * len(phrases)))
+        utterances=tuple(CallerUtterance(text=p) for p in phrases), timeout_s=40 + 10 * len(phrases)))
     turns = []
     for t in report.turns[: len(phrases)]:
         lat = t.latency_ms       # ms after the end of caller speech, server's clock

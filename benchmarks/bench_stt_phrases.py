@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_stt_live import PHRASES  # noqa: E402
-from pipeline.stt_eval import evaluate  # noqa: E402
+from harness.stt_eval import evaluate  # noqa: E402
 from ssm_engine.data.audio import resample, write_wav  # noqa: E402
 from ssm_engine.data.manifest import write_manifest  # noqa: E402
 from ssm_engine.data.voices import voice  # noqa: E402

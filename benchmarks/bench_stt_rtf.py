@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from common import git_sha  # noqa: E402
 
 from pipeline.audio.wav import read_wav  # noqa: E402
-from pipeline.stt_eval import make_engine, phone_channel  # noqa: E402
+from harness.stt_eval import make_engine, phone_channel  # noqa: E402
 from ssm_engine.data.manifest import read_manifest  # noqa: E402
 from ssm_engine.stt.decode import cer, wer  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402

@@ -7,11 +7,11 @@ and does a mixed load of concurrent calls over all three lose audio?
 One real ``parley serve --agent echo --sip-port P`` process on loopback. Scripted callers, all
 speaking flite's voice in real time and measuring on their own clock:
 
-- Twilio: ``telephony.caller.run_call`` (Media Streams over a WebSocket, 8 kHz mu-law);
-- WebRTC: ``telephony.webrtc.client.place_call`` (aiortc, Opus, 16 kHz microphone); that client
+- Twilio: ``harness.callers.twilio.run_call`` (Media Streams over a WebSocket, 8 kHz mu-law);
+- WebRTC: ``harness.callers.webrtc.place_call`` (aiortc, Opus, 16 kHz microphone); that client
   says one clip per call, so a WebRTC "call of n turns" is n one-turn calls, one after another;
   it speaks ``--webrtc-lead-s`` after connecting, once the greeting has played;
-- SIP: ``telephony.sip.caller.place_sip_call`` (UDP, RTP PCMU 20 ms).
+- SIP: ``harness.callers.sip.place_sip_call`` (UDP, RTP PCMU 20 ms).
 
 The mixed load runs twice (``--engine-procs both``): against a server that runs its recognizer and
 voice in worker processes (``parley serve``'s default), then against one that runs them on threads
@@ -75,17 +75,17 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from common import git_sha, percentiles as pct  # noqa: E402
 
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
-from pipeline.audio.flite import synthesize_flite  # noqa: E402
+from harness.flite import synthesize_flite  # noqa: E402
 from pipeline.audio.g711 import resample  # noqa: E402
 from pipeline.audio.wav import trim_silence  # noqa: E402
 from pipeline.gc_pauses import freeze_startup_heap  # noqa: E402
-from telephony.caller import CallerConfig, Utterance, run_call  # noqa: E402
-from telephony.errors import CallerError  # noqa: E402
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
+from harness.errors import CallerError  # noqa: E402
 from telephony.loop_lag import LoopLagProbe  # noqa: E402
-from telephony.sip.caller import place_sip_call  # noqa: E402
+from harness.callers.sip import place_sip_call  # noqa: E402
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
 from telephony.webrtc import ice  # noqa: E402
-from telephony.webrtc.client import place_call  # noqa: E402
+from harness.callers.webrtc import place_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
 FRAME_KEYS = ("frames_in", "frames_in_lost", "frames_in_late", "frames_out", "frames_out_underrun", "frames_out_late")
@@ -239,7 +239,7 @@ def _add_stats(out: dict, record: dict) -> None:
 async def twilio_call(server: Server, phrases: list[str], out: dict) -> None:
     report = await run_call(CallerConfig(
         url=f"ws://127.0.0.1:{server.port}/twilio/stream", auth_token=TOKEN,
-        utterances=tuple(Utterance(text=p) for p in phrases), timeout_s=40 + 10 * len(phrases),
+        utterances=tuple(CallerUtterance(text=p) for p in phrases), timeout_s=40 + 10 * len(phrases),
         greeting_quiet_s=GREETING_WAIT_S))
     for t in report.turns:  # talked over the agent (greeting or reply still playing): v2v is suspect
         out["v2v_overlapped" if t.barged_in or t.clear_received else "v2v"].append(t.v2v_ms)

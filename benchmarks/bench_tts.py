@@ -1,6 +1,6 @@
 """How fast does parley's SSM voice start speaking, beside espeak-ng?
 
-One seeded run, both engines as their pipecat services run them (``pipeline.tts_eval``'s voices:
+One seeded run, both engines as their pipecat services run them (``harness.tts_eval``'s voices:
 the SSM voice through ``SSMVoiceEngine``, one thread, earliest deadline first; espeak-ng through
 its library on worker threads), at 8 kHz, the phone rate, on one torch thread:
 
@@ -37,7 +37,7 @@ from common import git_sha  # noqa: E402
 import torch  # noqa: E402
 
 from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR  # noqa: E402
-from pipeline.tts_eval import make_voice, percentiles_ms, timed_synthesis  # noqa: E402
+from harness.tts_eval import make_voice, percentiles_ms, timed_synthesis  # noqa: E402
 
 SENTENCES = (
     "Thank you for calling, how can I help you today?",

@@ -15,6 +15,13 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, get_args
+
+from pipeline.options import Aggregation, SttDecoder, SttKind, TtsKind, TurnKind, VadKind
+
+if TYPE_CHECKING:  # the engines load only when a command needs them
+    from pipeline.engines.sphinx import SphinxPool
+    from pipeline.engines.sphinx_procs import SphinxProcessPool
 
 DEFAULT_AGENT = Path(__file__).resolve().parent.parent / "agent" / "examples" / "receptionist.yaml"
 
@@ -75,9 +82,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the https:// URL Twilio reaches this server at (what it signs)")
     p.add_argument("--insecure-dev", action="store_true",
                    help="do not check X-Twilio-Signature (local work only; logged loudly)")
-    p.add_argument("--vad", choices=["webrtc", "silero"], default="silero",
+    p.add_argument("--vad", choices=get_args(VadKind), default="silero",
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
-    p.add_argument("--stt", choices=["ssm", "sphinx", "whisper"], default="ssm",
+    p.add_argument("--stt", choices=get_args(SttKind), default="ssm",
                    help="speech recognizer: parley's streaming SSM model (models/stt; finals "
                    "~10 ms after the caller stops, biased each turn toward what the agent "
                    "expects; on recorded people still far behind Whisper: WER 1.05 against "
@@ -102,12 +109,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "(~3x less CPU per lone call; ~30 s at the first start, a few seconds later from "
                    "the compile cache; needs a C++ compiler: without one the server logs why and "
                    "runs the step eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
-    p.add_argument("--stt-decoder", choices=["beam", "greedy", "char-beam", "phone-beam"],
+    p.add_argument("--stt-decoder", choices=get_args(SttDecoder),
                    default="beam",
                    help="with --stt ssm: how finals are decoded: both heads' beam searches with "
                    "the lexicon and LM, rescored together (beam), greedy CTC, or one head's "
                    "search alone (default %(default)s)")
-    p.add_argument("--tts", choices=["espeak", "ssm"], default="ssm",
+    p.add_argument("--tts", choices=get_args(TtsKind), default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
                    "espeak-ng baseline (1 ms, far less intelligible) (default %(default)s)")
@@ -118,7 +125,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
                    help="the SSM voice's folder, config.json + model.safetensors "
                    "(default models/tts)")
-    p.add_argument("--turn", choices=["hold", "silence", "smart-turn"], default="hold",
+    p.add_argument("--turn", choices=get_args(TurnKind), default="hold",
                    help="end of turn: the silence timer, held --hold-ms longer when the words so "
                    "far cannot end a turn (\"hello,\", \"I would like to\"), so a comma pause "
                    "does not cut the caller off; the plain silence timer; or pipecat's "
@@ -128,7 +135,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "%(default)s ms)")
     p.add_argument("--silence-ms", type=int, default=200,
                    help="silence that ends the caller's turn (default %(default)s ms)")
-    p.add_argument("--text-aggregation", choices=["phrase", "sentence"], default="phrase",
+    p.add_argument("--text-aggregation", choices=get_args(Aggregation), default="phrase",
                    help="speak the agent's text phrase by phrase, or wait for whole sentences "
                    "(default %(default)s)")
     p.add_argument("--stock-pipecat", action="store_true",
@@ -341,7 +348,7 @@ def _serve(args: argparse.Namespace) -> int:
     if config.pipeline.stt == "sphinx":
         from pipeline.engines.sphinx import SPHINX_POOL, set_default_pool
 
-        pool = SPHINX_POOL
+        pool: SphinxPool | SphinxProcessPool = SPHINX_POOL
         if args.stt_procs > 0:
             from pipeline.engines.sphinx_procs import SphinxProcessPool
 
@@ -382,11 +389,8 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
-    from pipeline.stt_eval import register_cli as register_stt_eval
-    from pipeline.tts_eval import register_cli as register_tts_eval
     from ssm_engine.stt.cli import register_cli as register_stt
     from ssm_engine.tts.cli import register_cli as register_tts
-    from telephony.caller_cli import register_cli as register_call
 
     parser = argparse.ArgumentParser(
         prog="parley",
@@ -397,13 +401,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"parley {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
-    register_call(sub)
     register_calls(sub)
     register_stt(sub)  # parley data stt, parley train stt
     register_tts(sub)  # parley data tts, parley train tts
-    register_stt_eval(sub)  # parley eval stt
-    register_tts_eval(sub)  # parley eval tts
+    _register_plugins(sub)  # parley call, parley eval stt|tts (the harness)
     return parser
+
+
+PLUGIN_GROUP = "parley.commands"
+
+
+def _register_plugins(sub: argparse._SubParsersAction) -> None:
+    """Commands of other installed packages. Each entry point of the group ``parley.commands``
+    names a ``register_cli(subparsers)``; parley's own harness (``parley call``, ``parley eval``)
+    comes this way, so the product never imports it. A plug-in that cannot be loaded is one line
+    on stderr, and every other command still works."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            register = ep.load()
+        except ImportError as exc:
+            print(f"parley: commands of {ep.name!r} ({ep.value}) not loaded: {exc}", file=sys.stderr)
+            continue
+        register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

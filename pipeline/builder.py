@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import get_args
 
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
@@ -41,14 +41,10 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from pipeline.errors import PipelineError
 from pipeline.heard import HeardContextProcessor
+from pipeline.options import Aggregation, SttDecoder, SttKind, SttRunner, TtsKind, TurnKind, VadKind
 
 log = logging.getLogger(__name__)
 
-VadKind = Literal["webrtc", "silero"]
-TurnKind = Literal["silence", "hold", "smart-turn"]
-SttKind = Literal["sphinx", "ssm", "whisper"]
-TtsKind = Literal["espeak", "ssm"]
-Aggregation = Literal["phrase", "sentence"]
 
 
 @dataclass(frozen=True)
@@ -69,9 +65,9 @@ class PipelineConfig:
     tts_model_dir: str | None = None  # the SSM voice's folder (None: the repo's models/tts)
     # with stt="ssm": how finals are decoded, whether the model's 5-frame step is compiled
     # (torch.compile; ~3x less CPU a lone call, ~30 s at the first start), and where it runs
-    stt_decoder: str = "beam"
+    stt_decoder: SttDecoder = "beam"
     stt_compile: bool = False
-    stt_runner: str = "thread"
+    stt_runner: SttRunner = "thread"
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -81,13 +77,13 @@ class PipelineConfig:
         if not 0.05 <= self.vad_stop_s <= 3.0:
             raise PipelineError(f"vad_stop_s {self.vad_stop_s} is outside 0.05..3.0 s")
         for name, value, allowed in (
-            ("vad", self.vad, ("webrtc", "silero")),
-            ("turn", self.turn, ("silence", "hold", "smart-turn")),
-            ("stt", self.stt, ("sphinx", "ssm", "whisper")),
-            ("tts", self.tts, ("espeak", "ssm")),
-            ("text_aggregation", self.text_aggregation, ("phrase", "sentence")),
-            ("stt_decoder", self.stt_decoder, ("beam", "greedy", "char-beam", "phone-beam")),
-            ("stt_runner", self.stt_runner, ("thread", "process")),
+            ("vad", self.vad, get_args(VadKind)),
+            ("turn", self.turn, get_args(TurnKind)),
+            ("stt", self.stt, get_args(SttKind)),
+            ("tts", self.tts, get_args(TtsKind)),
+            ("text_aggregation", self.text_aggregation, get_args(Aggregation)),
+            ("stt_decoder", self.stt_decoder, get_args(SttDecoder)),
+            ("stt_runner", self.stt_runner, get_args(SttRunner)),
         ):
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")

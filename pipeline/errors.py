@@ -4,7 +4,9 @@ Hierarchy::
 
     PipelineError                    base of everything this package raises
     ├── EngineUnavailableError   a speech engine's library or model is missing or won't load
-    └── AudioFormatError         audio of the wrong dtype, rate or frame size, or NaN/inf
+    ├── AudioFormatError         audio of the wrong dtype, rate or frame size, or NaN/inf
+    ├── ConfigError              an invalid setting of a service, engine or pool (a ValueError)
+    └── WorkerProtocolError      a malformed message between the server and an engine's worker
 
 Foreign exceptions (ctypes ``OSError``, pocketsphinx ``RuntimeError``, ``webrtcvad`` errors) are
 translated once, at the engine boundary, with ``raise ... from exc``.
@@ -26,3 +28,11 @@ class EngineUnavailableError(PipelineError):
 
 class AudioFormatError(PipelineError, ValueError):
     """Audio that cannot be processed: wrong dtype, unsupported rate or frame size, NaN/inf."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """An invalid setting of a service, an engine or a pool (a size, a mode, a rate)."""
+
+
+class WorkerProtocolError(PipelineError, ValueError):
+    """A message between the server and an engine's worker process that is malformed."""

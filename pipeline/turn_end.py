@@ -30,6 +30,8 @@ from pipecat.frames.frames import Frame, TranscriptionFrame
 from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 
+from pipeline.errors import ConfigError
+
 __all__ = ["HoldUnfinishedTurnStopStrategy", "looks_unfinished", "OPENERS", "NEVER_LAST"]
 
 # a turn of only these usually goes on ("hello, ...", "so, ...", "um ...")
@@ -65,7 +67,7 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
 
     def __init__(self, *, hold_s: float = 0.45, user_speech_timeout: float = 0.0, **kwargs):
         if not 0.0 <= hold_s <= 3.0:
-            raise ValueError(f"hold_s must be within 0..3 s, got {hold_s}")
+            raise ConfigError(f"hold_s must be within 0..3 s, got {hold_s}")
         super().__init__(user_speech_timeout=user_speech_timeout, **kwargs)
         self._hold_s = hold_s
         self._hold_task: asyncio.Task | None = None

@@ -28,7 +28,7 @@ from pipecat.audio.vad import silero
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
 
-from pipeline.errors import AudioFormatError
+from pipeline.errors import AudioFormatError, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +80,12 @@ class InlineSileroVADAnalyzer(InlineAnalysis, SileroVADAnalyzer):
 
     def __init__(self, **kwargs) -> None:
         with _SILERO_MODEL_SWAP:  # pipecat builds ``silero.SileroOnnxModel(path, ...)`` in here
-            saved, silero.SileroOnnxModel = silero.SileroOnnxModel, _SharedSessionModel
+            saved = silero.SileroOnnxModel
+            silero.SileroOnnxModel = _SharedSessionModel  # type: ignore[misc]
             try:
                 super().__init__(**kwargs)
             finally:
-                silero.SileroOnnxModel = saved
+                silero.SileroOnnxModel = saved  # type: ignore[misc]
 
 
 class WebRTCVADAnalyzer(InlineAnalysis, VADAnalyzer):
@@ -104,7 +105,7 @@ class WebRTCVADAnalyzer(InlineAnalysis, VADAnalyzer):
         params: VADParams | None = None,
     ) -> None:
         if mode not in (0, 1, 2, 3):
-            raise ValueError(f"webrtcvad mode must be 0..3, got {mode}")
+            raise ConfigError(f"webrtcvad mode must be 0..3, got {mode}")
         if frame_ms not in WEBRTC_FRAME_MS:
             raise AudioFormatError(f"webrtcvad frame_ms must be one of {WEBRTC_FRAME_MS}")
         if sample_rate is not None:
@@ -175,4 +176,4 @@ def make_vad_analyzer(
         if sample_rate_hz is not None:
             _check_rate(sample_rate_hz, SILERO_RATES_HZ, "Silero VAD")
         return InlineSileroVADAnalyzer(sample_rate=sample_rate_hz, params=params)
-    raise ValueError(f"unknown VAD kind {kind!r}; expected 'webrtc' or 'silero'")
+    raise ConfigError(f"unknown VAD kind {kind!r}; expected 'webrtc' or 'silero'")

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from .errors import StateError, StreamError, UnknownStreamError
+from .errors import ConfigError, StateError, StreamError, UnknownStreamError
 
 __all__ = ["BatchableState", "StreamingModel", "SupportsPrefill", "StreamBatcher", "DEFAULT_PREFILL_MIN"]
 
@@ -81,9 +81,10 @@ class StreamBatcher:
     def __init__(self, model: StreamingModel, *, prefill_min: int | None = DEFAULT_PREFILL_MIN
                  ) -> None:
         if prefill_min is not None and prefill_min < 2:
-            raise ValueError(f"prefill_min must be >= 2 or None, got {prefill_min}")
+            raise ConfigError(f"prefill_min must be >= 2 or None, got {prefill_min}")
         self.model = model
-        self.prefill_min = prefill_min if isinstance(model, SupportsPrefill) else None
+        self._prefiller = model if isinstance(model, SupportsPrefill) else None
+        self.prefill_min = prefill_min if self._prefiller is not None else None
         self._state: Any = None                  # BatchableState over live streams, or None
         self._ids: list[int] = []                # row -> stream id
         self._rows: dict[int, int] = {}          # stream id -> row
@@ -191,6 +192,7 @@ class StreamBatcher:
 
     def _prefill(self, chunks: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """One ``prefill`` per group of equal-length chunks: gather, run, scatter back."""
+        assert self._prefiller is not None, "prefill_min is None without a prefill"
         by_len: dict[int, list[int]] = {}
         for s, c in chunks.items():
             by_len.setdefault(c.shape[0], []).append(s)
@@ -198,11 +200,11 @@ class StreamBatcher:
         for group in by_len.values():
             x = torch.stack([chunks[s] for s in group])
             if len(group) == len(self._ids) == 1:   # the only live stream: no gather/scatter
-                y, self._state = self.model.prefill(x, self._state)
+                y, self._state = self._prefiller.prefill(x, self._state)
             else:
                 due = torch.tensor([self._rows[s] for s in group], dtype=torch.long)
                 sub = self._state.select(due)
-                y, sub = self.model.prefill(x, sub)
+                y, sub = self._prefiller.prefill(x, sub)
                 self._state.put(due, sub)
             out.update({s: y[i] for i, s in enumerate(group)})
         return out

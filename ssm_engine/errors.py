@@ -4,7 +4,8 @@ Every error the engine raises on purpose is an ``SSMEngineError``; foreign excep
 (safetensors, json, OS errors) are translated once, at the boundary, with ``raise ... from exc``::
 
     SSMEngineError
-    ├── ConfigError              an SSMConfig (or a config read from disk) is invalid
+    ├── ConfigError              an invalid setting: a model config (or one read from disk), a
+    │                            search or decoder config, a training or data recipe's option
     ├── StateError               a state has the wrong names/shapes/batch, or its bytes are bad
     ├── CheckpointError          .path names the file; str(err) always contains it
     │   ├── CheckpointFormatError    missing/corrupt file, bad JSON, unknown format or version
@@ -36,7 +37,8 @@ class SSMEngineError(Exception):
 
 
 class ConfigError(SSMEngineError, ValueError):
-    """An SSMConfig is invalid (non-positive size, headdim not dividing d_inner, ...)."""
+    """An invalid setting: an SSMConfig (non-positive size, headdim not dividing d_inner, ...),
+    a search or decoder config, a language model's or a data recipe's option."""
 
 
 class StateError(SSMEngineError, ValueError):

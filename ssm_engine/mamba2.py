@@ -166,13 +166,14 @@ class Mamba2Block(nn.Module):
                    dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Zero state: conv (b, d_conv - 1, conv_dim), h (b, H, N, P)."""
         cfg, w = self.cfg, self.in_proj.weight
-        kw = {"device": device or w.device, "dtype": dtype or w.dtype}
-        return (torch.zeros(batch, cfg.d_conv - 1, cfg.conv_dim, **kw),
-                torch.zeros(batch, cfg.nheads, cfg.d_state, cfg.headdim, **kw))
+        device, dtype = device or w.device, dtype or w.dtype
+        return (torch.zeros(batch, cfg.d_conv - 1, cfg.conv_dim, device=device, dtype=dtype),
+                torch.zeros(batch, cfg.nheads, cfg.d_state, cfg.headdim, device=device, dtype=dtype))
 
     def _split(self, zxbcdt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cfg = self.cfg
-        return torch.split(zxbcdt, [cfg.d_inner, cfg.conv_dim, cfg.nheads], dim=-1)
+        z, xbc, dt = torch.split(zxbcdt, [cfg.d_inner, cfg.conv_dim, cfg.nheads], dim=-1)
+        return z, xbc, dt
 
     # -- training / prefill ------------------------------------------------------------------
     def forward(self, u: torch.Tensor, conv: torch.Tensor, h: torch.Tensor

@@ -28,14 +28,14 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from .batcher import DEFAULT_PREFILL_MIN, StreamBatcher, StreamingModel
 from .errors import RunnerClosedError, StateError, StreamError, UnknownStreamError
 
-__all__ = ["BatchRunner"]
+__all__ = ["BatchRunner", "StreamRunner"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,28 @@ class _Close:
 class _Export:
     stream_id: int
     future: Future
+
+
+
+class StreamRunner(Protocol):
+    """What a stream asks of the thing that steps its model: ``BatchRunner`` (a thread of this
+    process) or ``pipeline.engines.runner_procs.RunnerProcess`` (a child process), call for call.
+    Every call is thread-safe; results come back as ``Future``s, in the order they were asked."""
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout_s: float = 10.0) -> None: ...
+
+    @property
+    def open_streams(self) -> frozenset[int]: ...
+
+    def open_stream(self, state_bytes: bytes | None = None) -> int: ...
+
+    def submit(self, stream_id: int, frames: torch.Tensor) -> Future: ...
+
+    def export_state(self, stream_id: int) -> Future: ...
+
+    def close_stream(self, stream_id: int) -> Future: ...
 
 
 class BatchRunner:

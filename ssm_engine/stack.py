@@ -15,6 +15,8 @@ input/output projections around the stack.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -37,7 +39,7 @@ class SSMStack(nn.Module):
         self.blocks = nn.ModuleList(Mamba2Block(config) for _ in range(config.n_layers))
         self.norm_f = RMSNorm(config.d_model, config.norm_eps)
         with torch.no_grad():  # GPT-2 style: keep the residual stream's variance bounded
-            for block in self.blocks:
+            for block in cast("list[Mamba2Block]", self.blocks):
                 block.out_proj.weight.mul_(1.0 / (2.0 * config.n_layers) ** 0.5)
 
     # -- state ----------------------------------------------------------------------------------
@@ -45,7 +47,7 @@ class SSMStack(nn.Module):
         """Zero state for ``batch`` streams: per layer conv (b, d_conv-1, conv_dim), h (b, H, N, P)."""
         if batch < 0:
             raise StateError(f"batch must be >= 0, got {batch}")
-        parts = [blk.init_state(batch) for blk in self.blocks]
+        parts = [blk.init_state(batch) for blk in cast("list[Mamba2Block]", self.blocks)]
         return StackState.from_layers([p[0] for p in parts], [p[1] for p in parts])
 
     def state_from_bytes(self, data: bytes) -> StackState:
@@ -77,7 +79,7 @@ class SSMStack(nn.Module):
         outs = []
         for start in range(0, x_seq.shape[1], seg):
             u = x_seq[:, start:start + seg]
-            for i, (norm, block) in enumerate(zip(self.norms, self.blocks, strict=True)):
+            for i, (norm, block) in enumerate(zip(self.norms, cast("list[Mamba2Block]", self.blocks), strict=True)):
                 y, conv[i], ssm[i] = block(norm(u), conv[i], ssm[i])
                 u = u + y
             outs.append(self.norm_f(u))
@@ -95,7 +97,7 @@ class SSMStack(nn.Module):
             raise StateError(f"step expects (b, {self.config.d_model}), got {tuple(x.shape)}")
         self._check_state(state, x.shape[0])
         u = x
-        for i, (norm, block) in enumerate(zip(self.norms, self.blocks, strict=True)):
+        for i, (norm, block) in enumerate(zip(self.norms, cast("list[Mamba2Block]", self.blocks), strict=True)):
             u = u + block.step(norm(u), state.conv(i), *state.scaled_ssm(i))
         return self.norm_f(u), state
 
@@ -107,7 +109,7 @@ class SSMStack(nn.Module):
         self._check_state(state, x_seq.shape[0])
         conv, ssm = [], []
         u = x_seq
-        for i, (norm, block) in enumerate(zip(self.norms, self.blocks, strict=True)):
+        for i, (norm, block) in enumerate(zip(self.norms, cast("list[Mamba2Block]", self.blocks), strict=True)):
             y, c, h = block.reference(norm(u), state.conv(i), state.ssm(i))
             conv.append(c)
             ssm.append(h)

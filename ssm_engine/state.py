@@ -152,12 +152,12 @@ class StreamState:
 def _read_metadata(data: bytes) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors blob (8-byte little-endian header size, JSON header)."""
     if len(data) < 8:
-        raise ValueError("too short")
+        raise StateError("too short")
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
     meta = header.get("__metadata__", {})
     if not isinstance(meta, dict):
-        raise ValueError("bad metadata")
+        raise StateError("bad metadata")
     return meta
 
 

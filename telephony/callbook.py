@@ -24,7 +24,7 @@ from pipeline.latency import LatencyObserver, TurnLatency
 from pipeline.records import CallRecord, CallStore
 from telephony.audio_meter import FrameCounts
 from telephony.metrics import Metrics
-from telephony.playout import PlayoutTracker, UtteranceState
+from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ class CallBook:
             rec.events = [e for e in t.events if e["kind"] != "tool_call"]
         # an utterance belongs to the last turn whose speech ended before it began (0: the greeting)
         starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
-        greeting, by_turn = [], {}
+        greeting: list[Utterance] = []
+        by_turn: dict[int, list[Utterance]] = {}
         for utt in self.tracker.utterances:
             owner = sum(1 for s in starts if s <= utt.began_at_s)
             (greeting if owner == 0 else by_turn.setdefault(owner, [])).append(utt)

@@ -12,6 +12,8 @@ from typing import Protocol
 
 from pipecat.processors.frame_processor import FrameProcessor
 
+from pipeline.frames import TransferKind
+
 
 @dataclass(frozen=True)
 class CallInfo:
@@ -28,4 +30,4 @@ AgentFactory = Callable[[CallInfo], FrameProcessor]
 class CallControl(Protocol):
     """Acts on a live call outside its media stream (Twilio's REST API: ``TwilioCallControl``)."""
 
-    async def transfer(self, call_sid: str, kind: str, target: str) -> dict: ...
+    async def transfer(self, call_sid: str, kind: TransferKind, target: str) -> dict: ...

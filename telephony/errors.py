@@ -8,17 +8,16 @@
      │    └── SignalingError       a malformed WebRTC offer / candidate patch (telephony.webrtc.errors)
      │         └── UnknownPeerError  a candidate patch for a connection we do not have
      ├── SignatureError            a missing or invalid X-Twilio-Signature
-     ├── CallerError               the scripted caller could not run its call
-     │    └── SynthesisError       text-to-speech (flite) or a --wav file failed
+     ├── ConfigError               an invalid setting (a pacer's lead, a jitter buffer's depth)
      └── SipError                  everything SIP (tree in telephony.sip.errors)
 
-Foreign exceptions (json, binascii, websockets, aiohttp, subprocess) are translated once, at
+Foreign exceptions (json, binascii, websockets, aiohttp) are translated once, at
 the boundary, with ``raise X from exc``.
 """
 
 from __future__ import annotations
 
-__all__ = ["CallerError", "HandshakeError", "ProtocolError", "SignatureError", "SynthesisError", "TelephonyError"]
+__all__ = ["ConfigError", "HandshakeError", "ProtocolError", "SignatureError", "TelephonyError"]
 
 
 class TelephonyError(Exception):
@@ -37,9 +36,5 @@ class SignatureError(TelephonyError):
     """A request whose X-Twilio-Signature is missing or does not match."""
 
 
-class CallerError(TelephonyError):
-    """The scripted caller could not connect, or its call could not run."""
-
-
-class SynthesisError(CallerError):
-    """Caller audio could not be produced (flite failed, or a WAV file is unreadable)."""
+class ConfigError(TelephonyError, ValueError):
+    """An invalid setting of a telephony part (a pacer's lead, a jitter buffer's depth)."""

@@ -19,6 +19,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from telephony.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -26,7 +28,7 @@ class LoopLagProbe:
     def __init__(self, observe_ms: Callable[[float], None], *, live_calls: Callable[[], int] = lambda: 0,
                  interval_s: float = 0.05, warn_s: float = 0.25, quiet_s: float = 5.0) -> None:
         if interval_s <= 0 or warn_s <= 0:
-            raise ValueError("interval_s and warn_s must be > 0")
+            raise ConfigError("interval_s and warn_s must be > 0")
         self.observe_ms = observe_ms
         self.live_calls = live_calls
         self.interval_s, self.warn_s, self.quiet_s = interval_s, warn_s, quiet_s

@@ -20,7 +20,7 @@ to the wire waits a loop turn at every hop, and a 20 ms frame with no slack behi
 soon as one hop runs late. In bench_transports (16 SIP calls, 2 cores) the transports found the
 queue empty at most underruns, with the voice well ahead: frames were late in transit, not
 missing. What fixed it, measured together (interleaved runs, underrun frames of ~6,800):
-``SSMUtterance.speak`` yielding one frame per answer of the voice (up to 100 ms) instead of one per
+``VoiceUtterance.speak`` yielding one frame per answer of the voice (up to 100 ms) instead of one per
 20 ms, 100 ms output frames (``audio_out_10ms_chunks=10``: a fifth of the media sender's writes
 and pushes), and ``LEAD_S`` ahead of the far end's clock (60 ms then; RTP receivers' jitter buffers
 and Twilio's playout buffer hold it): 1,100-1,200 underruns before, 24-98 after. None of the three
@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from pipecat.transports.base_transport import TransportParams
 
 from telephony.audio_meter import FRAME_S, FrameCounts
+from telephony.errors import ConfigError
 
 
 LEAD_S = 0.12  # how far ahead of the far end's playout clock the paced transports send
@@ -53,7 +54,7 @@ class OutputPacer:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         if lead_s < 0 or frame_s <= 0:
-            raise ValueError("need lead_s >= 0 and frame_s > 0")
+            raise ConfigError("need lead_s >= 0 and frame_s > 0")
         self.counts = counts
         self.lead_s = lead_s
         self.frame_s = frame_s
@@ -112,5 +113,5 @@ def paced_transport_params(sample_rate_hz: int) -> TransportParams:
         audio_out_sample_rate=sample_rate_hz,
         audio_out_10ms_chunks=10,
     )
-    params.audio_out_write_timeout_secs = None  # typed float; None awaits the write directly
+    params.audio_out_write_timeout_secs = None  # type: ignore[assignment]  # None: await the write
     return params

@@ -129,8 +129,8 @@ class CallServer:
             self._runner = None
             raise TelephonyError(f"cannot listen on {self.config.host}:{self.config.port}: "
                                  f"{exc.strerror or exc}") from exc
-        sockets = site._server.sockets if site._server else []  # read the bound port back (port 0)
-        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        addresses = self._runner.addresses  # read the bound port back (port 0)
+        self.port = int(addresses[0][1]) if addresses else self.config.port
         log.info("parley listening on http://%s:%d", self.config.host, self.port)
         self._lag_task = asyncio.get_running_loop().create_task(self.loop_lag.run(), name="loop-lag")
         return self.port

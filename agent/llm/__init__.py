@@ -7,7 +7,6 @@ Public API::
         make_openai_llm, OpenAICompatLLMService,    # vLLM, llama.cpp, Ollama, OpenAI
         make_bedrock_llm,                           # Amazon Bedrock Converse stream (lazy)
         build_system_prompt, ToolRunner, OpeningProcessor,
-        ScriptedChatServer, ScriptedReply,          # a scripted OpenAI-compatible server
     )
 
 ``agent.factory.build_agent`` puts them together from a spec. The Bedrock service imports
@@ -18,7 +17,6 @@ from agent.llm.guards import GuardConfig, TurnGuard, guarded
 from agent.llm.opening import OpeningProcessor
 from agent.llm.openai_compat import OpenAICompatLLMService, make_openai_llm
 from agent.llm.prompt import build_system_prompt
-from agent.llm.scripted_server import ScriptedChatServer, ScriptedReply
 from agent.llm.tool_calls import ToolRunner
 
 
@@ -30,7 +28,6 @@ def make_bedrock_llm(*args, **kwargs):
 
 
 __all__ = [
-    "GuardConfig", "OpeningProcessor", "OpenAICompatLLMService", "ScriptedChatServer",
-    "ScriptedReply", "ToolRunner", "TurnGuard", "build_system_prompt", "guarded",
-    "make_bedrock_llm", "make_openai_llm",
+    "GuardConfig", "OpeningProcessor", "OpenAICompatLLMService", "ToolRunner", "TurnGuard",
+    "build_system_prompt", "guarded", "make_bedrock_llm", "make_openai_llm",
 ]

@@ -43,7 +43,7 @@ def _shared_session():
     return _SESSION
 
 
-class BedrockLLMService(AWSBedrockLLMService):  # type: ignore[valid-type,misc]
+class BedrockLLMService(AWSBedrockLLMService):
     """pipecat's Bedrock LLM service: no botocore retries, bounded timeouts, optional endpoint."""
 
     def __init__(self, *, timeout_s: float = 8.0, endpoint_url: str | None = None, **kwargs):

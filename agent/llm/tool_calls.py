@@ -148,7 +148,7 @@ class ToolRunner:
             ))
         return ToolsSchema(standard_tools=functions)
 
-    def register(self, llm: LLMService) -> None:
+    def register(self, llm: LLMService[Any]) -> None:
         for schema in self._schemas:
             name = (schema.get("function") or schema)["name"]
             llm.register_function(name, self._handle, cancel_on_interruption=True,
@@ -204,6 +204,8 @@ class ToolRunner:
             return {"action": "end_call", "reason": str(arguments.get("reason", ""))}
         if name == TRANSFER_CALL and self._builtin_transfer:
             handoff = self._spec.handoff(arguments.get("to") or None) or self._spec.handoff()
+            if handoff is None:
+                raise ToolError(f"{TRANSFER_CALL}: the spec has no hand-off target")
             return {"action": "transfer", "kind": handoff.kind, "target": handoff.target,
                     "handoff": handoff.name, "reason": str(arguments.get("reason", ""))}
         task = next((t for t in self._spec.tasks if t.name == name), None)

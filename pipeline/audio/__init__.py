@@ -1,6 +1,5 @@
-"""Audio helpers: G.711 codecs, resampling, WAV files, and flite speech for telephone lines."""
+"""Audio helpers: G.711 codecs, resampling, WAV files."""
 
-from pipeline.audio.flite import synthesize_flite, to_ulaw_frames
 from pipeline.audio.g711 import (
     ALAW_SILENCE,
     ULAW_SILENCE,
@@ -19,8 +18,6 @@ __all__ = [
     "alaw_encode",
     "read_wav",
     "resample",
-    "synthesize_flite",
-    "to_ulaw_frames",
     "trim_silence",
     "ulaw_decode",
     "ulaw_encode",

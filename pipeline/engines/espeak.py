@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def _deliver(utt: _Utterance, pcm: np.ndarray) -> bool:
 def _loader_data_path() -> str | None:
     """espeak-ng data shipped by the ``espeakng-loader`` wheel, if that is where the library is."""
     try:
-        import espeakng_loader  # type: ignore[import-not-found]
+        import espeakng_loader
     except ImportError:
         return None
     return str(espeakng_loader.get_data_path())
@@ -271,7 +271,7 @@ def _load_library() -> ctypes.CDLL:
         candidates.append(found)
     candidates += [p for p in _KNOWN_LIBRARY_PATHS if os.path.exists(p)]
     try:
-        import espeakng_loader  # type: ignore[import-not-found]
+        import espeakng_loader
 
         candidates.append(str(espeakng_loader.get_library_path()))
     except ImportError:
@@ -319,9 +319,9 @@ class EspeakEngine:
                 f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_OUTPUT_RATES_HZ}"
             )
         if not RATE_WPM_RANGE[0] <= rate_wpm <= RATE_WPM_RANGE[1]:
-            raise ValueError(f"rate_wpm={rate_wpm} outside {RATE_WPM_RANGE}")
+            raise ConfigError(f"rate_wpm={rate_wpm} outside {RATE_WPM_RANGE}")
         if not 0 <= pitch <= 100:
-            raise ValueError(f"pitch={pitch} outside 0..100")
+            raise ConfigError(f"pitch={pitch} outside 0..100")
         self._lib = _get_library()
         if not self._lib.voice_exists(voice):
             raise PipelineError(

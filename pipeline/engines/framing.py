@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.errors import WorkerProtocolError
+
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 << 20  # a frame larger than this is a broken peer, not audio
 _ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +57,7 @@ def pack(head: dict, payload: bytes = b"") -> bytes:
 def unpack(body: bytes) -> tuple[dict, memoryview]:
     """``pack``'s inverse: the head and a view of the payload (``ValueError`` if malformed)."""
     if len(body) < HEADER.size:
-        raise ValueError(f"a {len(body)}-byte body has no head")
+        raise WorkerProtocolError(f"a {len(body)}-byte body has no head")
     (n,) = HEADER.unpack_from(body)
     return json.loads(body[HEADER.size:HEADER.size + n]), memoryview(body)[HEADER.size + n:]
 

@@ -46,7 +46,7 @@ import numpy as np
 import soxr
 from pocketsphinx import Decoder, get_model_path
 
-from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class SphinxPool:
 
     def __init__(self, max_idle: int = 16) -> None:
         if max_idle < 0:
-            raise ValueError(f"max_idle must be >= 0, got {max_idle}")
+            raise ConfigError(f"max_idle must be >= 0, got {max_idle}")
         self.max_idle = max_idle
         self.built = 0
         self._idle: dict[int, list[SphinxEngine]] = {}

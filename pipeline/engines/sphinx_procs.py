@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any, cast
 
 from pipeline.engines.framing import (
     HEADER,
@@ -49,7 +50,7 @@ from pipeline.engines.framing import (
     spawn_child,
 )
 from pipeline.engines.sphinx import SUPPORTED_RATES_HZ, as_int16
-from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
 
@@ -221,9 +222,9 @@ class SphinxProcessPool:
 
     def __init__(self, procs: int = 1, max_idle: int = 16) -> None:
         if procs < 1:
-            raise ValueError(f"procs must be >= 1, got {procs}")
+            raise ConfigError(f"procs must be >= 1, got {procs}")
         if max_idle < 0:
-            raise ValueError(f"max_idle must be >= 0, got {max_idle}")
+            raise ConfigError(f"max_idle must be >= 0, got {max_idle}")
         self.procs = procs
         self.max_idle = max_idle
         self.built = 0
@@ -367,7 +368,7 @@ def _worker_main(control_fd: int) -> int:
     selector.register(control, selectors.EVENT_READ, None)
     while True:
         for key, _ in selector.select():
-            sock = key.fileobj
+            sock = cast(socket.socket, key.fileobj)
             if key.data is None:  # control: a new engine, or EOF (the server is gone)
                 try:
                     msg, fds, _, _ = socket.recv_fds(control, 4096, 1)
@@ -380,6 +381,7 @@ def _worker_main(control_fd: int) -> int:
                 engine_sock = socket.socket(fileno=fds[0])
                 spec = json.loads(msg)
                 t0 = time.perf_counter()
+                reply: dict[str, Any]
                 try:
                     engine = SphinxEngine(int(spec["rate"]), int(spec["partial_every_ms"]))
                     reply = {"ok": time.perf_counter() - t0}
@@ -395,7 +397,7 @@ def _worker_main(control_fd: int) -> int:
                     selector.register(engine_sock, selectors.EVENT_READ, engine)
                 continue
             try:
-                request = recv_frame(sock)  # type: ignore[arg-type]
+                request = recv_frame(sock)
             except OSError:  # the engine was dropped (or its owner died)
                 selector.unregister(sock)
                 sock.close()
@@ -407,7 +409,7 @@ def _worker_main(control_fd: int) -> int:
             except RuntimeError as exc:  # pocketsphinx's own
                 reply = {"error": "PipelineError", "message": f"pocketsphinx: {exc}"}
             try:
-                send_frame(sock, json.dumps(reply).encode())  # type: ignore[arg-type]
+                send_frame(sock, json.dumps(reply).encode())
             except OSError:
                 selector.unregister(sock)
                 sock.close()

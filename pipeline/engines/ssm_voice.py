@@ -40,21 +40,21 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import soxr
 import torch
 
-from pipeline.errors import AudioFormatError, EngineUnavailableError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError
 from ssm_engine import SSMEngineError
 from ssm_engine.tts.synth import TTSStream, TTSVoice
 
-__all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "SSMUtterance", "SpeechChunk",
+__all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "VoiceUtterance", "SpeechChunk",
            "check_voice_dir", "HalfRateFilter"]
 
 logger = logging.getLogger(__name__)
@@ -133,17 +133,17 @@ class SSMVoiceEngine:
         self.sample_rate_hz = voice.sample_rate_hz
         self.chunk_frames = chunk_frames
         if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+            raise ConfigError(f"max_batch must be >= 1, got {max_batch}")
         self.max_batch = max_batch
         if lead_chunks < 1:
-            raise ValueError(f"lead_chunks must be >= 1, got {lead_chunks}")
+            raise ConfigError(f"lead_chunks must be >= 1, got {lead_chunks}")
         self.lead_chunks = lead_chunks
         self.load_s = time.perf_counter() - t0
-        self._jobs: list[tuple[float, int, SSMUtterance, str | None, Future]] = []
+        self._jobs: list[tuple[float, int, VoiceUtterance, str | None, Future]] = []
         self._order = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
-        self._live: set[SSMUtterance] = set()   # begun, not finished: only the thread's
+        self._live: set[VoiceUtterance] = set()   # begun, not finished: only the thread's
         self._thread = threading.Thread(target=self._work, name="ssm-tts-voice", daemon=True)
         self._thread.start()
 
@@ -165,13 +165,13 @@ class SSMVoiceEngine:
         with cls._shared_lock:
             cls._shared[Path(model_dir).resolve()] = engine
 
-    def open(self, sample_rate_hz: int, *, seed: int = 0) -> SSMUtterance:
+    def open(self, sample_rate_hz: int, *, seed: int = 0) -> VoiceUtterance:
         """A new utterance whose audio comes out at ``sample_rate_hz``."""
         if sample_rate_hz <= 0:
             raise AudioFormatError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
-        return SSMUtterance(self, sample_rate_hz, seed=seed)
+        return VoiceUtterance(self, sample_rate_hz, seed=seed)
 
-    def request(self, utt: SSMUtterance, deadline_s: float, text: str | None = None) -> Future:
+    def request(self, utt: VoiceUtterance, deadline_s: float, text: str | None = None) -> Future:
         """Ask the voice's thread for ``utt``'s next chunks (``text``: the utterance's text, on
         its first request). The future gets a list of ``AudioChunk``s, every chunk made ahead so
         far (at least one), or None once the utterance is done or cancelled; requests with
@@ -186,7 +186,7 @@ class SSMVoiceEngine:
             self._cond.notify()
         return fut
 
-    def _on_cancel(self, utt: SSMUtterance) -> None:
+    def _on_cancel(self, utt: VoiceUtterance) -> None:
         """``utt.cancel()`` was called: nothing to do here, the thread checks ``cancelled``."""
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -216,13 +216,13 @@ class SSMVoiceEngine:
         return any(len(u._ready) < self.lead_chunks and not (u.cancelled or u._finished)
                    for u in self._live)
 
-    def _tick(self, jobs: list[tuple[SSMUtterance, str | None, Future]]) -> None:
+    def _tick(self, jobs: list[tuple[VoiceUtterance, str | None, Future]]) -> None:
         """Serve one request of each utterance in ``jobs`` with one batched ``pull_many``, in
         which every other live utterance with fewer than ``lead_chunks`` chunks ready also makes
         its next chunk (kept for its next requests): utterances stay in step, so model steps are
         shared, and each runs up to ``lead_chunks`` ahead of its requests, so a late event loop
         (many calls) does not starve a call's audio. Called with no jobs, it only makes ahead."""
-        asked: list[tuple[SSMUtterance, Future]] = []
+        asked: list[tuple[VoiceUtterance, Future]] = []
         for utt, text, fut in jobs:
             if not fut.set_running_or_notify_cancel():
                 continue                    # its utterance was cancelled: never run
@@ -263,36 +263,48 @@ class SSMVoiceEngine:
             fut.set_result(self._take_ready(utt) or None)
 
     @staticmethod
-    def _take_ready(utt: SSMUtterance) -> list[Any]:
+    def _take_ready(utt: VoiceUtterance) -> list[Any]:
         chunks = list(utt._ready)
         utt._ready.clear()
         return chunks
 
-    def _pull(self, group: list[SSMUtterance]) -> list[Any]:
+    def _pull(self, group: list[VoiceUtterance]) -> list[Any]:
         """The next chunk (or None: the utterance is done) of each utterance in ``group``."""
         for utt in group:
             utt._feed(1)
-        chunks = [got[0] if got else None
-                  for got in self.voice.pull_many([u._stream for u in group], max_chunks=1)]
+        streams = [u._stream for u in group if u._stream is not None]   # opened by _begin
+        chunks = [got[0] if got else None for got in self.voice.pull_many(streams, max_chunks=1)]
         short = [k for k, (u, c) in enumerate(zip(group, chunks, strict=True))
                  if c is None and u._pieces]
         if short:                           # the text fed so far is all spoken: feed the rest
             for k in short:
                 group[k]._feed(len(group[k]._pieces))
-            more = self.voice.pull_many([group[k]._stream for k in short], max_chunks=1)
+            more = self.voice.pull_many([s for k in short if (s := group[k]._stream) is not None],
+                                        max_chunks=1)
             for k, got in zip(short, more, strict=True):
                 chunks[k] = got[0] if got else None
         return chunks
 
 
-class SSMUtterance:
+class UtteranceOwner(Protocol):
+    """What an utterance asks of the engine that opened it: ``SSMVoiceEngine`` in this process,
+    or ``voice_procs.VoiceProcess``, which serves it from a worker process."""
+
+    sample_rate_hz: int
+
+    def request(self, utt: VoiceUtterance, deadline_s: float, text: str | None = None) -> Future: ...
+
+    def _on_cancel(self, utt: VoiceUtterance) -> None: ...
+
+
+class VoiceUtterance:
     """One utterance of one call: text in, ``SpeechChunk``s out as the voice's thread makes them.
 
     Only the voice's thread touches the underlying ``TTSStream``; ``cancel`` (any thread) makes
     every job of this utterance not yet started a no-op."""
 
-    def __init__(self, engine: SSMVoiceEngine, sample_rate_hz: int, *, seed: int = 0) -> None:
-        self._engine = engine          # or a voice_procs.VoiceProcess: the same interface
+    def __init__(self, engine: UtteranceOwner, sample_rate_hz: int, *, seed: int = 0) -> None:
+        self._engine = engine
         self.sample_rate_hz = sample_rate_hz
         self._seed = seed
         self._cancelled = False
@@ -319,7 +331,7 @@ class SSMUtterance:
             self._cancelled = True
             self._engine._on_cancel(self)
 
-    async def speak(self, text: str) -> AsyncIterator[SpeechChunk]:
+    async def speak(self, text: str) -> AsyncGenerator[SpeechChunk, None]:
         """Speak ``text`` (one whole phrase; one call per utterance); yields the audio as soon
         as it exists: one ``SpeechChunk`` per answer of the voice's thread, every 20 ms chunk it
         made since the last (up to ``lead_chunks``). One frame for each answer rather than for
@@ -353,8 +365,8 @@ class SSMUtterance:
     def _begin(self, text: str) -> None:
         if self._cancelled:
             return
-        self._stream = self._engine.voice.open_stream(seed=self._seed,
-                                                      chunk_frames=self._engine.chunk_frames)
+        engine = cast(SSMVoiceEngine, self._engine)   # the voice's thread is the engine's own
+        self._stream = engine.voice.open_stream(seed=self._seed, chunk_frames=engine.chunk_frames)
         self._pieces = re.findall(r"\s*\S+\s*", text)[::-1]     # words, last first
         self._feed(FIRST_WORDS)
 

@@ -4,7 +4,7 @@ Every torch op of the voice's thread releases Python's GIL and takes it back; wi
 loop of 16 calls busy in the same process, each take waits its turn, and a step of ~200 small
 ops falls behind real time although the CPU has room (16 calls: thousands of 20 ms slots with
 no agent audio). ``VoiceProcess`` runs the same ``SSMVoiceEngine`` in a child process and offers
-its interface, so ``SSMUtterance`` and ``SSMTTSService`` work with either:
+its interface, so ``VoiceUtterance`` and ``SSMTTSService`` work with either:
 
     voice = VoiceProcess("models/tts")          # starts the child, waits until the voice loads
     SSMVoiceEngine.register_shared("models/tts", voice)   # what SSMTTSService.start() finds
@@ -15,7 +15,7 @@ its interface, so ``SSMUtterance`` and ``SSMTTSService`` work with either:
 
 Requests go to the child over a Unix socket, and the reply of each completes its future
 (``child.ChildClient``: start-up, the reader thread, a dead child's replacement). Rate
-conversion (16 -> 8 kHz) stays in this process, in ``SSMUtterance.speak``. A cancelled
+conversion (16 -> 8 kHz) stays in this process, in ``VoiceUtterance.speak``. A cancelled
 utterance is cancelled in the child too. If the child dies, every pending and later request
 fails with ``EngineUnavailableError`` (the TTS service turns that into an ``ErrorFrame`` and
 the call goes on) while a replacement starts in the background.
@@ -34,15 +34,17 @@ import logging
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from pipeline.engines.child import ChildClient, ChildEnd
 from pipeline.engines.framing import spawn_child
-from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMUtterance, check_voice_dir
-from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, VoiceUtterance, check_voice_dir
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ class VoiceProcess(ChildClient):
     def __init__(self, model_dir: str | Path = DEFAULT_MODEL_DIR, *, lead_chunks: int = 5,
                  max_batch: int = 32) -> None:
         if lead_chunks < 1 or max_batch < 1:  # as SSMVoiceEngine checks, before any child starts
-            raise ValueError(f"lead_chunks and max_batch must be >= 1, got {lead_chunks}, "
+            raise ConfigError(f"lead_chunks and max_batch must be >= 1, got {lead_chunks}, "
                              f"{max_batch}")
         self.model_dir = check_voice_dir(model_dir)
         super().__init__([str(self.model_dir), str(lead_chunks), str(max_batch)])
@@ -97,18 +99,18 @@ class VoiceProcess(ChildClient):
         self._start()
 
     # -- SSMVoiceEngine's interface -----------------------------------------------------------
-    def open(self, sample_rate_hz: int, *, seed: int = 0) -> SSMUtterance:
+    def open(self, sample_rate_hz: int, *, seed: int = 0) -> VoiceUtterance:
         if sample_rate_hz <= 0:
             raise AudioFormatError(f"sample_rate_hz must be positive, got {sample_rate_hz}")
-        utt = SSMUtterance(self, sample_rate_hz, seed=seed)
+        utt = VoiceUtterance(self, sample_rate_hz, seed=seed)
         utt._remote_id = next(self._utt_ids)
         return utt
 
-    def request(self, utt: SSMUtterance, deadline_s: float, text: str | None = None) -> Future:
+    def request(self, utt: VoiceUtterance, deadline_s: float, text: str | None = None) -> Future:
         return self._request({"op": "req", "utt": utt._remote_id, "seed": utt._seed,
                               "deadline": deadline_s, "text": text})
 
-    def _on_cancel(self, utt: SSMUtterance) -> None:
+    def _on_cancel(self, utt: VoiceUtterance) -> None:
         """``utt.cancel()``: stop its steps in the child too."""
         self._notify({"op": "cancel", "utt": utt._remote_id})
 
@@ -150,12 +152,14 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
         end.fail(0, exc)
         return 1
     end.ready(time.perf_counter() - t0, rate=engine.sample_rate_hz)
-    utts: dict[int, SSMUtterance] = {}
+    utts: dict[int, VoiceUtterance] = {}
 
-    def encode(chunks: list | None, uid: int) -> tuple[dict, bytes]:
-        if chunks is None:  # the utterance is done
-            utts.pop(uid, None)
-        return _reply(chunks)
+    def encoder(uid: int) -> Callable[[object], tuple[dict, bytes]]:
+        def encode(chunks: object) -> tuple[dict, bytes]:
+            if chunks is None:  # the utterance is done
+                utts.pop(uid, None)
+            return _reply(cast("list | None", chunks))
+        return encode
 
     for msg, _ in end.requests():
         if msg.get("op") == "cancel":
@@ -172,7 +176,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
         except PipelineError as exc:
             end.fail(rid, exc)
             continue
-        end.answer(rid, fut, lambda chunks, uid=uid: encode(chunks, uid))
+        end.answer(rid, fut, encoder(uid))
     engine.close()
     return 0
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import soxr
 
-from pipeline.errors import AudioFormatError, EngineUnavailableError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError
 
 __all__ = ["WhisperRecognizer", "MODEL_RATE_HZ"]
 
@@ -54,7 +54,7 @@ class WhisperRecognizer:
     def __init__(self, *, beam_size: int = 5, cpu_threads: int = 1, spell_numbers: bool = True,
                  model_path: str | None = None) -> None:
         if beam_size < 1 or cpu_threads < 1:
-            raise ValueError(f"beam_size and cpu_threads must be >= 1, got {beam_size}, "
+            raise ConfigError(f"beam_size and cpu_threads must be >= 1, got {beam_size}, "
                              f"{cpu_threads}")
         self.beam_size = beam_size
         self.cpu_threads = cpu_threads

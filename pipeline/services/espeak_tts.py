@@ -50,7 +50,7 @@ with warnings.catch_warnings():
     from pipecat.services.tts_service import TextAggregationMode, TTSService
 
 from pipeline.engines.espeak import EspeakEngine, SynthChunk
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 
 logger = logging.getLogger(__name__)
 
@@ -137,9 +137,9 @@ class EspeakTTSService(TTSService):
         **kwargs,
     ) -> None:
         if chunk_ms <= 0:
-            raise ValueError(f"chunk_ms must be positive, got {chunk_ms}")
+            raise ConfigError(f"chunk_ms must be positive, got {chunk_ms}")
         if aggregation not in ("sentence", "phrase", "token"):
-            raise ValueError(f"aggregation must be sentence, phrase or token, got {aggregation!r}")
+            raise ConfigError(f"aggregation must be sentence, phrase or token, got {aggregation!r}")
         super().__init__(
             text_aggregation_mode=(
                 TextAggregationMode.TOKEN

@@ -21,6 +21,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator
+from typing import cast
 
 from pipecat.frames.frames import (
     CancelFrame,
@@ -144,7 +145,7 @@ class QueuedSTTService(STTService):
                     return
                 try:
                     if kind == _AUDIO:
-                        await self._on_audio(b"".join(args))
+                        await self._on_audio(b"".join(cast("list[bytes]", args)))
                     else:
                         for arg in args:
                             await self._on_command(kind, arg)

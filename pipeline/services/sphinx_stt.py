@@ -160,7 +160,8 @@ class SphinxSTTService(QueuedSTTService):
         (the utterance in progress is lost). If none can be had, the call goes on unheard."""
         broken, self._engine = self._engine, None
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._pool.release, broken)
+        if broken is not None:
+            await loop.run_in_executor(self._executor, self._pool.release, broken)
         try:
             self._engine = await loop.run_in_executor(
                 self._executor, self._pool.acquire, self.sample_rate, self._partial_every_ms)

@@ -52,6 +52,7 @@ from pipecat.utils.time import time_now_iso8601
 
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.options import SttDecoder, SttRunner
 from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
@@ -62,11 +63,12 @@ from ssm_engine.stt.model import STTModel, load_stt
 from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
+from ssm_engine.runner import StreamRunner
 from ssm_engine.stt.stream import RecognizerStream
 
 __all__ = ["DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "LM_FILE", "LEXICON_FILE", "Decoder",
            "SSMSTTEngine",
-           "SSMUtterance", "SSMSTTService"]
+           "RecognizerUtterance", "SSMSTTService"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +78,8 @@ LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
 SUPPORTED_RATES_HZ = (8000, 16000)
-Decoder = Literal["greedy", "beam", "char-beam", "phone-beam"]
-"""How finals are decoded: ``greedy`` CTC; ``beam``, beam search with the word LM: for a model
-with a phone head (and its lexicon), both heads' searches rescored together (``JointSearch``),
-else over characters; ``char-beam`` and ``phone-beam``, one head's search alone (baselines)."""
+Decoder = SttDecoder
+"""How finals are decoded (``pipeline.options.SttDecoder``)."""
 DEFAULT_STRIDE = 5
 """20 ms steps per model run of an utterance (partials every 100 ms); 1 runs every frame."""
 DEFAULT_COMPILE = False
@@ -88,8 +88,8 @@ third of the CPU for a lone stream, ~30 s at the first start): ``parley serve`` 
 stt`` ask by default (``PipelineConfig.stt_compile``, ``--stt-compile``, ``--compile``)."""
 DEFAULT_DECODER: Decoder = "beam"
 """How services decode finals unless told otherwise (``PipelineConfig.stt_decoder``)."""
-Runner = Literal["thread", "process"]
-"""Where an engine steps the model: a thread of this process, or a child process (its own GIL)."""
+Runner = SttRunner
+"""Where an engine steps the model (``pipeline.options.SttRunner``)."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -116,7 +116,7 @@ def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = 
                                      f"{exc}") from exc
 
 
-class SSMUtterance:
+class RecognizerUtterance:
     """One utterance at the caller's rate: resamples to the model's rate, feeds a stream."""
 
     def __init__(self, engine: SSMSTTEngine, sample_rate_hz: int,
@@ -252,6 +252,7 @@ class SSMSTTEngine:
         self.flush_s = flush_s
         self.stride = stride
         compile_frames = stride if compile and stride > 1 else 0
+        self.runner: StreamRunner
         if runner == "process":
             self.runner = RunnerProcess("ssm_engine.stt.model:load_stt_compiled",
                                         [str(folder_of_model), str(compile_frames)], name="ssm-stt")
@@ -289,10 +290,10 @@ class SSMSTTEngine:
         with cls._shared_lock:
             return list(cls._shared.values())
 
-    def open(self, sample_rate_hz: int, hints: Hints = NO_HINTS) -> SSMUtterance:
+    def open(self, sample_rate_hz: int, hints: Hints = NO_HINTS) -> RecognizerUtterance:
         if sample_rate_hz not in SUPPORTED_RATES_HZ:
             raise AudioFormatError(f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_RATES_HZ}")
-        return SSMUtterance(self, sample_rate_hz, hints)
+        return RecognizerUtterance(self, sample_rate_hz, hints)
 
     def transcribe(self, pcm: np.ndarray | bytes, sample_rate_hz: int, chunk_ms: int = 20) -> str:
         """Stream one whole clip through, ``chunk_ms`` at a time (blocking)."""
@@ -335,7 +336,7 @@ class SSMSTTService(QueuedSTTService):
         self._decoder: Decoder = decoder or DEFAULT_DECODER
         self._compile = compile
         self._runner: Runner = runner
-        self._utt: SSMUtterance | None = None
+        self._utt: RecognizerUtterance | None = None
 
     def can_generate_metrics(self) -> bool:
         return True

@@ -41,9 +41,9 @@ with warnings.catch_warnings():
     )
     from pipecat.services.tts_service import TextAggregationMode, TTSService
 
-from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMUtterance, SSMVoiceEngine, check_voice_dir
+from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, VoiceUtterance, SSMVoiceEngine, check_voice_dir
 from pipeline.services.espeak_tts import PhraseTextAggregator
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 from ssm_engine import SSMEngineError
 from ssm_engine.tts.text import expand_chunk, needs_right_context
 
@@ -118,9 +118,9 @@ class SSMTTSService(TTSService):
         **kwargs,
     ) -> None:
         if start_buffer_s < 0:
-            raise ValueError(f"start_buffer_s must be >= 0, got {start_buffer_s}")
+            raise ConfigError(f"start_buffer_s must be >= 0, got {start_buffer_s}")
         if aggregation not in ("sentence", "phrase", "token"):
-            raise ValueError(f"aggregation must be sentence, phrase or token, got {aggregation!r}")
+            raise ConfigError(f"aggregation must be sentence, phrase or token, got {aggregation!r}")
         if engine is None:
             check_voice_dir(model_dir)
         super().__init__(
@@ -143,7 +143,7 @@ class SSMTTSService(TTSService):
         self._engine = engine
         self._seed = seed
         self._start_buffer_s = start_buffer_s
-        self._utterances: dict[str, SSMUtterance] = {}
+        self._utterances: dict[str, VoiceUtterance] = {}
         self._context_audio_s: dict[str, float] = {}
 
     def can_generate_metrics(self) -> bool:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import AudioFileError
+
 __all__ = ["read_wav", "write_wav", "resample", "mulaw_roundtrip"]
 
 
@@ -20,7 +22,7 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
     """16-bit PCM WAV -> (float32 mono samples in [-1, 1], sample rate in Hz)."""
     with wave.open(str(path), "rb") as w:
         if w.getsampwidth() != 2:
-            raise ValueError(f"{path}: only 16-bit PCM WAV is supported")
+            raise AudioFileError(f"{path}: only 16-bit PCM WAV is supported")
         rate, channels = w.getframerate(), w.getnchannels()
         pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
     if channels > 1:

@@ -4,14 +4,15 @@
     └── DataError
         ├── VoiceUnavailableError   unknown voice name, or its program is not installed
         ├── SynthesisError          the synthesiser failed or produced no audio
-        └── ManifestError           a manifest line is malformed (path<TAB>text) or names no file
+        ├── ManifestError           a manifest line is malformed (path<TAB>text) or names no file
+        └── AudioFileError          a WAV file parley cannot read (not 16-bit PCM)
 """
 
 from __future__ import annotations
 
 from ..errors import SSMEngineError
 
-__all__ = ["DataError", "VoiceUnavailableError", "SynthesisError", "ManifestError"]
+__all__ = ["AudioFileError", "DataError", "ManifestError", "SynthesisError", "VoiceUnavailableError"]
 
 
 class DataError(SSMEngineError):
@@ -28,3 +29,7 @@ class SynthesisError(DataError):
 
 class ManifestError(DataError, ValueError):
     """A malformed manifest."""
+
+
+class AudioFileError(DataError, ValueError):
+    """A WAV file parley cannot read: not 16-bit PCM."""

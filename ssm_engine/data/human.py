@@ -32,6 +32,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -255,7 +256,7 @@ def _mfa(root: Path, cache: Path) -> list[Clip]:
         for node in ast.walk(tree) if tree else ():
             if isinstance(node, ast.FunctionDef) and node.name == "reference_transcripts":
                 ret = next(n for n in ast.walk(node) if isinstance(n, ast.Return))
-                refs = ast.literal_eval(ret.value)
+                refs = ast.literal_eval(ret.value) if ret.value is not None else {}
 
         def text_of(stem: str) -> str | None:
             for ext in (".lab", ".txt"):
@@ -365,7 +366,9 @@ def build_human_set(out_dir: str | Path, *, root: str | Path = "/",
     clip at all is a DataError naming the install script."""
     out = Path(out_dir)
     root, cache = Path(root), Path(cache)
-    rows, voices, summary = [], [], {"sources": [], "clips": 0, "seconds": 0.0, "words": 0}
+    rows: list[tuple[Path, str]] = []
+    voices: list[tuple[Path, str]] = []
+    summary: dict[str, Any] = {"sources": [], "clips": 0, "seconds": 0.0, "words": 0}
     for src in sources:
         clips = src.find(root, cache)
         check_not_reserved(c.path for c in clips)

@@ -24,6 +24,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from ..errors import ConfigError
+
 __all__ = ["NGramSampler", "BOS", "EOS"]
 
 BOS, EOS = "<s>", "</s>"
@@ -39,9 +41,9 @@ class NGramSampler:
                  cache_contexts: int = 4096, floor: float = -30.0) -> None:
         words = [w for w in dict.fromkeys(vocab) if w not in (BOS, EOS)]
         if not words:
-            raise ValueError("NGramSampler needs a vocabulary")
+            raise ConfigError("NGramSampler needs a vocabulary")
         if not 1 <= min_words <= max_words:
-            raise ValueError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
+            raise ConfigError(f"need 1 <= min_words <= max_words, got {min_words}, {max_words}")
         self._logprob = logprob
         self._words = (*words, EOS)
         self.min_words, self.max_words = min_words, max_words
@@ -63,7 +65,7 @@ class NGramSampler:
             total += p
             cum.append(total)
         if total <= 0.0:
-            raise ValueError(f"the model gives no word any probability after {ctx}")
+            raise ConfigError(f"the model gives no word any probability after {ctx}")
         out = ([c / total for c in cum], ps[-1] / total)
         self._cache[ctx] = out
         if len(self._cache) > self._cache_size:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..words import normalize_text, number_to_words, ordinal_words
+from ..errors import ConfigError
 
 __all__ = ["SentenceGenerator", "FILLER", "NaturalSampler"]
 
@@ -110,15 +111,15 @@ class SentenceGenerator:
                  wide: float = 0.0, wide_words: Sequence[str] = (), natural: float = 0.0,
                  natural_sampler: NaturalSampler | None = None) -> None:
         if not 0.0 <= filler <= 1.0:
-            raise ValueError(f"filler is a share of sentences in [0, 1], got {filler}")
+            raise ConfigError(f"filler is a share of sentences in [0, 1], got {filler}")
         if not 0.0 <= wide <= 1.0:
-            raise ValueError(f"wide is a share of sentences in [0, 1], got {wide}")
+            raise ConfigError(f"wide is a share of sentences in [0, 1], got {wide}")
         if wide > 0.0 and not wide_words:
-            raise ValueError("wide > 0 needs wide_words, the words to draw from")
+            raise ConfigError("wide > 0 needs wide_words, the words to draw from")
         if not 0.0 <= natural <= 1.0:
-            raise ValueError(f"natural is a share of sentences in [0, 1], got {natural}")
+            raise ConfigError(f"natural is a share of sentences in [0, 1], got {natural}")
         if natural > 0.0 and natural_sampler is None:
-            raise ValueError("natural > 0 needs natural_sampler, the model to sample from")
+            raise ConfigError("natural > 0 needs natural_sampler, the model to sample from")
         self.natural = natural    # share of sentences sampled from natural_sampler
         self._natural_sampler = natural_sampler
         self.filler = filler  # share of Faker's filler sentences (common English words)

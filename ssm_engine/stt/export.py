@@ -18,6 +18,7 @@ from pathlib import Path
 from .lm import NGramLM
 from .model import load_stt
 from .phones import Pronouncer
+from ..errors import ConfigError
 
 __all__ = ["export_run"]
 
@@ -137,10 +138,10 @@ def _write_lexicon(out: Path, phones_dict: str | None) -> None:
     from the dictionary it trained with; the LM must be in ``out`` already."""
     lm_path = out / "lm.arpa.gz"
     if not phones_dict or not Path(phones_dict).is_file():
-        raise ValueError(f"the model has a phone head but its training dictionary "
+        raise ConfigError(f"the model has a phone head but its training dictionary "
                          f"({phones_dict!r}, from train.log) is not there to write its lexicon")
     if not lm_path.is_file():
-        raise ValueError(f"the model has a phone head: put its LM in {lm_path} first (copy it, or "
+        raise ConfigError(f"the model has a phone head: put its LM in {lm_path} first (copy it, or "
                          f"`parley train stt-lm --out {lm_path}`); the lexicon covers its words")
     lm = NGramLM.load(lm_path)
     Pronouncer.load(phones_dict).write(out / "lexicon.dict.gz", lm.vocab)

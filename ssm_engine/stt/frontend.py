@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import ConfigError
+
 __all__ = ["LogMelFrontEnd", "mel_filterbank"]
 
 
@@ -68,13 +70,18 @@ def _windowed_dft(win: int, n_fft: int) -> torch.Tensor:
 
 
 class LogMelFrontEnd(nn.Module):
+    dft: torch.Tensor          # buffers (declared for the type checker: nn.Module hides them)
+    melfb: torch.Tensor
+    feat_mean: torch.Tensor
+    feat_std: torch.Tensor
+
     def __init__(self, *, sample_rate_hz: int, step_samples: int, hop_samples: int,
                  win_samples: int, n_fft: int, n_mels: int, channels: int, d_out: int) -> None:
         super().__init__()
         if step_samples != 2 * hop_samples:
-            raise ValueError("step_samples must be 2 * hop_samples (two mel frames per step)")
+            raise ConfigError("step_samples must be 2 * hop_samples (two mel frames per step)")
         if not hop_samples < win_samples <= n_fft:
-            raise ValueError("need hop_samples < win_samples <= n_fft")
+            raise ConfigError("need hop_samples < win_samples <= n_fft")
         self.step_samples, self.hop, self.win, self.n_fft = step_samples, hop_samples, win_samples, n_fft
         self.n_mels, self.channels = n_mels, channels
         self.context = win_samples - hop_samples

@@ -33,6 +33,7 @@ from typing import Literal
 
 from .lm import NGramLM, build_lm
 from .text import normalize_text
+from ..errors import ConfigError
 
 __all__ = ["Hints", "HintKind", "Recognition", "YES_SENTENCES", "NO_SENTENCES", "DIGIT_WORDS",
            "digits_lm", "NO_HINTS"]
@@ -60,9 +61,9 @@ class Hints:
     def __post_init__(self) -> None:
         unknown = set(self.expect) - set(_KINDS)
         if unknown:
-            raise ValueError(f"unknown hint kinds {sorted(unknown)} (known: {', '.join(_KINDS)})")
+            raise ConfigError(f"unknown hint kinds {sorted(unknown)} (known: {', '.join(_KINDS)})")
         if not 0 <= self.bonus <= 20:
-            raise ValueError(f"bonus must be in [0, 20] nats, got {self.bonus}")
+            raise ConfigError(f"bonus must be in [0, 20] nats, got {self.bonus}")
         object.__setattr__(self, "expect", frozenset(self.expect))
         norm = tuple(dict.fromkeys(p for p in (normalize_text(x) for x in self.phrases) if p))
         object.__setattr__(self, "phrases", norm)

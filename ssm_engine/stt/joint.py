@@ -48,6 +48,7 @@ from .lm import BOS, EOS, NGramLM
 from .phone_beam import PhoneBeamSearch
 from .phones import PHONE_BLANK, PHONES, Pronouncer
 from .text import BLANK, VOCAB, encode
+from ..errors import ConfigError
 
 __all__ = ["JointConfig", "JointSearch", "JointDecoder"]
 
@@ -72,15 +73,15 @@ class JointConfig:
 
     def __post_init__(self) -> None:
         if self.nbest < 1 or self.char_beam_size < 1:
-            raise ValueError("nbest and char_beam_size must be >= 1")
+            raise ConfigError("nbest and char_beam_size must be >= 1")
         if not 0 < self.blank_skip <= 1:
-            raise ValueError("blank_skip must be in (0, 1]")
+            raise ConfigError("blank_skip must be in (0, 1]")
         if min(self.char_weight, self.phone_weight, self.lm_weight, self.unpronounced_penalty) < 0:
-            raise ValueError("weights and the penalty must be >= 0")
+            raise ConfigError("weights and the penalty must be >= 0")
         if self.char_weight == self.phone_weight == 0:
-            raise ValueError("char_weight and phone_weight cannot both be 0")
+            raise ConfigError("char_weight and phone_weight cannot both be 0")
         if not self.posterior_scale > 0:
-            raise ValueError("posterior_scale must be > 0")
+            raise ConfigError("posterior_scale must be > 0")
 
 
 class JointSearch:
@@ -184,7 +185,7 @@ class JointDecoder:
                 else torch.from_numpy(np.asarray(log_probs, dtype=np.float32)))
         v = self.search.vocab_size
         if rows.dim() != 2 or rows.shape[1] != v + len(PHONES):
-            raise ValueError(f"joint decoding takes (n, {v + len(PHONES)}) rows (characters then "
+            raise ConfigError(f"joint decoding takes (n, {v + len(PHONES)}) rows (characters then "
                              f"phones), got {tuple(rows.shape)}")
         self._chars.push(rows[:, :v])
         self._phones.push(rows[:, v:])
@@ -237,15 +238,15 @@ class JointDecoder:
             if cfg.char_weight else [0.0] * len(pool)
         prons = [search.pronounce_cached(t) if t in marked else search.pronounce(t) for t in pool]
         known = [i for i, p in enumerate(prons) if p is not None]
-        phone_scores = [0.0] * len(pool)
+        phone_scores: list[float] = [0.0] * len(pool)
         if cfg.phone_weight and known:
-            got = _ctc_scores(rows[:, v:], [prons[i] for i in known], PHONE_BLANK, skip)
+            got = _ctc_scores(rows[:, v:], [p for p in prons if p is not None], PHONE_BLANK, skip)
             for i, s in zip(known, got):
                 phone_scores[i] = s
             finite = [s for s in got if s > -math.inf]
             best = max(finite) if finite else -1e6
-            for i, p in enumerate(prons):
-                if p is None:
+            for i, pron in enumerate(prons):
+                if pron is None:
                     phone_scores[i] = best - cfg.unpronounced_penalty
         # a yes/no sentence's prior is the grammar's (every one alike) and a digit string's the
         # digits' LM, not the word LM: it knows "that's right" far better than "that's not

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .errors import STTError
+from ..errors import ConfigError
 
 __all__ = ["NGramLM", "build_lm", "read_unigrams", "BOS", "EOS", "UNK", "LMFormatError"]
 
@@ -53,7 +54,7 @@ class NGramLM:
     def __init__(self, order: int, probs: dict[tuple[str, ...], float],
                  bows: dict[tuple[str, ...], float]) -> None:
         if order < 1:
-            raise ValueError(f"order must be >= 1, got {order}")
+            raise ConfigError(f"order must be >= 1, got {order}")
         self.order = order
         self.probs = probs
         self.bows = bows
@@ -205,12 +206,12 @@ def build_lm(sentences: Iterable[str], *, order: int = 3, discount: float = 0.75
     trigrams seen once: a smaller file; their mass goes to the backoff).
     """
     if not 0 < discount < 1:
-        raise ValueError(f"discount must be in (0, 1), got {discount}")
+        raise ConfigError(f"discount must be in (0, 1), got {discount}")
     if general_weight < 0 or unk_weight <= 0 or general_weight + unk_weight >= 1:
-        raise ValueError("need general_weight >= 0, unk_weight > 0 and their sum < 1")
+        raise ConfigError("need general_weight >= 0, unk_weight > 0 and their sum < 1")
     counts = _grams(sentences, order)
     if not counts:
-        raise ValueError("no sentences to build a language model from")
+        raise ConfigError("no sentences to build a language model from")
     # The count each order is estimated from: plain counts at the top order and for n-grams
     # starting with <s>; continuation counts (distinct left neighbours) everywhere else.
     est: dict[tuple[str, ...], int] = {}

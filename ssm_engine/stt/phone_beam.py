@@ -25,6 +25,7 @@ import torch
 from .beam import _NEG, BeamConfig, _lse
 from .lm import BOS, EOS, NGramLM
 from .phones import PHONE_BLANK, PHONES, WORD_BOUNDARY, Pronouncer
+from ..errors import ConfigError
 
 __all__ = ["PhoneBeamSearch", "StreamingPhoneBeamDecoder"]
 
@@ -59,7 +60,7 @@ class PhoneBeamSearch:
             for pron in pronouncer.prons(word) or pronouncer.compound_prons(word):
                 homophones.setdefault(_key([_PHONE_INDEX[p] for p in pron]), []).append(word)
         if not homophones:
-            raise ValueError("no LM word has a pronunciation in the dictionary")
+            raise ConfigError("no LM word has a pronunciation in the dictionary")
         self.homophones = {k: tuple(v) for k, v in homophones.items()}
         self.prefixes = frozenset(k[:i] for k in self.homophones for i in range(1, len(k) + 1))
 

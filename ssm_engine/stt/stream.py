@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..runner import BatchRunner
+from ..runner import StreamRunner
 from .beam import CTCBeamSearch
 from .decode import StreamingGreedyDecoder
 from .errors import AudioInputError
@@ -63,7 +63,7 @@ def as_float(samples: np.ndarray | bytes) -> np.ndarray:
 class RecognizerStream:
     """See the module docstring. Not thread-safe: one owner (an asyncio task, a loop)."""
 
-    def __init__(self, runner: BatchRunner, config: STTConfig, *, flush_s: float = 0.2,
+    def __init__(self, runner: StreamRunner, config: STTConfig, *, flush_s: float = 0.2,
                  beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None,
                  stride: int = 1, hints: Hints = NO_HINTS) -> None:
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:

@@ -35,10 +35,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..data.audio import mulaw_roundtrip, read_wav, resample
 from ..data.augment import speed_perturb
@@ -49,6 +51,7 @@ from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, load_stt, save_stt
 from .phones import PHONE_BLANK, PHONES, Pronouncer
 from .text import encode, normalize_text
+from ..errors import ConfigError
 
 __all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp",
            "load_deepened"]
@@ -194,7 +197,7 @@ def mel_warp(mel: torch.Tensor, factors: np.ndarray, centers_hz: torch.Tensor,
     undone first and applied again after. Returns a new tensor."""
     b, _, f = mel.shape
     if len(factors) != b or centers_hz.shape != (f,):
-        raise ValueError(f"mel_warp: {len(factors)} factors and {tuple(centers_hz.shape)} centres "
+        raise ConfigError(f"mel_warp: {len(factors)} factors and {tuple(centers_hz.shape)} centres "
                          f"for mel of shape {tuple(mel.shape)}")
     raw = mel * std + mean
     centers = centers_hz.to(torch.float64).numpy()
@@ -249,7 +252,7 @@ def load_deepened(model: STTModel, start: STTModel) -> list[int]:
     same = (dataclasses.replace(start.config, ssm={**start.config.ssm, "n_layers": dst.n_layers})
             == model.config)
     if not same or dst.n_layers <= src.n_layers:
-        raise ValueError(f"its config {start.config} differs from this run's {model.config} in "
+        raise ConfigError(f"its config {start.config} differs from this run's {model.config} in "
                          f"more than added SSM layers (a run may start from a checkpoint of the "
                          f"same shape, or deepen it)")
     keep = [i * dst.n_layers // src.n_layers for i in range(src.n_layers)]
@@ -262,7 +265,7 @@ def load_deepened(model: STTModel, start: STTModel) -> list[int]:
     target = model.state_dict()
     added = [i for i in range(dst.n_layers) if i not in keep]
     for i in added:
-        out = model.stack.blocks[i].out_proj
+        out = cast(nn.Linear, model.stack.blocks[i].out_proj)
         moved[f"stack.blocks.{i}.out_proj.weight"] = torch.zeros_like(out.weight)
         if out.bias is not None:
             moved[f"stack.blocks.{i}.out_proj.bias"] = torch.zeros_like(out.bias)
@@ -281,7 +284,7 @@ def _phone_loss(logits: torch.Tensor, frames: torch.Tensor,
     if not keep:
         return logits.sum() * 0.0
     lp = torch.log_softmax(logits[keep], dim=-1).transpose(0, 1)
-    tgt = [targets[i] for i in keep]
+    tgt = [t for t in targets if t is not None and len(t) > 0]   # the targets of ``keep``
     return F.ctc_loss(lp, torch.cat(tgt), frames[keep], torch.tensor([len(t) for t in tgt]),
                       blank=PHONE_BLANK, reduction="mean", zero_infinity=True)
 
@@ -326,7 +329,7 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
             try:
                 added = load_deepened(model, start)
             except ValueError as exc:
-                raise ValueError(f"init_from {cfg.init_from}: {exc}") from exc
+                raise ConfigError(f"init_from {cfg.init_from}: {exc}") from exc
             log.info("initialised from %s (weights and feature statistics), deepened from %d to "
                      "%d SSM layers: new layers %s start as the identity", cfg.init_from,
                      start.config.ssm_config.n_layers, mcfg.ssm_config.n_layers, added)

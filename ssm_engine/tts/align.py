@@ -108,8 +108,8 @@ def _sentence_ends(sentence: list[PhoneToken], segs: list[Segment],
         ours = sentence[w[0]].word or ""
         if not _same_word(ours, name):
             raise TeacherError(f"festival's word {name!r} does not match ours {ours!r}")
-        for i, t in zip(w, _word_ends([sentence[i] for i in w], fest)):
-            ends[i] = t
+        for i, end_s in zip(w, _word_ends([sentence[i] for i in w], fest)):
+            ends[i] = end_s
     # pauses: the last pause token of a gap takes the gap; earlier ones end where it starts
     starts_of_next = {w[0]: g[1][0][0] for w, g in zip(words, groups)}
     for i, t in enumerate(sentence):

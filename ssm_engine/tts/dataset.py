@@ -42,6 +42,7 @@ from .lexicon import default_lexicon
 from .phonemes import PAUSES, PhoneToken, phonemize
 from .sentences import AgentSentences
 from .teacher import SAMPLE_RATE_HZ, FestivalTeacher
+from ..errors import ConfigError
 
 __all__ = ["DatasetConfig", "generate", "pick_sentences", "utterance_record"]
 
@@ -61,7 +62,7 @@ class DatasetConfig:
 
     def __post_init__(self) -> None:
         if self.n_train < 0 or self.n_heldout < 0 or self.workers < 1:
-            raise ValueError("n_train and n_heldout must be >= 0 and workers >= 1")
+            raise ConfigError("n_train and n_heldout must be >= 0 and workers >= 1")
 
 
 def _keep(text: str, cfg: DatasetConfig) -> tuple[str, ...] | None:

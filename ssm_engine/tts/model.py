@@ -155,6 +155,9 @@ def frame_position(k: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 
 
 class TTSModel(nn.Module):
+    feat_mean: torch.Tensor    # buffers (declared for the type checker: nn.Module hides them)
+    feat_std: torch.Tensor
+
     def __init__(self, config: TTSConfig) -> None:
         super().__init__()
         self.config = config

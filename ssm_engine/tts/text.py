@@ -117,8 +117,8 @@ def needs_right_context(chunk: str) -> bool:
     may follow), a number of 3+ digits (a digit group may follow), a word ending in a period
     (an abbreviation, or a sentence end before a capital), or "dr"/"st" without a period."""
     c = _clean(chunk)
-    if re.search(r"[$€£]\d", c) or _PURE_NUMBER.fullmatch(c) and len(
-            _PURE_NUMBER.fullmatch(c).group(1)) >= 3:
+    number = _PURE_NUMBER.fullmatch(c)
+    if re.search(r"[$€£]\d", c) or number is not None and len(number.group(1)) >= 3:
         return True
     if _ABBREV_END.search(c) and c.endswith("."):
         return True
@@ -179,7 +179,7 @@ def expand_chunk(prev: str | None, chunk: str, nxt: str | None) -> list[Word]:
     bprev = _bare(prev)
     nxt_clean = None if nxt is None else _clean(nxt)
     nxt_word = _bare(nxt).strip(".")
-    nxt_capital = bool(nxt_clean) and nxt_clean.lstrip("\"'(")[:1].isupper()
+    nxt_capital = nxt_clean is not None and nxt_clean.lstrip("\"'(")[:1].isupper()
     out: list[Word] = []
     matches = list(_PIECE.finditer(c))
     for i, m in enumerate(matches):
@@ -212,8 +212,8 @@ def expand_chunk(prev: str | None, chunk: str, nxt: str | None) -> list[Word]:
             y, mo, d = ((m.group("iy"), m.group("im"), m.group("id")) if kind == "iso"
                         else (m.group("sy"), m.group("sm"), m.group("sd")))
             year_n = None if y is None else int(y) + (2000 if len(y) == 2 else 0)
-            spoken = num.date(int(mo), int(d), year_n)
-            out += _words(spoken) if spoken else _alnum(text)
+            date_words = num.date(int(mo), int(d), year_n)
+            out += _words(date_words) if date_words else _alnum(text)
         elif kind in ("dashed", "paren"):
             groups = re.findall(r"\d+", text)
             for g in groups:

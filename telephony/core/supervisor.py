@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.workers.runner import WorkerRunner
 
@@ -74,7 +75,7 @@ class CallSupervisor:
         self._agent_factory = agent_factory
         self._config = pipeline_config
         self._reraise = reraise
-        self._worker = None
+        self._worker: PipelineWorker | None = None
         self._pipeline_over = False
         self._polite_reason: str | None = None
         output = transport.output()

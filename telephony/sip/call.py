@@ -21,7 +21,7 @@ from enum import Enum
 from pipeline.frames import TransferCallFrame
 from telephony.core.supervisor import CallSupervisor
 from telephony.sip.endpoint import Address, SipEndpoint
-from telephony.sip.errors import SdpParseError, SipParseError
+from telephony.sip.errors import SdpParseError, SipParseError, TransferError
 from telephony.sip.headers import NameAddr
 from telephony.sip.media import RtpSession, random_tag
 from telephony.sip.message import SipRequest, SipResponse
@@ -271,12 +271,12 @@ class SipCall(CallSupervisor):
         try:
             resp = await self.server.request(req, self.remote_addr)
             if resp.status >= 300:
-                raise RuntimeError(f"REFER refused: {resp.status} {resp.reason}")
+                raise TransferError(f"REFER refused: {resp.status} {resp.reason}")
             async with asyncio.timeout(self.config.transfer_timeout_s):
                 status = await self._notify
             if status >= 300:
-                raise RuntimeError(f"transfer failed: {status}")
-        except (TimeoutError, RuntimeError) as exc:
+                raise TransferError(f"transfer failed: {status}")
+        except (TimeoutError, TransferError) as exc:
             reason = str(exc) or "transfer timed out"
             self.record.errors.append(f"transfer to {target}: {reason}")
             log.warning("[%s] transfer to %s failed (%s); the call goes on", self.call_id, target, reason)

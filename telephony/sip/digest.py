@@ -20,6 +20,7 @@ import hmac
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from telephony.sip.errors import DigestParseError
@@ -150,7 +151,7 @@ class DigestServer:
     """Challenges and verifies inbound requests against a table of user names and passwords."""
 
     def __init__(self, realm: str, credentials: dict[str, str], *, secret: bytes | None = None,
-                 nonce_ttl_s: float = 300.0, clock=time.time):
+                 nonce_ttl_s: float = 300.0, clock: Callable[[], float] = time.time) -> None:
         self.realm = realm
         self._credentials = dict(credentials)
         self._secret = secret or os.urandom(32)

@@ -9,6 +9,7 @@
           │    ├── RtpParseError      a datagram that is not a valid RTP packet / RFC 4733 event
           │    └── DigestParseError   a malformed WWW-Authenticate / Authorization header
           ├── SipConfigError          a SipConfig that does not validate
+          ├── TransferError           a REFER the far end refused, or a transfer that failed
           └── RegistrationError       REGISTER to a PBX failed (rejected, bad credentials, no answer)
 
 Parsers raise only their own ``SipParseError`` subclass on bad input, whatever the bytes; foreign
@@ -28,6 +29,7 @@ __all__ = [
     "SipConfigError",
     "SipError",
     "SipParseError",
+    "TransferError",
 ]
 
 
@@ -53,6 +55,10 @@ class DigestParseError(SipParseError):
 
 class SipConfigError(SipError):
     """A SIP configuration value out of range or inconsistent."""
+
+
+class TransferError(SipError):
+    """A transfer (REFER) the far end refused, or that failed after it was accepted."""
 
 
 class RegistrationError(SipError):

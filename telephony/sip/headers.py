@@ -47,7 +47,9 @@ def _param(params: Params, name: str) -> str | None:
 
 def split_commas(value: str) -> list[str]:
     """Split a header value on commas outside quotes and angle brackets (Via, Contact lists)."""
-    out, cur, quoted, angle = [], [], False, 0
+    out: list[str] = []
+    cur: list[str] = []
+    quoted, angle = False, 0
     for ch in value:
         if ch == '"':
             quoted = not quoted

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, Self
 
 from telephony.sip.errors import SipParseError
 
@@ -84,10 +84,11 @@ class _Base:
         want = canonical_name(name)
         return [v for n, v in self.headers if canonical_name(n) == want]
 
-    def with_header(self, name: str, value: str):
+    def with_header(self, name: str, value: str) -> Self:
         """A copy with every ``name`` header replaced by one ``name: value`` (added at the end if absent)."""
         want = canonical_name(name)
-        out, done = [], False
+        out: list[tuple[str, str]] = []
+        done = False
         for n, v in self.headers:
             if canonical_name(n) == want:
                 if not done:
@@ -99,7 +100,7 @@ class _Base:
             out.append((name, value))
         return replace(self, headers=tuple(out))
 
-    def without_header(self, name: str):
+    def without_header(self, name: str) -> Self:
         want = canonical_name(name)
         return replace(self, headers=tuple((n, v) for n, v in self.headers if canonical_name(n) != want))
 
@@ -131,7 +132,7 @@ class SipRequest(_Base):
     method: str = "OPTIONS"
     uri: str = "sip:invalid"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not _TOKEN.match(self.method):
             raise SipParseError(f"bad method {self.method!r}")
         if not isinstance(self.uri, str) or not self.uri or _BAD_URI.search(self.uri):
@@ -149,7 +150,7 @@ class SipResponse(_Base):
     status: int = 200
     reason: str = "OK"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.status, int) or not 100 <= self.status <= 699:
             raise SipParseError(f"bad status code {self.status!r}")
         if not isinstance(self.reason, str) or _BAD_VALUE.search(self.reason) or self.reason != self.reason.rstrip(" \t"):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from telephony.sip.errors import RtpParseError
+from telephony.errors import ConfigError
 
 __all__ = ["JitterBuffer", "RtpPacket", "TelephoneEvent", "DTMF_EVENTS"]
 
@@ -41,7 +42,7 @@ class RtpPacket:
     extension: tuple[int, bytes] | None = None  # (profile, data: a multiple of 4 bytes)
     padding: int = 0  # padding bytes after the payload (written as zeros, the last one the count)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, bits in (("payload_type", 7), ("sequence", 16), ("timestamp", 32), ("ssrc", 32)):
             v = getattr(self, name)
             if not isinstance(v, int) or not 0 <= v < (1 << bits):
@@ -115,7 +116,7 @@ class TelephoneEvent:
     volume: int = 10
     duration: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 0 <= self.event <= 255 or not 0 <= self.volume <= 63 or not 0 <= self.duration <= 0xFFFF:
             raise RtpParseError(f"bad telephone event {self!r}")
 
@@ -147,7 +148,7 @@ class JitterBuffer:
 
     def __init__(self, depth: int = 3, max_gap: int = 100):
         if depth < 0 or max_gap <= depth:
-            raise ValueError("need 0 <= depth < max_gap")
+            raise ConfigError("need 0 <= depth < max_gap")
         self.depth = depth
         self.max_gap = max_gap
         self._next: int | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from telephony.sip.errors import SdpParseError
 
@@ -75,7 +75,7 @@ class Connection:
     addrtype: str = "IP4"
     nettype: str = "IN"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("address", "addrtype", "nettype"):
             _check_field(f"c= {name}", getattr(self, name))
 
@@ -105,7 +105,7 @@ class Origin:
     addrtype: str = "IP4"
     address: str = "0.0.0.0"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("username", "nettype", "addrtype", "address"):
             _check_field(f"o= {name}", getattr(self, name))
         for name in ("session_id", "session_version"):
@@ -147,7 +147,7 @@ class MediaDescription:
     attributes: Attributes = ()
     other: Lines = ()  # i= b= k= lines, in order
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_field("m= media", self.media)
         _check_field("m= proto", self.proto)
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -200,7 +200,7 @@ class SessionDescription:
     media: tuple[MediaDescription, ...] = ()
     other: Lines = ()  # i= u= e= p= b= z= k= r= lines, in order
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_text("s=", self.session_name)
         if not self.session_name:
             raise SdpParseError("empty s= line")
@@ -232,15 +232,15 @@ class SessionDescription:
             parsed.append((line[0], line[2:]))
         if not parsed or parsed[0] != ("v", "0"):
             raise SdpParseError("SDP does not start with v=0")
-        session: dict[str, object] = {"other": [], "attributes": []}
-        media: list[dict[str, object]] = []
+        session: dict[str, Any] = {"other": [], "attributes": []}   # fields as they come
+        media: list[dict[str, Any]] = []
         for kind, value in parsed[1:]:
             target = media[-1] if media else session
             if kind == "m":
                 media.append(_parse_m(value))
             elif kind == "a":
                 name, colon, val = value.partition(":")
-                target["attributes"].append((name, val if colon else None))  # type: ignore[union-attr]
+                target["attributes"].append((name, val if colon else None))
             elif kind == "c":
                 if "connection" in target:
                     raise SdpParseError("two c= lines")
@@ -252,19 +252,19 @@ class SessionDescription:
             elif kind == "v":
                 raise SdpParseError("a second v= line")
             else:
-                target["other"].append((kind, value))  # type: ignore[union-attr]
+                target["other"].append((kind, value))
         for need in ("o", "s", "t"):
             if need not in session:
                 raise SdpParseError(f"no {need}= line")
         return cls(
             origin=Origin.parse(str(session["o"])),
             session_name=str(session["s"]),
-            connection=session.get("connection"),  # type: ignore[arg-type]
+            connection=session.get("connection"),
             timing=str(session["t"]),
-            attributes=tuple(session["attributes"]),  # type: ignore[arg-type]
-            media=tuple(MediaDescription(**{**m, "attributes": tuple(m["attributes"]),  # type: ignore[arg-type]
+            attributes=tuple(session["attributes"]),
+            media=tuple(MediaDescription(**{**m, "attributes": tuple(m["attributes"]),
                                             "other": tuple(m["other"])}) for m in media),
-            other=tuple(session["other"]),  # type: ignore[arg-type]
+            other=tuple(session["other"]),
         )
 
     def __bytes__(self) -> bytes:

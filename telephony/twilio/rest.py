@@ -20,18 +20,17 @@ import base64
 import json
 import logging
 import re
-from typing import Literal
 from xml.sax.saxutils import escape, quoteattr
 
 import aiohttp
 
+from pipeline.frames import TransferKind
 from telephony.errors import TelephonyError
 
 __all__ = ["TwilioCallControl", "transfer_twiml"]
 
 log = logging.getLogger(__name__)
 
-TransferKind = Literal["dial", "enqueue", "sip"]
 _SID = re.compile(r"[A-Za-z0-9]{2,64}")
 
 

@@ -34,6 +34,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from av import AudioFrame
@@ -291,7 +292,8 @@ class WebRTCCallTransport(SmallWebRTCTransport):
         self._register_event_handler("on_client_disconnected")
 
     def output(self) -> WebRTCOutputTransport:
-        if not self._output:
-            self._output = WebRTCOutputTransport(self._client, self._params, self.tracker,
+        if not isinstance(self._output, WebRTCOutputTransport):   # pipecat types it as its own
+            client = cast(MeteredWebRTCClient, self._client)      # made in __init__, above
+            self._output = WebRTCOutputTransport(client, self._params, self.tracker,
                                                  call_id=self._call_id, name=self._output_name)
         return self._output

@@ -90,17 +90,17 @@ class WebRTCGateway:
             ice.pin_host_addresses(self.config.ice_host_addresses)
 
     def routes(self) -> list[web.AbstractRouteDef]:
-        table = [web.post("/api/offer", self.offer), web.patch("/api/offer", self.patch)]
+        table: list[web.AbstractRouteDef] = [web.post("/api/offer", self.offer), web.patch("/api/offer", self.patch)]
         if self.config.serve_page:
             table += [web.get("/", self.index), web.get("/static/{name}", self.static)]
         return table
 
     # -- the page ------------------------------------------------------------------------------
 
-    async def index(self, request: web.Request) -> web.Response:
+    async def index(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
-    async def static(self, request: web.Request) -> web.Response:
+    async def static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         if name not in STATIC_FILES:  # a fixed list: no path ever reaches the file system
             raise web.HTTPNotFound(text="no such file\n")
@@ -207,8 +207,9 @@ class WebRTCGateway:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             for task in done:
-                if not task.cancelled() and task.exception() is not None and self.config.reraise_call_errors:
-                    raise task.exception()
+                error = None if task.cancelled() else task.exception()
+                if error is not None and self.config.reraise_call_errors:
+                    raise error
 
 
 def register_webrtc_routes(app: web.Application, *, agent_factory: AgentFactory,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from telephony.webrtc.errors import SignalingError
 
@@ -47,6 +47,12 @@ def _field(obj: dict, name: str, kind: type | tuple[type, ...], *, required: boo
     return value
 
 
+@overload
+def _pc_id(value: str) -> str: ...
+@overload
+def _pc_id(value: None) -> None: ...
+@overload
+def _pc_id(value: str | None) -> str | None: ...
 def _pc_id(value: str | None) -> str | None:
     if value is not None and not (0 < len(value) <= 128 and value.isprintable()):
         raise SignalingError("pc_id must be 1..128 printable characters")

@@ -23,7 +23,7 @@ from botocore.eventstream import EventStreamBuffer  # noqa: E402
 from pipecat.frames.frames import EndWorkerFrame  # noqa: E402
 from pipecat.tests.utils import run_test  # noqa: E402
 
-from agent.llm.scripted_server import tokenize  # noqa: E402
+from harness.scripted_llm import tokenize  # noqa: E402
 from agent.spec import parse_spec  # noqa: E402
 from pipeline.frames import AgentEventFrame  # noqa: E402
 from tests.agent.test_llm_openai import Transcript, agent_pipeline  # noqa: E402

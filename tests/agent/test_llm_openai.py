@@ -1,6 +1,6 @@
 """The LLM agent over a real OpenAI-compatible streaming server on loopback.
 
-The server (``agent.llm.scripted_server``) speaks the chat-completions SSE protocol for real;
+The server (``harness.scripted_llm``) speaks the chat-completions SSE protocol for real;
 the agent is what ``build_agent`` makes for ``llm.backend: openai``. A scripted caller sends a
 turn (a user message and an ``LLMContextFrame``, as the user aggregator does) once the agent's
 previous answer is complete; the assistant aggregator after the agent writes the answers and tool
@@ -32,7 +32,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import run_test
 
 from agent.factory import build_agent
-from agent.llm.scripted_server import ScriptedChatServer, ScriptedReply, tokenize
+from harness.scripted_llm import ScriptedChatServer, ScriptedReply, tokenize
 from agent.spec import parse_spec
 from pipeline.frames import AgentEventFrame, AgentSpeechHeardFrame, TransferCallFrame
 from pipeline.heard import HeardContextProcessor

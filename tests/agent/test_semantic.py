@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from agent.semantic import SentenceEncoder, model_dir
+from agent.errors import EncoderError
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 
@@ -45,5 +46,5 @@ def test_paraphrases_are_near_and_unrelated_far_and_a_batch_equals_singles(encod
 
 
 def test_a_folder_that_is_not_the_model_is_named(tmp_path):
-    with pytest.raises(ValueError, match=str(tmp_path)):
+    with pytest.raises(EncoderError, match=str(tmp_path)):
         SentenceEncoder(tmp_path)

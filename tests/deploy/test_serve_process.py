@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from pipeline.records_sqlite import SQLiteCallStore
-from telephony.caller import CallerConfig, Utterance, run_call
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from tests.metrics_text import series as metric_series
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
             raise AssertionError(f"the voice worker was not replaced: {series}")
         # the replacement speaks: a call gets its greeting and a reply
         report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
-                                             timeout_s=60, utterances=(Utterance(text="hello how are you"),)))
+                                             timeout_s=60, utterances=(CallerUtterance(text="hello how are you"),)))
         assert report.turns and report.turns[0].agent_audio_bytes > 0
         assert proc.poll() is None  # the server never went down
         # the server's garbage-collector pauses are in /metrics too (its start-up heap frozen)
@@ -129,8 +129,8 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
         await _wait_listening(port, proc)
         url = f"ws://127.0.0.1:{port}/twilio/stream"
         call = asyncio.create_task(run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=60, utterances=(
-            Utterance(text="hello how are you"), Utterance(text="i would like to check my account"),
-            Utterance(text="can you help me please"),
+            CallerUtterance(text="hello how are you"), CallerUtterance(text="i would like to check my account"),
+            CallerUtterance(text="can you help me please"),
         ))))
         sid = None
         loop = asyncio.get_running_loop()
@@ -184,7 +184,7 @@ async def test_without_a_cxx_compiler_the_recognizer_serves_eagerly_and_says_why
     try:
         await _wait_listening(port, proc, timeout_s=120)
         report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
-                                             timeout_s=60, utterances=(Utterance(text="hello how are you"),)))
+                                             timeout_s=60, utterances=(CallerUtterance(text="hello how are you"),)))
         assert report.turns and report.turns[0].agent_audio_bytes > 0
         assert proc.poll() is None
     finally:

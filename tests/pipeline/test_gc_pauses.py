@@ -31,7 +31,12 @@ def test_freezing_skips_what_exists_and_still_collects_what_comes_later(unfrozen
     tracked = {id(o) for o in gc.get_objects()}      # what collections walk: none of them now
     assert not any(id(c) in tracked for c in kept)
     gc.collect()
-    assert gc.get_freeze_count() == frozen            # a collection does not thaw them
+    # a collection does not thaw them: they stay out of what collections walk. (The count itself
+    # may fall by a few: a frozen object whose last reference a finalizer of earlier tests' garbage
+    # drops is freed by reference counting, not thawed.)
+    tracked = {id(o) for o in gc.get_objects()}
+    assert not any(id(c) in tracked for c in kept)
+    assert frozen - 100 <= gc.get_freeze_count() <= frozen
     for _ in range(50):
         _Cycle()                                      # garbage made after start-up ...
     assert gc.collect() >= 50                         # ... is still collected

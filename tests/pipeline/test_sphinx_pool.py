@@ -22,7 +22,7 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipeline.engines.sphinx import _CMNINIT_NARROWBAND, SPHINX_POOL, SphinxEngine, SphinxPool
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 from pipeline.services import SphinxSTTService
 
 
@@ -105,7 +105,7 @@ def test_max_idle_drops_engines_past_the_limit_per_rate(source):
     assert (pool.idle_count(8000), pool.idle_count(16000)) == (1, 1)
     assert pool.acquire(8000) is a8
     assert pool.idle_count(8000) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         SphinxPool(max_idle=-1)
 
 

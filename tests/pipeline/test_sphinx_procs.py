@@ -34,7 +34,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipeline.engines.sphinx import SphinxEngine
 from pipeline.engines.sphinx_procs import RemoteSphinxEngine, SphinxProcessPool
-from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 from pipeline.services import SphinxSTTService
 
 PHONE = 8000
@@ -270,9 +270,9 @@ def test_prewarm_builds_in_the_workers_spread_over_them(monkeypatch, speech):
 
 
 def test_bad_arguments_start_no_worker():
-    with pytest.raises(ValueError, match="procs"):
+    with pytest.raises(ConfigError, match="procs"):
         SphinxProcessPool(procs=0)
-    with pytest.raises(ValueError, match="max_idle"):
+    with pytest.raises(ConfigError, match="max_idle"):
         SphinxProcessPool(max_idle=-1)
     unused = SphinxProcessPool()
     try:

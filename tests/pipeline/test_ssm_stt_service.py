@@ -22,7 +22,7 @@ from pipeline.audio.wav import write_wav
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.frames import Hints, RecognitionFrame, RecognitionHintsFrame
 from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
-from pipeline.stt_eval import evaluate, write_hyps
+from harness.stt_eval import evaluate, write_hyps
 from ssm_engine.stt.decode import cer
 from ssm_engine.stt.model import STTConfig, STTModel, save_stt
 from ssm_engine.stt.text import VOCAB
@@ -251,7 +251,7 @@ async def test_hints_reach_the_recogniser_and_the_final_carries_its_confidence(f
 def test_eval_cli_registers_beside_other_commands():
     import argparse
 
-    from pipeline.stt_eval import register_cli
+    from harness.stt_eval import register_cli
     from ssm_engine.stt.cli import register_cli as register_train
 
     parser = argparse.ArgumentParser(prog="parley")

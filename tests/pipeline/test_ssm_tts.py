@@ -33,7 +33,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipeline.builder import PipelineConfig, _make_tts
-from pipeline.errors import EngineUnavailableError, PipelineError
+from pipeline.errors import ConfigError, EngineUnavailableError, PipelineError
 from pipeline.engines.ssm_voice import HalfRateFilter, SSMVoiceEngine
 from pipeline.services.ssm_tts import SSMTTSService
 from ssm_engine.tts import SYMBOLS
@@ -178,7 +178,7 @@ async def test_a_reply_leaves_once_its_start_buffer_is_made_and_later_phrases_at
 
 
 def test_a_negative_start_buffer_is_refused(engine):
-    with pytest.raises(ValueError, match="start_buffer_s"):
+    with pytest.raises(ConfigError, match="start_buffer_s"):
         SSMTTSService(engine=engine, sample_rate=8000, start_buffer_s=-0.1)
 
 

@@ -19,7 +19,7 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from pipeline.builder import PipelineConfig, _make_turn_stop
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
 
 
@@ -85,5 +85,5 @@ def test_the_builder_uses_it_by_default_and_checks_the_hold():
                           HoldUnfinishedTurnStopStrategy)
     with pytest.raises(PipelineError, match="turn_hold_s"):
         PipelineConfig(turn_hold_s=5.0)
-    with pytest.raises(ValueError, match="hold_s"):
+    with pytest.raises(ConfigError, match="hold_s"):
         HoldUnfinishedTurnStopStrategy(hold_s=-1.0)

@@ -7,7 +7,7 @@ import pytest
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
-from pipeline.errors import AudioFormatError
+from pipeline.errors import AudioFormatError, ConfigError
 from pipeline.vad import WebRTCVADAnalyzer, make_vad_analyzer
 
 
@@ -75,11 +75,11 @@ def test_bad_configuration_raises():
         WebRTCVADAnalyzer(sample_rate=44100)
     with pytest.raises(AudioFormatError):
         WebRTCVADAnalyzer(frame_ms=25)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         WebRTCVADAnalyzer(mode=4)
     with pytest.raises(AudioFormatError):
         make_vad_analyzer("silero", 48000)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         make_vad_analyzer("energy", 8000)  # type: ignore[arg-type]
 
 

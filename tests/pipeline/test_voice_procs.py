@@ -46,7 +46,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipeline.engines import voice_procs
 from pipeline.engines.ssm_voice import SpeechChunk, SSMVoiceEngine
 from pipeline.engines.voice_procs import VoiceProcess
-from pipeline.errors import EngineUnavailableError
+from pipeline.errors import ConfigError, EngineUnavailableError
 from pipeline.services.ssm_tts import SSMTTSService
 from ssm_engine.tts.synth import TTSVoice
 
@@ -272,7 +272,7 @@ def test_bad_arguments_and_a_child_given_up_on_leave_no_child(voice_dir, childre
     ready, and a child given up on (it never said ready, or died first) was killed but never
     reaped: a zombie, and an error saying "exit code None"."""
     for kwargs in ({"lead_chunks": 0}, {"max_batch": 0}):
-        with pytest.raises(ValueError, match="must be >= 1"):
+        with pytest.raises(ConfigError, match="must be >= 1"):
             VoiceProcess(voice_dir, **kwargs)
     assert children == []
     monkeypatch.setattr(voice_procs, "_LOAD_TIMEOUT_S", 0.01)  # importing torch takes ~1 s

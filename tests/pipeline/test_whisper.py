@@ -9,7 +9,7 @@ import pytest
 from pipeline.audio.wav import write_wav
 from pipeline.engines.whisper import WhisperRecognizer
 from pipeline.errors import AudioFormatError, EngineUnavailableError
-from pipeline.stt_eval import evaluate
+from harness.stt_eval import evaluate
 from ssm_engine.stt.decode import wer
 from ssm_engine.stt.text import normalize_text
 

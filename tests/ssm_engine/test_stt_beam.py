@@ -18,6 +18,7 @@ from ssm_engine.stt.stream import RecognizerStream
 from ssm_engine.stt.text import VOCAB
 
 from .test_stt_model import speechy, tiny_model
+from ssm_engine.errors import ConfigError
 
 CORPUS = ["i want to pay my bill", "can i pay my bill today", "my bill is wrong",
           "please pay the bill", "my name is anna", "my name is john smith", "yes please",
@@ -79,7 +80,7 @@ def test_bad_lm_files_are_named(tmp_path):
     bad.write_text("\\data\\\nngram 1=1\n\n\\1-grams:\n-1.0\tthe\tx\ty\n")
     with pytest.raises(LMFormatError, match="bad.arpa:5"):
         NGramLM.load(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         build_lm([])
 
 
@@ -123,9 +124,9 @@ def test_streaming_in_pieces_equals_whole_clip_and_skips_blank_frames(lm):
 
 
 def test_beam_settings_are_checked():
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         BeamConfig(beam_size=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         BeamConfig(blank_skip=0.0)
 
 

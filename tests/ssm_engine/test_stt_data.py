@@ -16,6 +16,7 @@ from ssm_engine.data.manifest import read_manifest, write_manifest
 from ssm_engine.data.texts import SentenceGenerator
 from ssm_engine.data.voices import voice
 from ssm_engine.stt.text import normalize_text
+from ssm_engine.errors import ConfigError
 
 
 def _tone(freq_hz: float, rate_hz: int = 8000, seconds: float = 1.0) -> np.ndarray:
@@ -224,7 +225,7 @@ def test_filler_share_is_a_setting_and_the_default_keeps_the_published_sentences
             gen.sentence()
             kinds.append(gen.last_kind)
         assert lo <= kinds.count("filler") / len(kinds) <= hi, share
-    with pytest.raises(ValueError, match="filler"):
+    with pytest.raises(ConfigError, match="filler"):
         SentenceGenerator(1, filler=1.5)
 
 
@@ -256,9 +257,9 @@ def test_wide_vocabulary_sentences_draw_from_their_word_list_and_leave_the_rest_
     # wide=0 (the default) draws nothing extra: the published sentences stay as they were
     assert ([SentenceGenerator(11).sentence() for _ in range(50)]
             == [SentenceGenerator(11, wide=0.0, wide_words=words).sentence() for _ in range(50)])
-    with pytest.raises(ValueError, match="wide_words"):
+    with pytest.raises(ConfigError, match="wide_words"):
         SentenceGenerator(1, wide=0.2)
-    with pytest.raises(ValueError, match="wide"):
+    with pytest.raises(ConfigError, match="wide"):
         SentenceGenerator(1, wide=-0.1, wide_words=words)
     # the training split takes them; the held-out split never does
     cfg = GenerateConfig(out_dir=str(tmp_path), wide=1.0, wide_words=words)
@@ -373,9 +374,9 @@ def test_natural_sentences_follow_the_language_model_and_its_length_limits():
     assert 0.6 < first.count("a") / len(first) < 0.73
     assert ([sampler.sentence(random.Random(9)) for _ in range(3)]
             == [sampler.sentence(random.Random(9)) for _ in range(3)])   # seeded
-    with pytest.raises(ValueError, match="min_words"):
+    with pytest.raises(ConfigError, match="min_words"):
         NGramSampler(logprob, ["a"], min_words=5, max_words=4)
-    with pytest.raises(ValueError, match="vocabulary"):
+    with pytest.raises(ConfigError, match="vocabulary"):
         NGramSampler(logprob, [EOS])
 
 
@@ -399,7 +400,7 @@ def test_natural_share_takes_the_training_split_only_and_zero_changes_nothing(tm
     assert ([SentenceGenerator(11).sentence() for _ in range(50)]
             == [SentenceGenerator(11, natural=0.0, natural_sampler=Fixed()).sentence()
                 for _ in range(50)])
-    with pytest.raises(ValueError, match="natural_sampler"):
+    with pytest.raises(ConfigError, match="natural_sampler"):
         SentenceGenerator(1, natural=0.2)
     cfg = GenerateConfig(out_dir=str(tmp_path), natural=1.0, natural_sampler=Fixed())
     train = _jobs(cfg, "train", {"flite:kal": 1.0}, 20, 3)

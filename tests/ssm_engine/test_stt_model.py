@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ssm_engine import BatchRunner, CheckpointFormatError, StreamBatcher
+from ssm_engine.errors import ConfigError
 from ssm_engine.stt.decode import StreamingGreedyDecoder, greedy_decode
 from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.model import STTConfig, STTModel, load_stt, prepare_audio, save_stt
@@ -155,7 +156,7 @@ def test_batcher_without_a_prefill_model_only_steps():
     from ssm_engine import SSMConfig, SSMStack
     stack = SSMStack(SSMConfig(d_model=16, n_layers=1, d_state=8, headdim=8, expand=2))
     assert StreamBatcher(stack).prefill_min is None
-    with pytest.raises(ValueError, match="prefill_min"):
+    with pytest.raises(ConfigError, match="prefill_min"):
         StreamBatcher(tiny_model(), prefill_min=1)
 
 
@@ -289,8 +290,6 @@ def test_a_lone_stream_prefills_in_place_and_matches_forward():
 
 
 def test_compiled_prefill_equals_eager_and_serves_only_its_shape():
-    from ssm_engine.errors import ConfigError
-
     model, eager = tiny_model(seed=3), tiny_model(seed=3)
     with pytest.raises(ConfigError, match="positive frame count"):
         model.compile_prefill(0)

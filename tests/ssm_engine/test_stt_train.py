@@ -14,6 +14,7 @@ from ssm_engine.stt.cli import _phones_dict
 from ssm_engine.stt.export import export_run
 from ssm_engine.stt.model import load_stt
 from ssm_engine.stt.train import TrainConfig, train
+from ssm_engine.errors import ConfigError
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ def test_mel_warp_moves_formants_by_the_factor_and_keeps_the_level():
         moved = float(centers[int(back[i, 0].argmax())])
         assert abs(moved - 1000.0 * a) < 0.06 * 1000.0 * a, (a, moved)
         assert torch.allclose(back[i].min(), torch.tensor(-2.0), atol=1e-4)   # floor kept
-    with pytest.raises(ValueError, match="factors"):
+    with pytest.raises(ConfigError, match="factors"):
         mel_warp(mel, np.array([1.0]), centers, mean, std)
 
 
@@ -160,7 +161,7 @@ def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_dat
     assert f"started from {tmp_path / 'a' / 'best'}" in card
     bad = dataclasses.replace(cfg, run_dir=str(tmp_path / "c"), d_model=48, conv_channels=48,
                               headdim=16)
-    with pytest.raises(ValueError, match="differs"):
+    with pytest.raises(ConfigError, match="differs"):
         train(bad)
 
 
@@ -186,7 +187,7 @@ def test_a_deeper_run_starts_from_a_shallower_checkpoint_computing_the_same(tiny
     assert torch.equal(deep.stack.blocks[0].in_proj.weight, start.stack.blocks[0].in_proj.weight)
     assert not deep.stack.blocks[1].out_proj.weight.any()
     assert deep.stack.blocks[2].in_proj.weight.abs().sum() > 0
-    with pytest.raises(ValueError, match="differs"):
+    with pytest.raises(ConfigError, match="differs"):
         load_deepened(STTModel(start.config), deep)                 # shallower
     # through the recipe: a 3-layer run from the 1-layer checkpoint trains and says so
     cfg = dataclasses.replace(_cfg(tiny_data, tmp_path / "b", 1), n_layers=3,
@@ -227,7 +228,7 @@ def test_a_phone_head_run_from_a_plain_checkpoint_trains_checks_and_ships_its_le
         assert torch.allclose(after.state_dict()[name], value, atol=1e-6), name
     # export: the lexicon covers the LM's words, so the LM must be there first
     out = tmp_path / "shipped"
-    with pytest.raises(ValueError, match="lm.arpa.gz"):
+    with pytest.raises(ConfigError, match="lm.arpa.gz"):
         export_run(tmp_path / "b", out, data_dir=tiny_data)
     build_lm(["yes", "no thanks", "call me"]).write_arpa(out / "lm.arpa.gz")
     export_run(tmp_path / "b", out, data_dir=tiny_data)

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from agent.echo import EchoAgentProcessor
-from telephony.caller import CallerConfig, Utterance, run_call
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.server import CallServer, ServerConfig
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
@@ -23,8 +23,8 @@ async def test_drain_refuses_new_calls_and_ends_live_ones_politely():
     try:
         call = asyncio.create_task(run_call(CallerConfig(
             url=url, auth_token=TOKEN, timeout_s=40,
-            utterances=(Utterance(text="hello how are you"), Utterance(text="i would like to check my account"),
-                        Utterance(text="can you help me please")),
+            utterances=(CallerUtterance(text="hello how are you"), CallerUtterance(text="i would like to check my account"),
+                        CallerUtterance(text="can you help me please")),
         )))
         for _ in range(100):  # wait until the call is live
             if server.live:

@@ -15,6 +15,7 @@ from telephony.loop_lag import LoopLagProbe
 from telephony.metrics import Metrics
 from telephony.server import CallServer, ServerConfig
 from tests.metrics_text import sample
+from telephony.errors import ConfigError
 
 TOKEN = "lag-token-" + "0" * 22
 
@@ -48,7 +49,7 @@ def test_warnings_are_rate_limited_and_count_what_they_skipped(caplog):
     assert len(msgs) == 2 and "500 ms" in msgs[0]
     assert "400 ms" in msgs[1] and "2 more stall(s)" in msgs[1]
     assert seen == [500.0, 300.0, 200.0, 10.0, 0.0, 400.0]   # a clock hiccup below zero counts as 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         LoopLagProbe(seen.append, interval_s=0)
 
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from agent.embedded import EmbeddedAgentProcessor
 from agent.spec import load_spec
 from agent.tools import ToolBox
-from telephony.caller import CallerConfig, Utterance, run_call
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.server import CallServer, ServerConfig
 
 from .conftest import TOKEN
@@ -56,22 +56,22 @@ async def receptionist(twilio_api):
     await srv.stop()
 
 
-def _keys(digits: str) -> list[Utterance]:
-    return [Utterance(dtmf=d) for d in digits]
+def _keys(digits: str) -> list[CallerUtterance]:
+    return [CallerUtterance(dtmf=d) for d in digits]
 
 
 async def test_faq_message_and_transfer(receptionist, twilio_api):
     _, requests = twilio_api
     url = f"ws://127.0.0.1:{receptionist.port}/twilio/stream"
     report = await run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=150, utterances=(
-        Utterance(text="what are your opening hours"),
-        Utterance(text="i would like to leave a message"),
-        Utterance(text="my name is john smith"),
-        Utterance(text="yes"),
+        CallerUtterance(text="what are your opening hours"),
+        CallerUtterance(text="i would like to leave a message"),
+        CallerUtterance(text="my name is john smith"),
+        CallerUtterance(text="yes"),
         *_keys("5550123#"),                      # the number, keyed in (recognizers miss digits)
-        Utterance(text="yes"),
-        Utterance(text="please call me back tomorrow"),
-        Utterance(text="i want to speak to a human"),
+        CallerUtterance(text="yes"),
+        CallerUtterance(text="please call me back tomorrow"),
+        CallerUtterance(text="i want to speak to a human"),
     )))
     record = receptionist.store.get(report.call_sid)
     replies = [t.agent_text for t in record.turns]
@@ -93,6 +93,6 @@ async def test_faq_message_and_transfer(receptionist, twilio_api):
 async def test_goodbye_ends_the_call(receptionist):
     url = f"ws://127.0.0.1:{receptionist.port}/twilio/stream"
     report = await run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=40,
-                                         utterances=(Utterance(text="bye bye"),)))
+                                         utterances=(CallerUtterance(text="bye bye"),)))
     assert report.server_hung_up
     assert receptionist.store.get(report.call_sid).end_reason == "agent ended the call"

@@ -13,7 +13,7 @@ import pytest
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.builder import PipelineConfig
 from pipeline.engines.ssm_voice import SSMVoiceEngine
-from telephony.caller import CallerConfig, Utterance, run_call
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.server import CallServer, ServerConfig
 
 from ..pipeline.test_ssm_tts import random_voice_dir
@@ -34,8 +34,8 @@ async def test_the_agent_speaks_in_the_ssm_voice_and_a_barge_in_keeps_only_what_
     try:
         report = await run_call(CallerConfig(
             url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
-            utterances=(Utterance(text="hello how are you"),
-                        Utterance(text="i would like to check my account")),  # cuts into reply 1
+            utterances=(CallerUtterance(text="hello how are you"),
+                        CallerUtterance(text="i would like to check my account")),  # cuts into reply 1
             barge_in_ms=700, timeout_s=60))
         record = srv.store.get(report.call_sid)
     finally:

@@ -10,7 +10,7 @@ import jiwer
 import numpy as np
 
 from agent.echo import EchoAgentProcessor
-from telephony.caller import CallerConfig, Utterance, run_call
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 from tests.metrics_text import sample
 
@@ -29,9 +29,9 @@ async def test_three_turns_with_barge_ins(server):
         url=url,
         auth_token=TOKEN,
         utterances=(
-            Utterance(text="hello how are you"),
-            Utterance(text="i would like to check my account"),  # cuts into the first reply
-            Utterance(text="hello how are you"),                  # cuts into the second
+            CallerUtterance(text="hello how are you"),
+            CallerUtterance(text="i would like to check my account"),  # cuts into the first reply
+            CallerUtterance(text="hello how are you"),                  # cuts into the second
         ),
         barge_in_ms=700,
         params={"customer": "test"},
@@ -81,15 +81,15 @@ async def test_garbage_oversized_and_out_of_order_messages_leave_the_call_up(ser
         url=url,
         auth_token=TOKEN,
         utterances=(
-            Utterance(raw="this is not json"),
-            Utterance(raw=big),
-            Utterance(raw='{"event": "media"}'),
-            Utterance(raw='{"event": "teleport", "streamSid": "MZ1"}'),
-            Utterance(raw='{"event": "media", "streamSid": "MZ1", "media": {"payload": "!!!"}}'),
-            Utterance(raw='{"event": "start", "sequenceNumber": "9", "start": {}}'),
-            Utterance(raw='{"event": "mark", "sequenceNumber": "10", "streamSid": "MZ1", "mark": {"name": "u99:0"}}'),
-            Utterance(dtmf="5"),
-            Utterance(text="hello how are you"),
+            CallerUtterance(raw="this is not json"),
+            CallerUtterance(raw=big),
+            CallerUtterance(raw='{"event": "media"}'),
+            CallerUtterance(raw='{"event": "teleport", "streamSid": "MZ1"}'),
+            CallerUtterance(raw='{"event": "media", "streamSid": "MZ1", "media": {"payload": "!!!"}}'),
+            CallerUtterance(raw='{"event": "start", "sequenceNumber": "9", "start": {}}'),
+            CallerUtterance(raw='{"event": "mark", "sequenceNumber": "10", "streamSid": "MZ1", "mark": {"name": "u99:0"}}'),
+            CallerUtterance(dtmf="5"),
+            CallerUtterance(text="hello how are you"),
         ),
         timeout_s=45,
     ))
@@ -143,7 +143,7 @@ async def test_garbage_before_start_and_a_dropped_socket_are_handled(server, cap
 
 async def test_goodbye_gets_a_farewell_and_the_agent_hangs_up(server):
     url = f"ws://127.0.0.1:{server.port}/twilio/stream"
-    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, utterances=(Utterance(text="bye bye"),),
+    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, utterances=(CallerUtterance(text="bye bye"),),
                                          timeout_s=30))
     assert report.server_hung_up
     record = server.store.get(report.call_sid)
@@ -170,7 +170,7 @@ async def test_a_loopback_call_transcribed_by_the_ssm_recognizer():
     try:
         said = ["i would like to check my account", "my phone number is five five five"]
         report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
-                                             utterances=tuple(Utterance(text=t) for t in said), timeout_s=60))
+                                             utterances=tuple(CallerUtterance(text=t) for t in said), timeout_s=60))
     finally:
         await srv.stop()
     heard = [t.agent_transcript or "" for t in report.turns]

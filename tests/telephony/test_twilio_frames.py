@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from telephony.caller import CallerConfig, Utterance, run_call
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 from tests.metrics_text import sample
 
@@ -71,7 +71,7 @@ async def test_skipped_chunks_repeats_and_late_media_are_counted(server):
 
 async def test_a_clean_call_loses_no_frames(server):
     url = f"ws://127.0.0.1:{server.port}/twilio/stream"
-    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, utterances=(Utterance(text="hello how are you"),),
+    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, utterances=(CallerUtterance(text="hello how are you"),),
                                          timeout_s=30))
     assert len(report.turns) == 1 and report.turns[0].agent_audio_bytes > 0
     record = await _ended(server, report.call_sid)

@@ -13,6 +13,7 @@ from ssm_engine.tts.align import HOP
 from ssm_engine.tts.dataset import DatasetConfig, generate, pick_sentences
 from ssm_engine.tts.sentences import AgentSentences
 from ssm_engine.tts.teacher import festival_available
+from ssm_engine.errors import ConfigError
 
 missing = festival_available()
 needs_festival = pytest.mark.skipif(missing is not None, reason=str(missing))
@@ -78,7 +79,7 @@ def test_generate_writes_a_consistent_data_set_and_resumes(tmp_path: Path) -> No
 
 
 def test_config_validates() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         DatasetConfig(workers=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         DatasetConfig(n_train=-1)

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from agent.echo import EchoAgentProcessor
-from pipeline.audio.flite import synthesize_flite
+from harness.flite import synthesize_flite
 from pipeline.audio.g711 import resample
-from telephony.errors import CallerError
+from harness.errors import CallerError
 from telephony.server import CallServer, ServerConfig
-from telephony.sip.caller import SipCallerConfig, _Receiver, place_sip_call
+from harness.callers.rtp_receiver import RtpReceiver
+from harness.callers.sip import place_sip_call
 from telephony.sip.rtp import RtpPacket
 
 from .conftest import free_udp_port, wait_for
@@ -58,8 +59,7 @@ def _pkt(seq: int, ts: int, marker: bool = False, loud: bool = False, ssrc: int 
 
 
 def test_receiver_counts_loss_reordering_duplicates_and_lateness():
-    cfg = SipCallerConfig(host="127.0.0.1", port=5060, utterances=(), late_after_ms=60.0)
-    rx = _Receiver(cfg, asyncio.Event())
+    rx = RtpReceiver(asyncio.Event(), late_after_ms=60.0)
     t = 100.0
     rx.on_packet(_pkt(65534, 0, marker=True), t)
     rx.on_packet(_pkt(65535, 160), t + 0.02)
@@ -79,8 +79,7 @@ def test_receiver_counts_loss_reordering_duplicates_and_lateness():
 def test_receiver_keeps_a_second_sender_apart():
     """Guards the bench's negative ``lost``: two servers' calls answering one INVITE interleave
     two sequence spaces on one port; each is counted on its own, and ``ssrcs`` shows two."""
-    cfg = SipCallerConfig(host="127.0.0.1", port=5060, utterances=())
-    rx = _Receiver(cfg, asyncio.Event())
+    rx = RtpReceiver(asyncio.Event())
     for i in range(5):
         rx.on_packet(_pkt(100 + i, 160 * i, marker=i == 0), 10 + 0.02 * i)
         rx.on_packet(_pkt(40_000 + i, 160 * i, marker=i == 0, ssrc=99), 10 + 0.02 * i)

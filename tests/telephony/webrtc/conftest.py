@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agent.echo import EchoAgentProcessor
-from pipeline.audio.flite import synthesize_flite
+from harness.flite import synthesize_flite
 from pipeline.audio.wav import write_wav
 from telephony.server import CallServer, ServerConfig
 from telephony.webrtc import WebRTCConfig, ice, register_webrtc_routes

@@ -20,7 +20,7 @@ from pipecat.processors.frame_processor import FrameDirection
 from agent.echo import EchoAgentProcessor
 from telephony.server import CallServer, ServerConfig
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
-from telephony.webrtc.client import place_call
+from harness.callers.webrtc import place_call
 
 from .conftest import SAID, TOKEN
 

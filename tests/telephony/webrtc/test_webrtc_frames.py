@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from telephony.webrtc.client import place_call
+from harness.callers.webrtc import place_call
 
 DROPPED = {*range(150, 155), 260}  # packets 3.0-3.1 s and 5.2 s into the caller's audio
 # aiortc 1.16's audio jitter buffer (capacity 16, prefetch 4) never fills a gap: once 16 packets

@@ -8,7 +8,7 @@ import aiohttp
 import numpy as np
 
 from agent.echo import EchoAgentConfig
-from telephony.webrtc.client import place_call
+from harness.callers.webrtc import place_call
 from tests.metrics_text import sample
 
 from ..conftest import ContextKeepingAgent, words

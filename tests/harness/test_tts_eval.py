@@ -8,10 +8,10 @@ import pytest
 
 from deploy import cli
 from pipeline.errors import PipelineError
-from pipeline.tts_eval import evaluate, reference_text
+from harness.tts_eval import evaluate, reference_text
 from ssm_engine.tts.teacher import festival_available
 
-from .test_ssm_tts import random_voice_dir
+from tests.pipeline.test_ssm_tts import random_voice_dir
 
 KEYS = {"n", "ttfa_ms_p50", "ttfa_ms_p95", "ttfa_ms_p99", "rtf", "asr_wer", "concurrency",
         "ttfa_ms_concurrent_p50", "ttfa_ms_concurrent_p95", "ttfa_ms_concurrent_p99",

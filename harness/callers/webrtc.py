@@ -28,7 +28,7 @@ from aiortc.mediastreams import MediaStreamError
 from aiortc.rtp import is_rtcp
 from av import AudioFrame
 
-from telephony.errors import CallerError
+from harness.errors import CallerError
 from telephony.webrtc.signaling import Answer, Offer
 
 log = logging.getLogger(__name__)

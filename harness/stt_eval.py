@@ -38,7 +38,7 @@ from ssm_engine.data.manifest import read_manifest
 from ssm_engine.stt.decode import cer, edit_distance, wer
 from ssm_engine.stt.text import normalize_text
 
-__all__ = ["EvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report",
+__all__ = ["STTEvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report",
            "write_hyps"]
 
 Codec = Literal["mulaw", "none"]
@@ -52,7 +52,7 @@ class _Streamer(Protocol):
 
 
 @dataclass
-class EvalResult:
+class STTEvalResult:
     engine: str
     decoder: str
     manifest: str
@@ -162,7 +162,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
              decoder: str = "beam", lm_path: str | None = None,
              progress: bool = False, stride: int | None = None,
-             compile: bool | None = None) -> EvalResult:
+             compile: bool | None = None) -> STTEvalResult:
     """Run one engine over a manifest; see the module docstring for what is measured."""
     if rate_hz not in (8000, 16000):
         raise PipelineError(f"--rate must be 8000 or 16000, got {rate_hz}")
@@ -202,7 +202,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         idx = [i for i, x in enumerate(voices) if x == v]
         r, h = [refs[i] for i in idx], [hyps[i] for i in idx]
         by_voice[v] = {"n": len(idx), "wer": round(wer(r, h), 4), "cer": round(cer(r, h), 4)}
-    return EvalResult(
+    return STTEvalResult(
         engine=engine_name, decoder=decoder if engine_name == "ssm" else "",
         manifest=str(manifest), rate_hz=rate_hz, codec=codec, n=len(refs),
         wer=round(wer(refs, hyps), 4), cer=round(cer(refs, hyps), 4),
@@ -215,7 +215,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         utterances=list(zip(paths, voices, refs, hyps)))
 
 
-def write_hyps(res: EvalResult, path: str | Path) -> None:
+def write_hyps(res: STTEvalResult, path: str | Path) -> None:
     """Every clip's transcript beside its reference, worst first: a TSV of path, voice, word
     errors, reference words, reference, hypothesis (for reading what the engine gets wrong)."""
     rows = []
@@ -293,8 +293,8 @@ def report(doc: dict, *, out: str | None, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.stt_eval eval stt ...`` before the command is wired into parley."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.stt_eval")
+    """``python -m harness.stt_eval eval stt ...`` before the command is wired into parley."""
+    parser = argparse.ArgumentParser(prog="python -m harness.stt_eval")
     register_cli(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

@@ -26,7 +26,7 @@ The sentences file holds one sentence a line (blank lines are skipped). Measured
   also scores the teacher voice's audio of the same sentences (``teacher_asr_wer``): the voice
   the SSM model was distilled from, i.e. the ceiling it is held to.
 
-One JSON object (``--json``); ``EvalResult`` lists the keys.
+One JSON object (``--json``); ``TTSEvalResult`` lists the keys.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from typing import Literal, Protocol
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.stt_eval import make_engine as make_judge
-from pipeline.stt_eval import phone_channel, report
+from harness.stt_eval import make_engine as make_judge
+from harness.stt_eval import phone_channel, report
 from ssm_engine.stt.decode import wer
 from ssm_engine.stt.text import normalize_text
 
-__all__ = ["EvalResult", "evaluate", "register_cli", "read_sentences", "make_voice", "ENGINES",
+__all__ = ["TTSEvalResult", "evaluate", "register_cli", "read_sentences", "make_voice", "ENGINES",
            "JUDGES"]
 
 ENGINES = ("ssm", "espeak")
@@ -61,7 +61,7 @@ Reference = Literal["spoken", "written"]
 
 
 @dataclass
-class EvalResult:
+class TTSEvalResult:
     engine: str
     judge: str
     sentences: str
@@ -261,7 +261,7 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec) -> list[np.n
 def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
              rate_hz: int = 8000, codec: Codec = "mulaw", concurrency: int = 16,
              teacher: bool = False, model_dir: str | None = None, limit: int | None = None,
-             reference: Reference = "spoken", voice: Voice | None = None) -> EvalResult:
+             reference: Reference = "spoken", voice: Voice | None = None) -> TTSEvalResult:
     """Run one engine over a sentences file; see the module docstring for what is measured."""
     if judge not in JUDGES:
         raise PipelineError(f"unknown judge {judge!r} ({', '.join(JUDGES)})")
@@ -287,7 +287,7 @@ def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
                                  reference)[0] if teacher else None)
     finally:
         asr.close()
-    return EvalResult(
+    return TTSEvalResult(
         engine=engine, judge=judge, sentences=str(sentences_path), n=len(sentences),
         rate_hz=rate_hz, codec=codec, reference=reference,
         ttfa_ms_p50=m["ttfa"][0], ttfa_ms_p95=m["ttfa"][1], ttfa_ms_p99=m["ttfa"][2],
@@ -351,8 +351,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.tts_eval eval tts ...``"""
-    parser = argparse.ArgumentParser(prog="python -m pipeline.tts_eval")
+    """``python -m harness.tts_eval eval tts ...``"""
+    parser = argparse.ArgumentParser(prog="python -m harness.tts_eval")
     register_cli(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

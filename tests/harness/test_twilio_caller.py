@@ -25,15 +25,16 @@ from websockets.http11 import Request, Response
 
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.audio.wav import read_wav
-from telephony.caller import (
+from harness.callers.twilio import (
     CallerConfig,
     TurnResult,
     TwilioCaller,
-    Utterance,
+    CallerUtterance,
     run_call,
 )
-from telephony.caller_cli import config_from_args, register_cli
-from telephony.errors import CallerError, ProtocolError
+from harness.call_cli import config_from_args, register_cli
+from harness.errors import CallerError
+from telephony.errors import ProtocolError
 from telephony.twilio.messages import (
     Clear,
     Connected,
@@ -191,10 +192,10 @@ async def test_two_turns_with_dtmf_and_raw(tmp_path: Path) -> None:
         config = CallerConfig(
             url=server.ws_url,
             utterances=(
-                Utterance(text="Hello there."),
-                Utterance(dtmf="5"),
-                Utterance(raw="this is not json"),
-                Utterance(text="Thank you."),
+                CallerUtterance(text="Hello there."),
+                CallerUtterance(dtmf="5"),
+                CallerUtterance(raw="this is not json"),
+                CallerUtterance(text="Thank you."),
             ),
             auth_token=TOKEN,
             params={"lang": "en"},
@@ -261,7 +262,7 @@ async def test_barge_in_gets_clear_and_counts_stragglers() -> None:
     async with FakeServer(reply_ms=[1500, 300], straggler_after_clear=True) as server:
         config = CallerConfig(
             url=server.ws_url,
-            utterances=(Utterance(text="Hello there."), Utterance(text="Wait a moment.")),
+            utterances=(CallerUtterance(text="Hello there."), CallerUtterance(text="Wait a moment.")),
             auth_token=TOKEN,
             barge_in_ms=300,
             timeout_s=20,
@@ -288,7 +289,7 @@ async def test_server_hang_up_ends_the_call_cleanly() -> None:
     async with FakeServer(reply_ms=[300], hang_up_after_greeting=True) as server:
         config = CallerConfig(
             url=server.ws_url,
-            utterances=(Utterance(text="Hello there."), Utterance(text="Thank you.")),
+            utterances=(CallerUtterance(text="Hello there."), CallerUtterance(text="Thank you.")),
             auth_token=TOKEN,
             timeout_s=10,
         )
@@ -303,7 +304,7 @@ async def test_no_greeting_caller_speaks_after_quiet_timeout() -> None:
     async with FakeServer(reply_ms=[200], greeting_ms=0) as server:
         config = CallerConfig(
             url=server.ws_url,
-            utterances=(Utterance(text="Hello there."),),
+            utterances=(CallerUtterance(text="Hello there."),),
             auth_token=TOKEN,
             greeting_quiet_s=0.3,
             timeout_s=10,
@@ -337,7 +338,7 @@ async def test_failed_record_fetch_leaves_server_fields_null(
             timeout_s=5,
             io_timeout_s=1,
         )
-        with caplog.at_level(logging.WARNING, logger="telephony.caller"):
+        with caplog.at_level(logging.WARNING, logger="harness.callers.twilio"):
             report = await run_call(config)
     assert not report.server_record_fetched and report.server_record_ended is None
     assert "could not fetch the call record" in caplog.text
@@ -356,7 +357,7 @@ def test_cli_keeps_the_script_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     config = config_from_args(args)
     assert callable(args.func)
     assert config.utterances == (
-        Utterance(text="one"), Utterance(wav="a.wav"), Utterance(dtmf="#"), Utterance(text="two")
+        CallerUtterance(text="one"), CallerUtterance(wav="a.wav"), CallerUtterance(dtmf="#"), CallerUtterance(text="two")
     )
     assert config.auth_token == "from-env" and dict(config.params) == {"lang": "en", "x": "a=b"}
     assert (config.barge_in_ms, config.timeout_s, config.voice) == (250, 30.0, "slt")
@@ -368,11 +369,11 @@ def test_cli_keeps_the_script_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_config_and_utterance_validation() -> None:
     with pytest.raises(ValueError):
-        Utterance()
+        CallerUtterance()
     with pytest.raises(ValueError):
-        Utterance(text="hi", dtmf="1")
+        CallerUtterance(text="hi", dtmf="1")
     with pytest.raises(ValueError):
-        Utterance(dtmf="x")
+        CallerUtterance(dtmf="x")
     with pytest.raises(ValueError):
         CallerConfig(url="http://127.0.0.1/x", utterances=(), auth_token="t")
     with pytest.raises(ValueError):

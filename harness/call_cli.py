@@ -1,4 +1,4 @@
-"""``parley call``: the scripted caller's command line (the caller itself is ``telephony.caller``)."""
+"""``parley call``: the scripted caller's command line (the caller itself is ``harness.callers.twilio``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from telephony.caller import CallerConfig, Utterance, run_call
-from telephony.errors import CallerError
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
+from harness.errors import CallerError
 
-log = logging.getLogger("telephony.caller")
+log = logging.getLogger("harness.callers.twilio")
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def config_from_args(args: argparse.Namespace) -> CallerConfig:
         if not sep or not key:
             raise ValueError(f"--param expects K=V, got {item!r}")
         params[key] = value
-    utterances = tuple(Utterance(**{kind: value}) for kind, value in (args.utterances or []))
+    utterances = tuple(CallerUtterance(**{kind: value}) for kind, value in (args.utterances or []))
     return CallerConfig(
         url=args.twilio,
         utterances=utterances,

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from pipeline.audio.flite import synthesize_flite, to_ulaw_frames
+from harness.flite import synthesize_flite, to_ulaw_frames
 from pipeline.audio.g711 import ULAW_SILENCE, ulaw_decode
 from pipeline.errors import EngineUnavailableError
 

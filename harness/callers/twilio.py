@@ -38,226 +38,41 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import secrets
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-import aiohttp
-import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from pipeline.audio.flite import synthesize_flite, to_ulaw_frames
 from pipeline.audio.g711 import ULAW_SILENCE, ulaw_decode
-from pipeline.audio.wav import read_wav, write_wav
-from pipeline.errors import AudioFormatError, EngineUnavailableError
-from telephony.errors import CallerError, ProtocolError, SynthesisError
+from pipeline.audio.wav import write_wav
+from harness.callers.script import (
+    FRAME_BYTES, FRAME_S, KEYS_ANSWER_S, DTMF_SPACING_S, POLL_S, REPORT_COUNTS, SAMPLE_RATE_HZ, STRAGGLER_GRACE_S,
+    CallerConfig, CallerUtterance, CallReport, LatencyMs, TurnResult, TurnState,
+    fetch_call_record, load_utterance_audio,
+)
+from harness.errors import CallerError
+from telephony.errors import ProtocolError
+from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 from telephony.twilio.messages import (
     Clear, Connected, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, TwilioMessage,
     parse_to_twilio,
 )
-from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
 __all__ = [
-    "CallReport", "CallerConfig", "LatencyMs", "TurnResult", "TwilioCaller", "Utterance",
+    "CallReport", "CallerConfig", "CallerUtterance", "LatencyMs", "TurnResult", "TwilioCaller",
     "load_utterance_audio", "run_call",
 ]
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE_HZ: Final = 8000
-FRAME_S: Final = 0.020
-FRAME_BYTES: Final = 160
-STRAGGLER_GRACE_S: Final = 0.150
-_POLL_S: Final = 0.05
-_DTMF_DIGITS: Final = frozenset("0123456789*#ABCD")
-DTMF_SPACING_S: Final = 0.15  # between keypresses in a run of --dtmf items
-KEYS_ANSWER_S: Final = 3.0  # after keys, how long to wait for the agent to answer them, if at all
-
-
-@dataclass(frozen=True, slots=True)
-class Utterance:
-    """One step of the script: speak ``text`` (flite) or a ``wav`` file, press ``dtmf``, or send
-    ``raw`` text as a WebSocket frame as-is (for protocol-abuse tests). Exactly one is set."""
-
-    text: str | None = None
-    wav: Path | str | None = None
-    dtmf: str | None = None
-    raw: str | None = None
-
-    def __post_init__(self) -> None:
-        if sum(v is not None for v in (self.text, self.wav, self.dtmf, self.raw)) != 1:
-            raise ValueError("an Utterance sets exactly one of text, wav, dtmf, raw")
-        if self.text is not None and not self.text.strip():
-            raise ValueError("Utterance.text is empty")
-        if self.dtmf is not None and self.dtmf not in _DTMF_DIGITS:
-            raise ValueError(f"Utterance.dtmf must be one of 0-9 * # A-D, got {self.dtmf!r}")
-
-    @property
-    def label(self) -> str:
-        """What the caller said, for reports: the text, or the WAV path."""
-        return self.text if self.text is not None else str(self.wav)
-
-
-@dataclass(frozen=True, slots=True)
-class CallerConfig:
-    url: str
-    utterances: tuple[Utterance, ...]
-    auth_token: str
-    params: Mapping[str, str] = field(default_factory=dict, hash=False)
-    voice: str = "slt"
-    barge_in_ms: int | None = None
-    record_path: Path | None = None
-    timeout_s: float = 60.0
-    calls_base_url: str | None = None  # default: the ws URL's scheme and host, as http(s)
-    gap_ms: int = 300
-    greeting_quiet_s: float = 3.0
-    reply_timeout_s: float = 20.0
-    io_timeout_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        if urlsplit(self.url).scheme not in ("ws", "wss"):
-            raise ValueError(f"caller URL must be ws:// or wss://, got {self.url!r}")
-        if not self.auth_token:
-            raise ValueError("an auth token is required to sign the WebSocket upgrade")
-        if (self.barge_in_ms or 0) < 0 or self.gap_ms < 0:
-            raise ValueError("barge_in_ms and gap_ms must be >= 0")
-        for name in ("timeout_s", "greeting_quiet_s", "reply_timeout_s", "io_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-
-    @property
-    def calls_url_base(self) -> str:
-        if self.calls_base_url:
-            return self.calls_base_url.rstrip("/")
-        parts = urlsplit(self.url)
-        scheme = {"ws": "http", "wss": "https"}[parts.scheme]
-        return urlunsplit((scheme, parts.netloc, "", "", ""))
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyMs:
-    """Server-side stage times, ms after the end of caller speech as the server saw it."""
-
-    vad_stop: float | None = None
-    stt_final: float | None = None
-    first_text: float | None = None
-    tts_first_audio: float | None = None
-    transport_first_byte: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    turn: int  # 1 = the caller's first utterance, as in the server's call record
-    caller_said: str
-    v2v_ms: float | None
-    barged_in: bool  # agent audio was still playing when the caller started talking
-    clear_received: bool
-    clear_after_speech_start_ms: float | None
-    media_after_clear_bytes: int
-    agent_audio_bytes: int  # reply audio received for this turn (after the straggler window)
-    agent_transcript: str | None = None  # the server's user_text
-    agent_reply: str | None = None
-    agent_reply_heard: str | None = None
-    latency_ms: LatencyMs = LatencyMs()
-
-    def to_json_line(self) -> str:
-        """The CLI's one line per turn."""
-        def ms(v: float | None) -> float | None:
-            return None if v is None else round(v, 1)
-
-        return json.dumps({
-            "turn": self.turn, "caller_said": self.caller_said,
-            "agent_transcript": self.agent_transcript, "agent_reply": self.agent_reply,
-            "v2v_ms": ms(self.v2v_ms), "stt_final_ms": ms(self.latency_ms.stt_final),
-            "tts_ttfa_ms": ms(self.latency_ms.tts_first_audio), "barged_in": self.barged_in,
-            "clear_received": self.clear_received,
-            "media_after_clear_bytes": self.media_after_clear_bytes,
-        })
-
-
-@dataclass(frozen=True, slots=True)
-class CallReport:
-    call_sid: str
-    stream_sid: str
-    turns: tuple[TurnResult, ...]
-    agent_audio: np.ndarray = field(compare=False, hash=False, repr=False)  # int16, 8 kHz timeline
-    server_hung_up: bool = False
-    timed_out: bool = False
-    server_record_fetched: bool = False
-    server_record_ended: bool | None = None
-    marks_received: int = 0
-    marks_echoed: int = 0
-    clears_received: int = 0
-    media_bytes_received: int = 0
-    media_frames_sent: int = 0
-    dtmf_sent: int = 0
-    raw_sent: int = 0
-    protocol_errors: int = 0  # server messages the caller could not parse, or for another stream
-
-
-@dataclass(slots=True)
-class _TurnState:
-    index: int
-    caller_said: str
-    speech_start_t: float | None = None
-    speech_end_t: float | None = None
-    first_audio_t: float | None = None
-    clear_t: float | None = None
-    barged_in: bool = False
-    media_after_clear_bytes: int = 0
-    agent_audio_bytes: int = 0
-
-    def result(self, server: Mapping[str, Any]) -> TurnResult:
-        """This turn as measured, with the server's record of it (``{}`` if none)."""
-        def ms(end: float | None, begin: float | None) -> float | None:
-            return None if end is None or begin is None else (end - begin) * 1000
-
-        return TurnResult(
-            turn=self.index,
-            caller_said=self.caller_said,
-            v2v_ms=ms(self.first_audio_t, self.speech_end_t),
-            barged_in=self.barged_in,
-            clear_received=self.clear_t is not None,
-            clear_after_speech_start_ms=ms(self.clear_t, self.speech_start_t),
-            media_after_clear_bytes=self.media_after_clear_bytes,
-            agent_audio_bytes=self.agent_audio_bytes,
-            agent_transcript=server.get("user_text"),
-            agent_reply=server.get("agent_text"),
-            agent_reply_heard=server.get("agent_text_heard"),
-            latency_ms=LatencyMs(**server["latency_ms"]) if server else LatencyMs(),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class _PendingMark:
     name: str
-
-
-# --- caller audio ------------------------------------------------------------------------------
-
-
-async def load_utterance_audio(utt: Utterance, voice: str, timeout_s: float) -> bytes | None:
-    """8 kHz mu-law for a ``text`` (flite) or ``wav`` utterance, silence trimmed, padded to whole
-    20 ms frames; None for ``dtmf`` and ``raw`` items."""
-    try:
-        if utt.text is not None:
-            pcm, rate_hz = await synthesize_flite(utt.text, voice, timeout_s)
-        elif utt.wav is not None:
-            pcm, rate_hz = await asyncio.to_thread(read_wav, utt.wav)
-        else:
-            return None
-    except (EngineUnavailableError, AudioFormatError, OSError) as exc:
-        raise SynthesisError(f"no audio for {utt.label!r}: {exc}") from exc
-    mulaw = to_ulaw_frames(pcm, rate_hz, FRAME_BYTES)
-    if not mulaw:
-        raise SynthesisError(f"no speech in {utt.label!r}")
-    return mulaw
 
 
 def _new_sid(prefix: str) -> str:
@@ -282,13 +97,13 @@ class TwilioCaller:
         self._seq = 0
         # Outgoing speech, and the turn it belongs to.
         self._tx_buf = bytearray()
-        self._tx_turn: _TurnState | None = None
+        self._tx_turn: TurnState | None = None
         # Agent audio not yet played (bytes) with marks in between.
         self._playout: collections.deque[bytes | _PendingMark] = collections.deque()
         self._playout_bytes = 0
         self._recorded = bytearray()
-        self._turns: list[_TurnState] = []
-        self._current_turn: _TurnState | None = None
+        self._turns: list[TurnState] = []
+        self._current_turn: TurnState | None = None
         self._first_media_t: float | None = None
         self._last_media_t = float("-inf")
         self._last_echo_t = float("-inf")
@@ -308,7 +123,7 @@ class TwilioCaller:
         except TimeoutError:
             timed_out = True
             log.warning("[%s] ended after the %.1f s call timeout", self.call_sid, cfg.timeout_s)
-        record = await self._fetch_call_record()
+        record = await fetch_call_record(self._cfg, self.call_sid)
         report = self._report(record, timed_out)
         if cfg.record_path is not None:
             await asyncio.to_thread(write_wav, cfg.record_path, report.agent_audio, SAMPLE_RATE_HZ)
@@ -348,7 +163,7 @@ class TwilioCaller:
     async def _script(self, audio: list[bytes | None]) -> None:
         cfg = self._cfg
         await self._wait_greeting()
-        prev: _TurnState | None = None
+        prev: TurnState | None = None
         keys_sent_t: float | None = None  # when the last key of a run of DTMF was pressed
         loop = asyncio.get_running_loop()
         for utt, mulaw in zip(cfg.utterances, audio):
@@ -379,7 +194,7 @@ class TwilioCaller:
                     await self._wait_barge_in_point(prev)
                 else:
                     await self._wait_agent_done(prev)
-            prev = _TurnState(index=len(self._turns) + 1, caller_said=utt.label)
+            prev = TurnState(index=len(self._turns) + 1, caller_said=utt.label)
             await self._speak(prev, mulaw)
         if prev is not None and not self._closed.is_set():
             await self._wait_agent_done(prev)
@@ -410,7 +225,7 @@ class TwilioCaller:
         else:
             log.info("[%s] no greeting within %.1f s", self.call_sid, self._cfg.greeting_quiet_s)
 
-    async def _wait_agent_done(self, turn: _TurnState | None) -> None:
+    async def _wait_agent_done(self, turn: TurnState | None) -> None:
         """Wait for the reply to ``turn`` (or the greeting) to finish playing, plus the gap."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._cfg.reply_timeout_s
@@ -434,7 +249,7 @@ class TwilioCaller:
             if self._closed.is_set() or (self._agent_quiet() and self._last_media_t < quiet_since):
                 return
 
-    async def _wait_barge_in_point(self, prev: _TurnState) -> None:
+    async def _wait_barge_in_point(self, prev: TurnState) -> None:
         """Wait until ``barge_in_ms`` after the reply to ``prev`` started arriving."""
         cfg = self._cfg
         assert cfg.barge_in_ms is not None
@@ -449,7 +264,7 @@ class TwilioCaller:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def _speak(self, turn: _TurnState, mulaw: bytes) -> None:
+    async def _speak(self, turn: TurnState, mulaw: bytes) -> None:
         self._turns.append(turn)
         self._current_turn = turn
         self._tx_turn = turn
@@ -470,7 +285,7 @@ class TwilioCaller:
                 return False
             self._changed.clear()
             try:
-                async with asyncio.timeout(min(remaining, _POLL_S)):
+                async with asyncio.timeout(min(remaining, POLL_S)):
                     await self._changed.wait()
             except TimeoutError:
                 pass
@@ -509,7 +324,7 @@ class TwilioCaller:
             self._clock_done.set()
             self._notify()
 
-    def _take_tx_frame(self) -> tuple[bytes, _TurnState | None, bool, bool]:
+    def _take_tx_frame(self) -> tuple[bytes, TurnState | None, bool, bool]:
         """Next 160 bytes to send: speech if any is queued, else silence; and whether this frame
         is the first / last of an utterance."""
         turn = self._tx_turn
@@ -642,29 +457,6 @@ class TwilioCaller:
 
     # --- the server's record and the report -----------------------------------------------------
 
-    async def _fetch_call_record(self) -> dict[str, Any] | None:
-        """GET the server's record of this call; None (with a warning) if that fails."""
-        cfg = self._cfg
-        url = f"{cfg.calls_url_base}/calls/{self.call_sid}"
-        record: dict[str, Any] | None = None
-        timeout = aiohttp.ClientTimeout(total=cfg.io_timeout_s)
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                for attempt in range(5):  # the server may still be closing the call
-                    headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, url, {})}
-                    async with session.get(url, headers=headers) as resp:
-                        if resp.status != 200:
-                            log.warning("[%s] GET %s -> HTTP %d", self.call_sid, url, resp.status)
-                            return None
-                        data = await resp.json(content_type=None)
-                    record = _validate_record(data)
-                    if record["ended"] or attempt == 4:
-                        return record
-                    await asyncio.sleep(0.2)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.warning("[%s] could not fetch the call record from %s: %s", self.call_sid, url, exc)
-        return record
-
     def _report(self, record: dict[str, Any] | None, timed_out: bool) -> CallReport:
         server_turns = {t["turn"]: t for t in record["turns"]} if record is not None else {}
         return CallReport(
@@ -676,42 +468,8 @@ class TwilioCaller:
             timed_out=timed_out,
             server_record_fetched=record is not None,
             server_record_ended=None if record is None else record["ended"],
-            **{name: self._counts[name] for name in _COUNTS},
+            **{name: self._counts[name] for name in REPORT_COUNTS},
         )
-
-
-_COUNTS: Final = ("marks_received", "marks_echoed", "clears_received", "media_bytes_received",
-                  "media_frames_sent", "dtmf_sent", "raw_sent", "protocol_errors")
-
-
-_LATENCY_KEYS: Final = (
-    "vad_stop", "stt_final", "first_text", "tts_first_audio", "transport_first_byte"
-)
-
-
-def _validate_record(data: Any) -> dict[str, Any]:
-    """Check the shape of ``GET /calls/{sid}``; raise ValueError if it is not as documented."""
-    if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
-        raise ValueError("call record is not an object with a 'turns' list")
-    if not isinstance(data.get("ended"), bool):
-        raise ValueError("call record has no boolean 'ended'")
-    turns = []
-    for t in data["turns"]:
-        if not isinstance(t, dict) or not isinstance(t.get("turn"), int):
-            raise ValueError("call record turn has no integer 'turn'")
-        lat = t.get("latency_ms") or {}
-        if not isinstance(lat, dict):
-            raise ValueError("call record latency_ms is not an object")
-        latency: dict[str, float | None] = {}
-        for key in _LATENCY_KEYS:
-            v = lat.get(key)
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
-                raise ValueError(f"call record latency_ms.{key} is not a number")
-            latency[key] = None if v is None else float(v)
-        texts = {k: t.get(k) if isinstance(t.get(k), str) else None
-                 for k in ("user_text", "agent_text", "agent_text_heard")}
-        turns.append({"turn": t["turn"], **texts, "latency_ms": latency})
-    return {"call_sid": data.get("call_sid"), "turns": turns, "ended": data["ended"]}
 
 
 async def run_call(config: CallerConfig) -> CallReport:

@@ -1,0 +1,44 @@
+"""The words the embedded agent listens for in any state: repeat, a person, goodbye, thanks; the
+question words and the words too generic to explain a question; its own key phrases (the
+recogniser's hints when nothing else is expected).
+"""
+
+from __future__ import annotations
+
+from agent.retrieval import find_phrase, similar
+
+__all__ = ["GENERIC", "GOODBYE", "HUMAN_STRONG", "HUMAN_WEAK", "KEY_PHRASES", "QUESTION_WORDS",
+           "REPEAT", "TALK", "THANKS", "has_any", "says_goodbye", "wants_human"]
+
+REPEAT = ("repeat", "say that again", "say again", "come again", "pardon", "what did you say",
+          "one more time", "didn't hear", "did not hear", "didn't catch", "say it again")
+HUMAN_STRONG = ("person", "human", "agent", "operator", "representative", "transfer")
+HUMAN_WEAK = ("someone", "somebody", "receptionist", "staff", "anyone", "real")
+TALK = ("talk", "speak", "put me through", "connect me", "get me")
+GOODBYE = ("goodbye", "good bye", "bye", "bye bye", "hang up", "that's all", "that is all",
+           "that's everything", "nothing else", "i'm done", "we're done")
+THANKS = {"thanks", "thank", "you", "very", "much", "great", "that's", "it", "ok", "okay",
+          "cheers", "perfect", "lovely", "good"}
+QUESTION_WORDS = {"can", "could", "do", "does", "did", "is", "are", "will", "would", "what",
+                  "where", "when", "how", "why", "which", "who", "may", "should", "what's",
+                  "where's", "who's", "how's", "when's"}
+GENERIC = {"bring", "come", "go", "get", "make", "please", "someone", "somebody", "doctor",
+           "dentist", "team", "back", "them", "him", "her", "one", "today", "tomorrow"}
+KEY_PHRASES = ("goodbye", "thank you goodbye", "that's all thank you", "talk to a person",
+               "can you repeat that", "no thank you")
+
+
+def has_any(ws: list[str], phrases: tuple[str, ...]) -> bool:
+    return any(find_phrase(ws, p) for p in phrases)
+
+
+def wants_human(ws: list[str]) -> bool:
+    strong = any(similar(w, p) for w in ws for p in HUMAN_STRONG)
+    weak = any(w in HUMAN_WEAK for w in ws) and has_any(ws, TALK)
+    return strong or weak
+
+
+def says_goodbye(ws: list[str]) -> bool:
+    # a short turn ending in "by" is a goodbye the recogniser split ("the by", "good by")
+    misheard = len(ws) <= 3 and ws[-1:] in (["by"], ["buy"])
+    return "bye" in ws or "goodbye" in ws or misheard or has_any(ws, GOODBYE)

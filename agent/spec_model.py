@@ -1,0 +1,147 @@
+"""The agent spec's types: what a parsed spec holds (``agent.spec`` reads the YAML into them).
+
+Every type is a frozen dataclass; options are ``Literal``s, and the parser takes each option's
+allowed values from its ``Literal`` (``typing.get_args``), so the two never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "AgentSpec", "Backend", "DtmfAction", "DtmfOption", "HandoffKind", "HandoffSpec",
+    "HttpMethod", "KnowledgeItem", "LLMSpec", "LimitsSpec", "MessagesSpec", "SlotKind", "SlotSpec",
+    "TaskSpec", "ToolKind", "ToolSpec",
+]
+
+SlotKind = Literal["name", "phone", "text", "number", "date", "yes_no"]
+ToolKind = Literal["webhook", "end_call", "transfer", "dtmf"]
+HandoffKind = Literal["dial", "enqueue", "sip"]
+DtmfAction = Literal["say", "transfer", "tool", "end_call"]
+Backend = Literal["embedded", "openai", "bedrock"]
+HttpMethod = Literal["POST", "GET"]
+
+
+@dataclass(frozen=True)
+class KnowledgeItem:
+    question: str
+    answer: str
+    keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    name: str
+    prompt: str
+    kind: SlotKind = "text"
+    confirm: bool = True
+    confirm_prompt: str | None = None   # a template: {value} and {spoken} (digits read one by one)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    kind: ToolKind = "webhook"
+    url: str | None = None
+    method: HttpMethod = "POST"
+    input_schema: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    timeout_s: float = 3.0
+    retries: int = 1
+    say_result: str | None = None   # a template filled from the JSON reply and the slots
+
+
+@dataclass(frozen=True)
+class HandoffSpec:
+    name: str
+    kind: HandoffKind
+    target: str
+
+
+@dataclass(frozen=True)
+class LimitsSpec:
+    max_call_s: float = 600.0
+    silence_prompt_s: float = 8.0
+    max_silence_prompts: int = 2
+
+
+@dataclass(frozen=True)
+class LLMSpec:
+    backend: Backend = "embedded"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    region: str | None = None
+    temperature: float = 0.3
+    timeout_s: float = 8.0
+    filler_after_s: float = 1.2
+    max_tokens: int = 300
+
+
+@dataclass(frozen=True)
+class DtmfOption:
+    key: str
+    action: DtmfAction
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Something the caller can ask for: collect ``slots`` in order, call ``tool``, say ``done``."""
+
+    name: str
+    triggers: tuple[str, ...]
+    slots: tuple[str, ...] = ()
+    tool: str | None = None
+    done: str = ""   # a template filled from the slots (and the tool's reply)
+    intro: str = ""  # said before the first slot's prompt ("Sure, I can take a message.")
+
+
+@dataclass(frozen=True)
+class MessagesSpec:
+    not_understood: str = "Sorry, I didn't catch that. Could you say it another way?"
+    repeat_prompt: str = "Sorry, could you repeat that?"
+    silence_prompt: str = "Are you still there?"
+    goodbye: str = "Thank you for calling. Goodbye!"
+    transfer: str = "Please hold while I transfer you to a person."
+    fallback: str = "Sorry, something went wrong on my side."
+    filler: str = "One moment please."
+    anything_else: str = "Is there anything else I can help you with?"
+    yes_or_no: str = "Sorry, was that a yes or a no?"
+    offer_transfer: str = "Would you like me to put you through to a person?"
+    no_handoff: str = "Sorry, nobody is available to take your call right now."
+    cannot_answer: str = "Sorry, I don't have the answer to that."
+    offer_message: str = "Would you like to leave a message?"   # when a task takes messages
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    persona: str
+    greeting: str
+    language: str = "en-US"
+    knowledge: tuple[KnowledgeItem, ...] = ()
+    slots: tuple[SlotSpec, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    handoffs: tuple[HandoffSpec, ...] = ()
+    limits: LimitsSpec = LimitsSpec()
+    llm: LLMSpec = LLMSpec()
+    dtmf_menu: tuple[DtmfOption, ...] = ()
+    messages: MessagesSpec = MessagesSpec()
+    tasks: tuple[TaskSpec, ...] = ()
+
+    def slot(self, name: str) -> SlotSpec:
+        return next(s for s in self.slots if s.name == name)
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def handoff(self, name: str | None = None) -> HandoffSpec | None:
+        """The hand-off called ``name``, or the first one when ``name`` is None."""
+        if name is None:
+            return self.handoffs[0] if self.handoffs else None
+        return next((h for h in self.handoffs if h.name == name), None)
+
+
+# --- loading -------------------------------------------------------------------------------
