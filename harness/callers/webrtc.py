@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 FRAME_MS = 20
 KEEPALIVE_S = 1.0
 IO_TIMEOUT_S = 10.0
+KEY_SPACING_S = 0.15  # between keypad presses, as a person presses them
 
 
 class PcmTrack(MediaStreamTrack):
@@ -113,10 +114,13 @@ class CallResult:
 async def place_call(base_url: str, pcm: np.ndarray, sample_rate_hz: int, *,
                      until: Callable[[list[dict]], bool], timeout_s: float = 30.0,
                      lead_s: float = 0.5, keepalive_for_s: float | None = None,
-                     drop_rtp: Callable[[int], bool] | None = None) -> CallResult:
+                     drop_rtp: Callable[[int], bool] | None = None, keys: str = "",
+                     keys_when: Callable[[list[dict]], bool] | None = None) -> CallResult:
     """Call ``base_url`` (``http://host:port``), say ``pcm``, and hang up once ``until`` holds.
 
     ``keepalive_for_s`` stops the pings that long after the first, as a vanished browser tab would.
+    ``keys`` are pressed on the page's keypad (``{"type": "dtmf"}`` messages, ``KEY_SPACING_S``
+    apart) once ``keys_when(messages)`` holds (default: the call has started).
     """
     pc = RTCPeerConnection()
     mic = PcmTrack(pcm, sample_rate_hz, lead_s=lead_s)
@@ -188,8 +192,17 @@ async def place_call(base_url: str, pcm: np.ndarray, sample_rate_hz: int, *,
             result.answer_sdp = answer.sdp
             await pc.setRemoteDescription(RTCSessionDescription(sdp=answer.sdp, type=answer.type))
             tasks.append(asyncio.create_task(keepalive()))
+            keys_left = keys
+            ready_for_keys = keys_when or (lambda messages: any(
+                m.get("type") == "call" and m.get("state") == "started" for m in messages))
             while not until(result.messages) and not _peer_left(result.messages) and not closed():
                 changed.clear()
+                if keys_left and channel.readyState == "open" and ready_for_keys(result.messages):
+                    for digit in keys_left:
+                        channel.send(json.dumps({"type": "dtmf", "digit": digit}))
+                        await asyncio.sleep(KEY_SPACING_S)
+                    keys_left = ""
+                    continue
                 await changed.wait()
     except TimeoutError:
         log.info("call %s: gave up waiting after %.0f s", result.pc_id, timeout_s)

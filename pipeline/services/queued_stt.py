@@ -2,8 +2,9 @@
 
 Audio and the VAD's start/stop signals go into one queue, in arrival order; one task drains it,
 joining consecutive audio into a single decode call, so the event loop never waits on a model.
-A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()`` and writes
-``_on_audio(bytes)`` and ``_on_command(kind, arg)``; ``stop()`` finishes what is queued, then
+The queue holds typed commands (:data:`Command`: ``AudioIn``, ``SpeechStarted``, ``SpeechStopped``,
+``CloseQueue``). A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()`` and writes
+``_on_audio(bytes)``, ``_on_speech_started()`` and ``_on_speech_stopped(received_s)``; ``stop()`` finishes what is queued, then
 ``cancel()`` drops it, and both end with the subclass's ``_release()`` (its engine, its utterance); engine
 errors listed in ``_decode_errors`` become ErrorFrames and the call goes on. The base also keeps
 the last ``preroll_s`` of audio heard outside an utterance (``_keep_preroll``/``_take_preroll``:
@@ -21,7 +22,8 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator
-from typing import cast
+from dataclasses import dataclass
+from typing import TypeAlias
 
 from pipecat.frames.frames import (
     CancelFrame,
@@ -43,7 +45,35 @@ from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
 logger = logging.getLogger(__name__)
 
-_AUDIO, _START, _STOP, _CLOSE = "audio", "start", "stop", "close"
+
+
+@dataclass(frozen=True, slots=True)
+class AudioIn:
+    """Caller audio (16-bit PCM at the service's rate), in arrival order."""
+
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted:
+    """The VAD heard the caller start: open an utterance (with the preroll)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped:
+    """The VAD heard the caller stop: finish the utterance and push its final.
+
+    ``received_s``: ``time.perf_counter()`` when the stop arrived (the final's latency is from it)."""
+
+    received_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseQueue:
+    """Nothing follows: the decode task ends once what came before is done."""
+
+
+Command: TypeAlias = AudioIn | SpeechStarted | SpeechStopped | CloseQueue
 
 
 class QueuedSTTService(STTService):
@@ -56,7 +86,7 @@ class QueuedSTTService(STTService):
         kwargs.setdefault("audio_passthrough", False)
         super().__init__(**kwargs)
         self._preroll_s = preroll_s
-        self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
         self._preroll: collections.deque[bytes] = collections.deque()
         self._preroll_bytes = 0
@@ -85,8 +115,8 @@ class QueuedSTTService(STTService):
     async def _drain(self) -> None:
         """Finish what is queued (an open utterance is finalized), then end the decode task."""
         if self._worker is not None:
-            await self._queue.put((_STOP, time.perf_counter()))
-            await self._queue.put((_CLOSE, None))
+            await self._queue.put(SpeechStopped(time.perf_counter()))
+            await self._queue.put(CloseQueue())
             await self._worker
             self._worker = None
 
@@ -120,7 +150,7 @@ class QueuedSTTService(STTService):
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
         """Queue audio for the decode task; results are pushed from there."""
-        await self._queue.put((_AUDIO, audio))
+        await self._queue.put(AudioIn(audio))
         yield None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -129,9 +159,9 @@ class QueuedSTTService(STTService):
             return
         await super().process_frame(frame, direction)
         if isinstance(frame, VADUserStartedSpeakingFrame):
-            await self._queue.put((_START, None))
+            await self._queue.put(SpeechStarted())
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
-            await self._queue.put((_STOP, time.perf_counter()))
+            await self._queue.put(SpeechStopped(time.perf_counter()))
 
     async def _decode_loop(self) -> None:
         """Apply queued commands in order; consecutive audio is decoded in one call."""
@@ -139,21 +169,30 @@ class QueuedSTTService(STTService):
             batch = [await self._queue.get()]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            for kind, group in itertools.groupby(batch, key=lambda item: item[0]):
-                args = [arg for _, arg in group]
-                if kind == _CLOSE:
+            for kind, group in itertools.groupby(batch, key=type):
+                commands = list(group)
+                if kind is CloseQueue:
                     return
                 try:
-                    if kind == _AUDIO:
-                        await self._on_audio(b"".join(cast("list[bytes]", args)))
-                    else:
-                        for arg in args:
-                            await self._on_command(kind, arg)
+                    if kind is AudioIn:
+                        await self._on_audio(b"".join(c.pcm for c in commands
+                                                      if isinstance(c, AudioIn)))
+                        continue
+                    for command in commands:
+                        if isinstance(command, SpeechStarted):
+                            await self._on_speech_started()
+                        elif isinstance(command, SpeechStopped):
+                            await self._on_speech_stopped(command.received_s)
                 except self._decode_errors as exc:
                     await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
 
     async def _on_audio(self, audio: bytes) -> None:
         raise NotImplementedError
 
-    async def _on_command(self, kind: str, arg: object) -> None:
+    async def _on_speech_started(self) -> None:
+        """Open an utterance, fed the preroll (``_take_preroll``), unless one is open."""
+        raise NotImplementedError
+
+    async def _on_speech_stopped(self, received_s: float) -> None:
+        """Finish the open utterance, if any, and push its final (``_push_final``)."""
         raise NotImplementedError

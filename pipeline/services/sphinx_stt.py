@@ -45,7 +45,7 @@ from pipecat.utils.time import time_now_iso8601
 
 from pipeline.engines.sphinx import SphinxEngine, SphinxPool, default_pool
 from pipeline.errors import EngineUnavailableError
-from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
+from pipeline.services.queued_stt import QueuedSTTService
 
 logger = logging.getLogger(__name__)
 
@@ -129,31 +129,37 @@ class SphinxSTTService(QueuedSTTService):
                 InterimTranscriptionFrame(partial, self._user_id, time_now_iso8601(), Language.EN)
             )
 
-    async def _on_command(self, kind: str, arg: object) -> None:
+    async def _on_speech_started(self) -> None:
         engine = self._engine
-        if engine is None:
+        if engine is None or engine.in_utterance:
+            return
+        loop = asyncio.get_running_loop()
+        preroll = self._take_preroll()
+        try:
+            await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
+        except EngineUnavailableError as exc:
+            # the worker died between utterances, so nothing is lost yet: report it and start
+            # this utterance on a fresh engine
+            await self._replace_engine()
+            await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
+            if self._engine is not None:
+                try:
+                    await loop.run_in_executor(self._executor, self._start_with, self._engine, preroll)
+                except EngineUnavailableError:
+                    await self._replace_engine()
+                    raise
+
+    async def _on_speech_stopped(self, received_s: float) -> None:
+        engine = self._engine
+        if engine is None or not engine.in_utterance:
             return
         loop = asyncio.get_running_loop()
         try:
-            if kind == _START and not engine.in_utterance:
-                preroll = self._take_preroll()
-                try:
-                    await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
-                except EngineUnavailableError as exc:
-                    # the worker died between utterances, so nothing is lost yet: report it and
-                    # start this utterance on a fresh engine
-                    await self._replace_engine()
-                    await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
-                    if self._engine is not None:
-                        await loop.run_in_executor(
-                            self._executor, self._start_with, self._engine, preroll)
-                    return
-            elif kind == _STOP and engine.in_utterance:
-                text = await loop.run_in_executor(self._executor, engine.end_utt)
-                await self._push_final(text, float(arg))  # type: ignore[arg-type]
+            text = await loop.run_in_executor(self._executor, engine.end_utt)
         except EngineUnavailableError:
             await self._replace_engine()
             raise
+        await self._push_final(text, received_s)
 
     async def _replace_engine(self) -> None:
         """The engine's worker failed: drop it and take a fresh engine, so the call goes on

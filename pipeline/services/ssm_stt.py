@@ -53,7 +53,7 @@ from pipecat.utils.time import time_now_iso8601
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.options import SttDecoder, SttRunner
-from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
+from pipeline.services.queued_stt import QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
@@ -383,21 +383,22 @@ class SSMSTTService(QueuedSTTService):
             except SSMEngineError:
                 pass  # the runner forgot the stream already
 
-    async def _on_command(self, kind: str, arg: object) -> None:
+    async def _on_speech_started(self) -> None:
         assert self._engine is not None
-        if kind == _START and self._utt is None:
+        if self._utt is None:
             preroll = self._take_preroll()
             self._utt = self._engine.open(self.sample_rate, self.hints)
             if preroll:
                 await self._feed(preroll)
-        elif kind == _STOP and self._utt is not None:
+
+    async def _on_speech_stopped(self, received_s: float) -> None:
+        if self._utt is not None:
             utt, self._utt = self._utt, None
             try:
                 for fut in utt.finish():
                     await utt.take_async(fut)
             except SSMEngineError:
                 if utt.text:  # what was heard before the runner failed is kept
-                    await self._push_final(utt.text, float(arg))  # type: ignore[arg-type]
+                    await self._push_final(utt.text, received_s)
                 raise
-            await self._push_final(utt.text, float(arg),  # type: ignore[arg-type]
-                                   utt.recognition)
+            await self._push_final(utt.text, received_s, utt.recognition)

@@ -26,7 +26,7 @@ from pipecat.transcriptions.language import Language
 
 from pipeline.engines.whisper import WhisperRecognizer
 from pipeline.errors import EngineUnavailableError
-from pipeline.services.queued_stt import _START, _STOP, QueuedSTTService
+from pipeline.services.queued_stt import QueuedSTTService
 
 __all__ = ["WhisperSTTService", "shared_recognizer"]
 
@@ -77,14 +77,16 @@ class WhisperSTTService(QueuedSTTService):
         while self._chunks and self._bytes - len(self._chunks[0]) >= limit:
             self._bytes -= len(self._chunks.pop(0))
 
-    async def _on_command(self, kind: str, arg: object) -> None:
-        if kind == _START and self._chunks is None:
+    async def _on_speech_started(self) -> None:
+        if self._chunks is None:
             preroll = self._take_preroll()
             self._chunks, self._bytes = ([preroll] if preroll else []), len(preroll)
-        elif kind == _STOP and self._chunks is not None:
+
+    async def _on_speech_stopped(self, received_s: float) -> None:
+        if self._chunks is not None:
             pcm = np.frombuffer(b"".join(self._chunks), dtype="<i2")
             self._chunks = None
             assert self._asr is not None
             text = (await asyncio.to_thread(self._asr.transcribe, pcm, self.sample_rate)
                     if pcm.size else "")
-            await self._push_final(" ".join(text.split()), float(arg))  # type: ignore[arg-type]
+            await self._push_final(" ".join(text.split()), received_s)

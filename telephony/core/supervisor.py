@@ -83,6 +83,11 @@ class CallSupervisor:
             output.on_change = self.sync
 
     @property
+    def pipeline_running(self) -> bool:
+        """The pipeline is built and has not ended: frames pushed into it reach the agent."""
+        return self._worker is not None and not self._pipeline_over
+
+    @property
     def call_sid(self) -> str:
         """The record's id (Twilio's name for it)."""
         return self.call_id

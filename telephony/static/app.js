@@ -2,7 +2,10 @@
 //
 // Signaling is pipecat's SmallWebRTC: POST /api/offer {sdp, type, pc_id, restart_pc} returns the
 // answer; candidates found after the offer was posted go by PATCH /api/offer. The data channel
-// carries pipecat's "ping" keep-alive out, and parley's messages in:
+// carries pipecat's "ping" keep-alive and the caller's commands out:
+//   {type: "hangup"}                 the caller hung up
+//   {type: "dtmf", digit: "1"}       a key of the keypad (0-9, *, #), as a phone's DTMF
+// and parley's messages in:
 //   {type: "transcript", role: "user"|"agent", text, final, turn, interrupted}
 //   {type: "latency", turn, user_text, latency_ms: {vad_stop, stt_final, first_text, ...}}
 //   {type: "call", state: "started"|"ended", call_id, reason}
@@ -27,6 +30,7 @@ const parley = {
   inbound: { bytesReceived: 0, packetsReceived: 0, totalAudioEnergy: 0 },
   muted: false,
   endReason: null,
+  keysSent: [],              // the keypad's presses sent to the agent, in order
   selectedPair: null,        // {local, remote} addresses of the ICE pair in use
 
 };
@@ -49,6 +53,7 @@ function setStatus(state, text) {
   $("call").disabled = state === "connecting" || state === "live";
   $("mute").disabled = state !== "live" && state !== "connecting";
   $("hangup").disabled = state !== "live" && state !== "connecting";
+  for (const key of document.querySelectorAll("#keypad button")) key.disabled = state !== "live";
 }
 
 // -- transcript and latency ------------------------------------------------------------------
@@ -247,6 +252,20 @@ function toggleMute() {
   $("mute").textContent = parley.muted ? "Unmute" : "Mute";
 }
 
+const KEYPAD = "0123456789*#";
+
+function press(digit) {
+  if (parley.state !== "live" || !KEYPAD.includes(digit)) return;
+  if (!channel || channel.readyState !== "open") return;
+  channel.send(JSON.stringify({ type: "dtmf", digit }));
+  parley.keysSent.push(digit);
+  const key = document.querySelector(`#keypad button[data-digit="${digit}"]`);
+  if (key) {
+    key.classList.add("pressed");
+    setTimeout(() => key.classList.remove("pressed"), 150);
+  }
+}
+
 function hangUp() {
   if (channel && channel.readyState === "open") channel.send(JSON.stringify({ type: "hangup" }));
   finish("You hung up.");
@@ -281,5 +300,12 @@ window.addEventListener("DOMContentLoaded", () => {
   $("call").addEventListener("click", () => { call(); });
   $("mute").addEventListener("click", toggleMute);
   $("hangup").addEventListener("click", hangUp);
+  for (const key of document.querySelectorAll("#keypad button")) {
+    key.disabled = true;
+    key.addEventListener("click", () => press(key.dataset.digit));
+  }
+  window.addEventListener("keydown", (event) => {
+    if (event.key.length === 1 && !event.ctrlKey && !event.metaKey && !event.altKey) press(event.key);
+  });
   window.addEventListener("pagehide", () => { if (pc) hangUp(); });
 });

@@ -11,7 +11,9 @@ the agent's words as the output track sent them, cut where a barge-in stopped th
 keeps only those too), and the frame counters.
 
 The call ends when the agent ends it (its last words play, then the peer connection closes with
-pipecat's ``peerLeft``), when the page sends ``{"type": "hangup"}``, when the peer connection
+pipecat's ``peerLeft``), when the page sends ``{"type": "hangup"}`` (its keypad sends
+``{"type": "dtmf", "digit": "1"}``, which reaches the agent as a phone's key would, see
+:mod:`telephony.webrtc.commands`), when the peer connection
 closes or fails, or when the page's keep-alive pings stop for ``KEEPALIVE_LOST_S``. The call's
 life (the one catch-all, the record, the drain's polite end) is the call core's
 (:class:`~telephony.core.supervisor.CallSupervisor`); this edge tells the page and closes the
@@ -33,8 +35,11 @@ from pipeline.builder import CallPipeline, PipelineConfig
 from pipeline.latency import TurnLatency
 from pipeline.records import CallStore
 from telephony.calls import AgentFactory
+from telephony.core.output import keypad_frame
 from telephony.core.supervisor import CallSupervisor
 from telephony.metrics import Metrics
+from telephony.webrtc.commands import HangUp, KeyPress, parse_page_command
+from telephony.webrtc.errors import PageMessageError
 from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver, PageMessage
 from telephony.webrtc.media import WebRTCCallTransport
 
@@ -82,8 +87,22 @@ class WebRTCCall(CallSupervisor):
     # -- events from the peer ------------------------------------------------------------------
 
     async def _on_app_message(self, _transport, message, _sender) -> None:
-        if isinstance(message, dict) and message.get("type") == "hangup":
+        try:
+            command = parse_page_command(message)
+        except PageMessageError as exc:
+            log.info("[%s] page message ignored: %s", self.call_id, exc)
+            return
+        if isinstance(command, HangUp):
             await self.hang_up("caller hung up")
+        elif isinstance(command, KeyPress):
+            await self._press(command.digit)
+
+    async def _press(self, digit: str) -> None:
+        """The page's keypad: the key goes to the agent as a phone's DTMF would."""
+        key = keypad_frame(digit, self.call_id)
+        if key is None or self.end_reason is not None or not self.pipeline_running:
+            return
+        await self.transport.input().push_frame(key)
 
     async def _on_client_disconnected(self, _transport, _connection) -> None:
         await self.hang_up("peer connection closed")
