@@ -141,6 +141,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stock-pipecat", action="store_true",
                    help="pipecat's stock set-up instead (Silero, smart-turn v3, sentences): the "
                    "baseline benchmarks/bench_call.py compares against")
+    p.add_argument("--no-llm-check", action="store_true",
+                   help="start even if the agent's LLM server does not answer now (by default "
+                   "parley serve asks it once, GET {llm.base_url}/models, and refuses to start "
+                   "without an answer; a missing API key or model always refuses)")
     p.add_argument("--drain-s", type=float, default=30.0,
                    help="on SIGTERM: how long live calls may go on before being ended politely "
                    "(default %(default)s s)")
@@ -157,8 +161,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_serve)
 
 
-def _agent_factory(spec_path: Path):
-    """One agent processor per call, from a spec file (validated now, before taking calls)."""
+def _agent_factory(spec_path: Path, *, llm_check: bool = True):
+    """One agent processor per call, from a spec file (validated now, before taking calls: the
+    spec, and that its LLM backend can serve a call, ``agent.llm.preflight``)."""
     if str(spec_path) == "echo":
         from agent.echo import EchoAgentProcessor
 
@@ -168,6 +173,10 @@ def _agent_factory(spec_path: Path):
 
     spec = load_spec(spec_path, env=os.environ)
     logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
+    if spec.llm.backend != "embedded":
+        from agent.llm.preflight import check_llm
+
+        asyncio.run(check_llm(spec, env=os.environ, probe=llm_check))
     if spec.llm.backend == "embedded" and spec.knowledge:
         from agent.semantic import SentenceEncoder
 
@@ -313,7 +322,7 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             engine = SSMVoiceEngine.shared(voice_dir)
             logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
-    agent_factory = _agent_factory(args.agent)
+    agent_factory = _agent_factory(args.agent, llm_check=not args.no_llm_check)
     db_path = Path(args.db or default_db_path())
     db_path.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteCallStore(db_path)
@@ -436,9 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the command line's edge: one clear line, not a traceback
         from agent.errors import AgentError
         from pipeline.errors import PipelineError
+        from ssm_engine.errors import SSMEngineError
         from telephony.errors import TelephonyError
 
-        if isinstance(exc, (TelephonyError, PipelineError, AgentError)):
+        if isinstance(exc, (TelephonyError, PipelineError, AgentError, SSMEngineError)):
             print(f"parley {args.command}: {exc}", file=sys.stderr)
             return 2
         raise

@@ -81,6 +81,7 @@ class CallerConfig:
     greeting_quiet_s: float = 3.0
     reply_timeout_s: float = 20.0
     io_timeout_s: float = 5.0
+    linger_s: float = 0.0  # after the last reply, stay on the line this long (the agent may hang up)
 
     def __post_init__(self) -> None:
         if urlsplit(self.url).scheme not in ("ws", "wss"):
@@ -89,6 +90,8 @@ class CallerConfig:
             raise ValueError("an auth token is required to sign the WebSocket upgrade")
         if (self.barge_in_ms or 0) < 0 or self.gap_ms < 0:
             raise ValueError("barge_in_ms and gap_ms must be >= 0")
+        if self.linger_s < 0:
+            raise ValueError("linger_s must be >= 0")
         for name in ("timeout_s", "greeting_quiet_s", "reply_timeout_s", "io_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -15,6 +15,9 @@ Turns: wait for the greeting (the first packet with speech energy within ``greet
 to finish, a ``gap_ms`` pause, utterance 1, wait for the reply to finish, pause, utterance 2, ...
 A reply has *finished* when no packet with energy has arrived for ``reply_quiet_ms`` after it
 started; a reply that never starts within ``reply_timeout_s`` leaves the turn unanswered.
+``keys`` are pressed after the greeting, before utterance 1: RFC 4733 telephone-events (100 ms of
+tone, then the end packet three times, on the call's RTP stream), then the caller waits for the
+agent's answer to them to finish, as for a reply.
 
 Measurements, per turn: ``v2v_ms``: the moment the last speech packet was sent to the arrival of
 the first agent packet with speech energy (peak above ``energy_threshold``) after it. For the
@@ -32,6 +35,7 @@ unanswered INVITE raises :class:`~harness.errors.CallerError`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import random
@@ -47,7 +51,7 @@ from harness.errors import CallerError
 from telephony.sip.errors import SdpParseError, SipParseError
 from telephony.sip.headers import NameAddr, Via
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to
-from telephony.sip.rtp import RtpPacket
+from telephony.sip.rtp import DTMF_EVENTS, RtpPacket, TelephoneEvent
 from telephony.sip.sdp import Codec, Connection, MediaDescription, Origin, SessionDescription
 
 __all__ = ["RtpReceiveStats", "SipCallReport", "SipCaller", "SipCallerConfig", "SipTurn", "place_sip_call"]
@@ -60,6 +64,7 @@ PACKET_SAMPLES: Final = 160
 PCMU: Final = Codec(0, "PCMU", 8000)
 DTMF_PT: Final = 101
 T1_S: Final = 0.5
+KEY_PACKETS: Final = 5  # 100 ms of tone a key
 _SILENCE: Final = bytes([ULAW_SILENCE]) * PACKET_SAMPLES
 
 
@@ -78,6 +83,7 @@ class SipCallerConfig:
     late_after_ms: float = 60.0
     timeout_s: float = 60.0
     io_timeout_s: float = 5.0
+    keys: str = ""  # pressed (RFC 4733) after the greeting, before the first utterance
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -90,6 +96,8 @@ class SipCallerConfig:
                 raise ValueError(f"{name} must be positive")
         if self.reply_quiet_ms <= 0 or self.gap_ms < 0:
             raise ValueError("reply_quiet_ms must be positive and gap_ms >= 0")
+        if any(k not in DTMF_EVENTS for k in self.keys):
+            raise ValueError(f"keys must be of {DTMF_EVENTS}, got {self.keys!r}")
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,8 @@ class SipCaller:
         self._rx = RtpReceiver(self._changed, late_after_ms=config.late_after_ms,
                                energy_threshold=config.energy_threshold)
         self._tx = bytearray()
+        self._keys: collections.deque[str] = collections.deque()  # still to press
+        self._keys_done_t: float | None = None                  # when the last one ended
         self._tx_start_t: float | None = None
         self._tx_end_t: float | None = None
         self._sent = 0
@@ -322,12 +332,32 @@ class SipCaller:
         start = loop.time()
         n = 0
         talking = False
+        event: tuple[int, int] | None = None  # the key being pressed: its event code, first packet
         while not self._stop_clock and not self._closed.is_set():
             delay = start + n * PACKET_S - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             if self._stop_clock or self._closed.is_set():
                 break
+            if event is None and self._keys and not self._tx:
+                event = (DTMF_EVENTS.index(self._keys.popleft()), n)
+            if event is not None:  # RFC 4733: 100 ms of tone, then the end packet three times
+                code, first = event
+                k = n - first
+                tone = TelephoneEvent(code, end=k >= KEY_PACKETS - 1, duration=min(k + 1, KEY_PACKETS) * PACKET_SAMPLES)
+                if k < KEY_PACKETS + 2:
+                    pkt = RtpPacket(payload_type=DTMF_PT, sequence=(seq0 + n) & 0xFFFF,
+                                    timestamp=(ts0 + first * PACKET_SAMPLES) & 0xFFFFFFFF, ssrc=ssrc,
+                                    payload=bytes(tone), marker=k == 0)
+                    if self._rtp is not None and self._rtp_remote is not None:
+                        self._rtp.sendto(bytes(pkt), self._rtp_remote)
+                        self._sent += 1
+                    n += 1
+                    continue
+                event = None  # then silence again, as between a person's presses
+                if not self._keys:
+                    self._keys_done_t = loop.time()
+                    self._changed.set()
             payload = bytes(self._tx[:PACKET_SAMPLES]).ljust(PACKET_SAMPLES, bytes([ULAW_SILENCE])) \
                 if self._tx else _SILENCE
             speech = bool(self._tx)
@@ -380,6 +410,13 @@ class SipCaller:
         cfg = self._cfg
         if await self._wait(lambda: self._rx.last_energy_t > float("-inf"), cfg.greeting_wait_s):
             await self._wait_quiet(float("-inf"))
+        if cfg.keys and not self._closed.is_set():
+            self._keys_done_t = None
+            self._keys.extend(cfg.keys)
+            budget_s = len(cfg.keys) * (KEY_PACKETS + 8) * PACKET_S + cfg.io_timeout_s
+            if await self._wait(lambda: self._keys_done_t is not None, budget_s):
+                assert self._keys_done_t is not None
+                await self._wait_quiet(self._keys_done_t)  # the agent's answer to them, if any
         for index, pcm in enumerate(cfg.utterances, start=1):
             if self._closed.is_set():
                 break

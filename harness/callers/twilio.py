@@ -198,6 +198,8 @@ class TwilioCaller:
             await self._speak(prev, mulaw)
         if prev is not None and not self._closed.is_set():
             await self._wait_agent_done(prev)
+        if cfg.linger_s > 0:  # stay on the line: the agent may hang up first
+            await self._wait_until(self._closed.is_set, cfg.linger_s)
         await self._hang_up()
 
     async def _hang_up(self) -> None:

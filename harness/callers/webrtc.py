@@ -88,6 +88,7 @@ class CallResult:
     speech_end_s: float | None = None   # when the clip's last sample was sent
     reply_audio_s: float | None = None  # the first non-silent agent frame after that
     answer_sdp: str = ""
+    server_hung_up: bool = False  # the server ended the call (peerLeft, or the connection closed) first
 
     @property
     def call_id(self) -> str | None:
@@ -204,6 +205,7 @@ async def place_call(base_url: str, pcm: np.ndarray, sample_rate_hz: int, *,
                     keys_left = ""
                     continue
                 await changed.wait()
+            result.server_hung_up = not until(result.messages)
     except TimeoutError:
         log.info("call %s: gave up waiting after %.0f s", result.pc_id, timeout_s)
     finally:

@@ -338,7 +338,7 @@ async def test_failed_record_fetch_leaves_server_fields_null(
             timeout_s=5,
             io_timeout_s=1,
         )
-        with caplog.at_level(logging.WARNING, logger="harness.callers.twilio"):
+        with caplog.at_level(logging.WARNING, logger="harness.callers.script"):
             report = await run_call(config)
     assert not report.server_record_fetched and report.server_record_ended is None
     assert "could not fetch the call record" in caplog.text

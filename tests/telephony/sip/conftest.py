@@ -22,6 +22,8 @@ PCAP_DIR = Path("/usr/share/sip-tester")
 
 
 def free_udp_port() -> int:
+    """A port for sipp to bind (an outside program binds its own port; a socket of ours is bound
+    and held where the test itself listens)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

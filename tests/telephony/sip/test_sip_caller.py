@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import aiohttp
 import numpy as np
@@ -17,7 +18,7 @@ from harness.callers.rtp_receiver import RtpReceiver
 from harness.callers.sip import place_sip_call
 from telephony.sip.rtp import RtpPacket
 
-from .conftest import free_udp_port, wait_for
+from .conftest import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,14 @@ async def test_a_turn_is_answered_and_v2v_measured(sip_server, seen, hello_8k):
 
 
 async def test_nobody_there_raises_caller_error(hello_8k):
-    with pytest.raises(CallerError, match="no answer"):
-        await place_sip_call("127.0.0.1", free_udp_port(), [hello_8k], io_timeout_s=0.6)
+    """A bound socket that never answers (not a port picked and let go: another test could take it)."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    try:
+        with pytest.raises(CallerError, match="no answer"):
+            await place_sip_call("127.0.0.1", silent.getsockname()[1], [hello_8k], io_timeout_s=0.6)
+    finally:
+        silent.close()
 
 
 async def test_a_refused_call_raises_caller_error(sip_server, hello_8k):
