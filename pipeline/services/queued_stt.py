@@ -2,10 +2,11 @@
 
 Audio and the VAD's start/stop signals go into one queue, in arrival order; one task drains it,
 joining consecutive audio into a single decode call, so the event loop never waits on a model.
-The queue holds typed commands (:data:`Command`: ``AudioIn``, ``SpeechStarted``, ``SpeechStopped``,
-``CloseQueue``). A subclass starts ``_decode_loop`` as ``self._worker`` in ``start()`` and writes
-``_on_audio(bytes)``, ``_on_speech_started()`` and ``_on_speech_stopped(received_s)``; ``stop()`` finishes what is queued, then
-``cancel()`` drops it, and both end with the subclass's ``_release()`` (its engine, its utterance); engine
+The queue holds typed commands (:data:`Command`: ``AudioIn``, ``SpeechStarted``,
+``SpeechStopped``, ``CloseQueue``). A subclass starts ``_decode_loop`` as ``self._worker`` in
+``start()`` and writes ``_on_audio(bytes)``, ``_on_speech_started()`` and
+``_on_speech_stopped(received_s)``; ``stop()`` finishes what is queued, then ``cancel()``
+drops it, and both end with the subclass's ``_release()`` (its engine, its utterance); engine
 errors listed in ``_decode_errors`` become ErrorFrames and the call goes on. The base also keeps
 the last ``preroll_s`` of audio heard outside an utterance (``_keep_preroll``/``_take_preroll``:
 the VAD fires after speech began) and pushes finals with their latency (``_push_final``).
@@ -44,7 +45,6 @@ from pipeline.frames import RecognitionFrame, RecognitionHintsFrame
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """What every transport does with the agent's voice and the caller's keys, written once.
 
-    class TwilioOutputTransport(PlayoutOutput, BaseOutputTransport):
+    class TwilioOutputTransport(PacedOutput, BaseOutputTransport):     # PacedOutput: PlayoutOutput + a pacer
         async def _clear_wire(self, utterance): ...     # barge-in: stop what the far end still plays
         async def _utterance_ended(self): ...           # the media sender sent an utterance's last chunk
 
@@ -27,22 +27,28 @@ tracker; ``BotStoppedSpeakingFrame`` (right after an utterance's last chunk) cal
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
 from pipecat.audio.dtmf.types import KeypadEntry
 from pipecat.frames.frames import (
     BotStoppedSpeakingFrame,
+    CancelFrame,
+    EndFrame,
     Frame,
     InputDTMFFrame,
     InterruptionFrame,
     OutputDTMFFrame,
+    StartFrame,
     TTSStartedFrame,
     TTSTextFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 
 from pipeline.frames import AgentSpeechHeardFrame
+from telephony.audio_meter import FrameCounts
+from telephony.pacer import LEAD_S, OutputPacer
 from telephony.playout import PlayoutTracker, Utterance
 
 log = logging.getLogger(__name__)
@@ -102,6 +108,57 @@ class PlayoutOutput:
                                   complete=False),
             FrameDirection.UPSTREAM,
         )
+
+
+class PacedOutput(PlayoutOutput):
+    """Mixin for a phone line's output (Twilio, SIP): :class:`PlayoutOutput`, plus the agent's
+    audio paced on the caller's clock (``self._pacer``, an :class:`~telephony.pacer.OutputPacer`
+    ``LEAD_S`` ahead) and the transport ready once started. The edge idles the pacer when an
+    utterance ends or the wire is cleared, and waits on it before each chunk it sends."""
+
+    def __init__(self, *args, tracker: PlayoutTracker, call_id: str, frames: FrameCounts, **kwargs):
+        super().__init__(*args, tracker=tracker, call_id=call_id, **kwargs)
+        self._pacer = OutputPacer(frames, lead_s=LEAD_S)
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)  # type: ignore[misc]
+        await self.set_transport_ready(frame)  # type: ignore[attr-defined]
+
+
+class ReceivingInput:
+    """Mixin for a phone line's input transport (Twilio, SIP), before pipecat's
+    ``BaseInputTransport``: one task reads the wire (the edge's ``_receive``), started with the
+    pipeline (not if a ``CancelFrame`` overtook the ``StartFrame``) and cancelled when it ends."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._receive_task: asyncio.Task | None = None
+        self._closing = False
+
+    async def _receive(self) -> None:
+        """Read the wire until the far end leaves; push what it sends into the pipeline."""
+        raise NotImplementedError
+
+    async def start(self, frame: StartFrame):
+        await super().start(frame)  # type: ignore[misc]
+        if self._receive_task is None and not self._closing:
+            self._receive_task = self.create_task(self._receive())  # type: ignore[attr-defined]
+        await self.set_transport_ready(frame)  # type: ignore[attr-defined]
+
+    async def stop(self, frame: EndFrame):
+        self._closing = True
+        await super().stop(frame)  # type: ignore[misc]
+        await self._stop_receiving()
+
+    async def cancel(self, frame: CancelFrame):
+        self._closing = True
+        await super().cancel(frame)  # type: ignore[misc]
+        await self._stop_receiving()
+
+    async def _stop_receiving(self) -> None:
+        if self._receive_task is not None:
+            await self.cancel_task(self._receive_task)  # type: ignore[attr-defined]
+            self._receive_task = None
 
 
 def keypad_frame(digit: str, call_id: str) -> InputDTMFFrame | None:

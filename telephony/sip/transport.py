@@ -16,20 +16,16 @@ upstream as ``AgentSpeechHeardFrame``. ``OutputDTMFFrame`` is sent as RFC 4733.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 import numpy as np
 from pipecat.frames.frames import (
-    CancelFrame,
-    EndFrame,
     Frame,
     InputAudioRawFrame,
     OutputAudioRawFrame,
     OutputDTMFFrame,
     OutputDTMFUrgentFrame,
-    StartFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_input import BaseInputTransport
@@ -39,8 +35,8 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.frames import TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
-from telephony.pacer import LEAD_S, OutputPacer, paced_transport_params
-from telephony.core.output import PlayoutOutput, keypad_frame
+from telephony.pacer import paced_transport_params
+from telephony.core.output import PacedOutput, ReceivingInput, keypad_frame
 from telephony.playout import PlayoutTracker, Utterance
 
 log = logging.getLogger(__name__)
@@ -48,35 +44,12 @@ log = logging.getLogger(__name__)
 PACKET_S = 0.02
 
 
-class SipInputTransport(BaseInputTransport):
+class SipInputTransport(ReceivingInput, BaseInputTransport):
     def __init__(self, session: RtpSession, on_transfer: Callable[[TransferCallFrame], Awaitable[None]],
                  params: TransportParams, **kwargs):
         super().__init__(params, **kwargs)
         self._session = session
         self._on_transfer = on_transfer
-        self._task: asyncio.Task | None = None
-        self._closing = False
-
-    async def start(self, frame: StartFrame):
-        await super().start(frame)
-        if self._task is None and not self._closing:  # a CancelFrame may overtake the StartFrame
-            self._task = self.create_task(self._receive())
-        await self.set_transport_ready(frame)
-
-    async def stop(self, frame: EndFrame):
-        self._closing = True
-        await super().stop(frame)
-        await self._stop_receiving()
-
-    async def cancel(self, frame: CancelFrame):
-        self._closing = True
-        await super().cancel(frame)
-        await self._stop_receiving()
-
-    async def _stop_receiving(self):
-        if self._task is not None:
-            await self.cancel_task(self._task)
-            self._task = None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         if isinstance(frame, TransferCallFrame) and direction == FrameDirection.UPSTREAM:
@@ -97,15 +70,11 @@ class SipInputTransport(BaseInputTransport):
                     await self.push_frame(key)
 
 
-class SipOutputTransport(PlayoutOutput, BaseOutputTransport):
+class SipOutputTransport(PacedOutput, BaseOutputTransport):
     def __init__(self, session: RtpSession, tracker: PlayoutTracker, params: TransportParams, **kwargs):
-        super().__init__(params, tracker=tracker, call_id=session.call_id, **kwargs)
+        super().__init__(params, tracker=tracker, call_id=session.call_id, frames=session.stats.frames,
+                         **kwargs)
         self._session = session
-        self._pacer = OutputPacer(session.stats.frames, lead_s=LEAD_S)
-
-    async def start(self, frame: StartFrame):
-        await super().start(frame)
-        await self.set_transport_ready(frame)
 
     async def _utterance_ended(self) -> None:
         self._pacer.idle()

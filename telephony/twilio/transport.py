@@ -23,13 +23,10 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 from aiohttp import WSMsgType, web
 from pipecat.frames.frames import (
-    CancelFrame,
-    EndFrame,
     EndWorkerFrame,
     Frame,
     InputAudioRawFrame,
     OutputAudioRawFrame,
-    StartFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_input import BaseInputTransport
@@ -39,9 +36,9 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.frames import AgentSpeechHeardFrame, TransferCallFrame
 from telephony.audio_meter import FrameCounts, InboundMeter
-from telephony.core.output import PlayoutOutput, keypad_frame
+from telephony.core.output import PacedOutput, ReceivingInput, keypad_frame
 from telephony.errors import ProtocolError
-from telephony.pacer import LEAD_S, OutputPacer, paced_transport_params
+from telephony.pacer import paced_transport_params
 from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedia, Start, Stop, parse_twilio
 from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
@@ -126,12 +123,11 @@ async def drain_playout(link: _Link, timeout_s: float = 5.0) -> bool:
     return not waiting()
 
 
-class TwilioInputTransport(BaseInputTransport):
+class TwilioInputTransport(ReceivingInput, BaseInputTransport):
     def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
         super().__init__(params, **kwargs)
         self._transport = transport
         self._link = link
-        self._receive_task: asyncio.Task | None = None
         self._meter = InboundMeter(link.stats.frames)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
@@ -144,25 +140,6 @@ class TwilioInputTransport(BaseInputTransport):
                                   FrameDirection.UPSTREAM)
             return
         await super().process_frame(frame, direction)
-
-    async def start(self, frame: StartFrame):
-        await super().start(frame)
-        if self._receive_task is None:
-            self._receive_task = self.create_task(self._receive())
-        await self.set_transport_ready(frame)
-
-    async def stop(self, frame: EndFrame):
-        await super().stop(frame)
-        await self._stop_receiving()
-
-    async def cancel(self, frame: CancelFrame):
-        await super().cancel(frame)
-        await self._stop_receiving()
-
-    async def _stop_receiving(self):
-        if self._receive_task is not None:
-            await self.cancel_task(self._receive_task)
-            self._receive_task = None
 
     async def _receive(self):
         link = self._link
@@ -217,16 +194,11 @@ class TwilioInputTransport(BaseInputTransport):
         )
 
 
-class TwilioOutputTransport(PlayoutOutput, BaseOutputTransport):
+class TwilioOutputTransport(PacedOutput, BaseOutputTransport):
     def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
-        super().__init__(params, tracker=link.tracker, call_id=link.call_id, **kwargs)
+        super().__init__(params, tracker=link.tracker, call_id=link.call_id, frames=link.stats.frames, **kwargs)
         self._transport = transport
         self._link = link
-        self._pacer = OutputPacer(link.stats.frames, lead_s=LEAD_S)
-
-    async def start(self, frame: StartFrame):
-        await super().start(frame)
-        await self.set_transport_ready(frame)
 
     async def _utterance_ended(self) -> None:
         # the media sender announces the end of an utterance right after its last audio chunk:

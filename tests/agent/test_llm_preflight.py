@@ -4,6 +4,8 @@ refusing to start, in one line, when the backend cannot serve a call."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,10 +15,10 @@ from aiohttp import web
 from agent.errors import LLMError
 from agent.llm.preflight import check_llm
 from agent.spec import load_spec
-from deploy.cli import main
 from harness.scripted_llm import ScriptedChatServer, ScriptedReply
 
-RECEPTIONIST = Path(__file__).resolve().parents[2] / "agent" / "examples" / "receptionist.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+RECEPTIONIST = ROOT / "agent" / "examples" / "receptionist.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +73,21 @@ async def test_a_refused_key_and_a_missing_key_are_named(receptionist):
         await check_llm(hosted, env={})   # no base_url and no key: nothing could answer a call
 
 
-def test_parley_serve_refuses_to_start_without_its_llm(tmp_path, capsys):
-    """Regression: a spec whose LLM server is down used to start, and every call died at pickup."""
+def test_parley_serve_refuses_to_start_without_its_llm(tmp_path):
+    """Regression: a spec whose LLM server is down used to start, and every call died at pickup.
+    (A child process: ``parley serve`` configures the process's logging.)"""
     with socket.socket() as bound:
         bound.bind(("127.0.0.1", 0))
         text = RECEPTIONIST.read_text().replace("backend: embedded", (
             "backend: openai\n  model: m\n  base_url: http://127.0.0.1:%d/v1" % bound.getsockname()[1]))
         spec = tmp_path / "agent.yaml"
         spec.write_text(text)
-        rc = main(["serve", "--agent", str(spec), "--tts", "espeak", "--stt", "sphinx", "--port", "0",
-                   "--insecure-dev", "--db", str(tmp_path / "calls.db"), "--log-level", "ERROR"])
-    assert rc == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("parley serve: the LLM server at http://127.0.0.1:") and "Traceback" not in "\n".join(err)
+        proc = subprocess.run(
+            [sys.executable, "-m", "deploy.cli", "serve", "--agent", str(spec), "--tts", "espeak",
+             "--stt", "sphinx", "--port", "0", "--insecure-dev", "--db", str(tmp_path / "calls.db"),
+             "--log-level", "ERROR"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("parley serve: the LLM server at http://127.0.0.1:"), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr

@@ -103,13 +103,16 @@ async def test_agent_ends_the_call_after_its_farewell(webrtc_server, speech):
     result = await place_call(base, pcm, rate_hz, until=ended, timeout_s=25.0, lead_s=1.0)
     assert ended(result.messages), [m.get("type") for m in result.messages]
     agent = result.transcripts("agent")
-    assert agent[-1].startswith("Thank you for calling"), agent  # the farewell played to its end
+    assert any(line.startswith("Thank you for") for line in agent), agent
     record = webrtc_server.store.get(result.call_id)
     for _ in range(50):
         if record.ended:
             break
         await asyncio.sleep(0.1)
     assert record.ended and record.end_reason == "agent ended the call", record.end_reason
+    # the farewell played to its end before the call closed (the server's account: the page's last
+    # transcript line may stop at a pause in playback when the machine is busy)
+    assert record.turns[-1].agent_text_heard == "Thank you for calling Goodbye", record.turns
     assert not webrtc_server.live
 
 
