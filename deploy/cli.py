@@ -163,7 +163,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 def _agent_factory(spec_path: Path, *, llm_check: bool = True):
     """One agent processor per call, from a spec file (validated now, before taking calls: the
-    spec, and that its LLM backend can serve a call, ``agent.llm.preflight``)."""
+    spec, and that its LLM backend can serve a call, ``agent.preflight``)."""
     if str(spec_path) == "echo":
         from agent.echo import EchoAgentProcessor
 
@@ -174,7 +174,7 @@ def _agent_factory(spec_path: Path, *, llm_check: bool = True):
     spec = load_spec(spec_path, env=os.environ)
     logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
     if spec.llm.backend != "embedded":
-        from agent.llm.preflight import check_llm
+        from agent.preflight import check_llm
 
         asyncio.run(check_llm(spec, env=os.environ, probe=llm_check))
     if spec.llm.backend == "embedded" and spec.knowledge:

@@ -1,4 +1,4 @@
-"""The start-up check of the agent's LLM backend (agent.llm.preflight) and ``parley serve``
+"""The start-up check of the agent's LLM backend (agent.preflight) and ``parley serve``
 refusing to start, in one line, when the backend cannot serve a call."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from agent.errors import LLMError
-from agent.llm.preflight import check_llm
+from agent.preflight import check_llm
 from agent.spec import load_spec
 from harness.scripted_llm import ScriptedChatServer, ScriptedReply
 
