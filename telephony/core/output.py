@@ -21,6 +21,10 @@ handles a barge-in in one order for every transport:
 tracker; ``BotStoppedSpeakingFrame`` (right after an utterance's last chunk) calls the edge's
 ``_utterance_ended``.
 
+:class:`PacedOutput` adds what a phone line's output needs (Twilio, SIP): the agent's audio paced on
+the caller's clock, the transport ready once started; :class:`ReceivingInput` is the matching
+input side (one task reads the wire for the pipeline's life).
+
 :func:`keypad_frame` turns a key the caller pressed (Twilio's ``dtmf``, RFC 4733) into pipecat's
 ``InputDTMFFrame``, or None for a key pipecat's keypad lacks.
 """

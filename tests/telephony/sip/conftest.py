@@ -109,7 +109,8 @@ def seen() -> Seen:
 
 @pytest.fixture
 async def make_sip_server(seen):
-    """``await make_sip_server(**SipConfig overrides)`` -> a started SipServer (stopped afterwards)."""
+    """``await make_sip_server(pipeline=None, **SipConfig overrides)`` -> a started SipServer
+    (stopped afterwards)."""
     if shutil.which("sipp") is None:
         pytest.skip("sipp not installed (apt-get install sip-tester)")
     servers: list[SipServer] = []
@@ -118,10 +119,10 @@ async def make_sip_server(seen):
         seen.agents += 1
         return ProbeAgent(seen)
 
-    async def make(**overrides) -> SipServer:
+    async def make(pipeline: PipelineConfig | None = None, **overrides) -> SipServer:
         config = SipConfig(**{"host": "127.0.0.1", "port": 0, "rtp_port_min": 30000, "rtp_port_max": 39999,
                               "reraise_call_errors": True, **overrides})
-        server = SipServer(config, factory, pipeline_config=PipelineConfig(vad="webrtc"))
+        server = SipServer(config, factory, pipeline_config=pipeline or PipelineConfig(vad="webrtc"))
         await server.start()
         servers.append(server)
         return server

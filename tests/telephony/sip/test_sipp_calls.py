@@ -10,7 +10,9 @@ from .conftest import run_sipp, wait_for
 
 
 async def test_uac_pcap_call_is_answered_heard_and_hung_up(sip_server, seen, tmp_path):
-    result = await run_sipp(sip_server, tmp_path, builtin="uac_pcap")
+    """sipp's g711a.pcap and a key, then 4 s of listening before the BYE (sipp's built-in
+    uac_pcap hung up 1 s after the key, before the answer: flaky, see the scenario)."""
+    result = await run_sipp(sip_server, tmp_path, scenario="uac_pcap_listen.xml")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     await wait_for(lambda: not sip_server.live)
     [record] = sip_server.store.list()
@@ -26,7 +28,8 @@ async def test_uac_pcap_call_is_answered_heard_and_hung_up(sip_server, seen, tmp
     assert stats.packets_out > 0  # the agent answered what it heard, over RTP
     assert sip_server.metrics.calls == {"sip": 1} and sip_server.metrics.live == {"sip": 0}
     assert seen.transcripts and any(seen.transcripts)  # the recogniser heard words in the pcap
-    assert record.turns and record.turns[0].user_text == seen.transcripts[0]
+    # the turn's words begin with the first final (a held turn joins the next one to it)
+    assert record.turns and record.turns[0].user_text.startswith(seen.transcripts[0])
     assert record.stats["rtp_in"] == 236 and record.stats["dtmf_in"] == 1
 
 
