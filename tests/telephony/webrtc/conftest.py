@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -26,10 +27,10 @@ def loopback_ice():
         yield
 
 
-@pytest.fixture
-async def webrtc_server():
-    srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN),
-                     agent_factory=lambda _info: EchoAgentProcessor())
+@contextlib.asynccontextmanager
+async def started_webrtc_server(agent_factory):
+    """A started CallServer with the WebRTC routes (call errors re-raised), stopped afterwards."""
+    srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN), agent_factory=agent_factory)
     if not any(getattr(r.resource, "canonical", None) == "/api/offer" for r in srv.app.router.routes()):
         srv.webrtc = register_webrtc_routes(
             srv.app, agent_factory=srv.agent_factory, pipeline_config=srv.config.pipeline,
@@ -40,6 +41,12 @@ async def webrtc_server():
         yield srv
     finally:
         await srv.stop()
+
+
+@pytest.fixture
+async def webrtc_server():
+    async with started_webrtc_server(lambda _info: EchoAgentProcessor()) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,10 @@ from agent.embedded import EmbeddedAgentProcessor
 from agent.spec import load_spec
 from agent.tools import ToolBox
 from harness.callers.webrtc import place_call
-from telephony.server import CallServer, ServerConfig
 from telephony.webrtc.commands import HangUp, KeyPress, parse_page_command
 from telephony.webrtc.errors import PageMessageError
-from telephony.webrtc.routes import WebRTCConfig, register_webrtc_routes
 
-from .conftest import TOKEN
+from .conftest import started_webrtc_server
 
 SPEC = Path(__file__).resolve().parents[3] / "agent" / "examples" / "receptionist.yaml"
 HOURS = "monday to friday"
@@ -38,19 +36,9 @@ def test_page_commands_are_typed_and_anything_else_is_refused():
 @pytest.fixture
 async def receptionist_webrtc():
     spec = load_spec(SPEC)
-    srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN),
-                     agent_factory=lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec),
-                                                                       call_sid=info.call_sid))
-    if not any(getattr(r.resource, "canonical", None) == "/api/offer" for r in srv.app.router.routes()):
-        srv.webrtc = register_webrtc_routes(
-            srv.app, agent_factory=srv.agent_factory, pipeline_config=srv.config.pipeline,
-            store=srv.store, live=srv.live, config=WebRTCConfig(reraise_call_errors=True),
-        )
-    await srv.start()
-    try:
+    async with started_webrtc_server(
+            lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec), call_sid=info.call_sid)) as srv:
         yield srv
-    finally:
-        await srv.stop()
 
 
 def _agent_said(messages: list[dict], words: str) -> bool:
