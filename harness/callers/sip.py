@@ -237,7 +237,7 @@ class SipCaller:
             return
         if isinstance(msg, SipResponse):
             try:
-                branch = Via.parse(msg.header("via") or "").branch or ""
+                branch = msg.top_via.branch or ""
             except SipParseError:
                 return
             queue = self._responses.get(branch)
@@ -260,7 +260,7 @@ class SipCaller:
     async def _transaction(self, req: SipRequest) -> SipResponse:
         """Send ``req``, retransmitting (T1 doubling) until a provisional or final response; return
         the final one (TimeoutError after ``io_timeout_s``). Provisional statuses go to ``history``."""
-        branch = Via.parse(req.header("via") or "").branch or ""
+        branch = req.top_via.branch or ""
         queue: asyncio.Queue[SipResponse] = asyncio.Queue()
         self._responses[branch] = queue
         interval, provisional = T1_S, False
@@ -290,7 +290,7 @@ class SipCaller:
             resp = await self._transaction(invite)
             if resp.status >= 300:
                 self._remote_tag = NameAddr.parse(resp.header("to") or "").tag
-                ack = self._request("ACK", self._cseq, branch=Via.parse(invite.header("via") or "").branch)
+                ack = self._request("ACK", self._cseq, branch=invite.top_via.branch)
                 self._send(ack)  # the ACK of a failure answer belongs to the INVITE's transaction
                 raise CallerError(f"INVITE refused: {resp.status} {resp.reason}")
             self._answered(resp)

@@ -20,6 +20,7 @@ from enum import Enum
 
 from pipeline.frames import TransferCallFrame
 from telephony.core.supervisor import CallSupervisor
+from telephony.sip.checks import ALLOW
 from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import SdpParseError, SipParseError, TransferError
 from telephony.sip.headers import NameAddr
@@ -142,7 +143,7 @@ class SipCall(CallSupervisor):
         self._answer_body = bytes(answer)
         resp = self.server.respond(request, self.addr, 200, to_tag=self.local_tag, body=self._answer_body,
                                    headers=(("Contact", f"<{self.server.contact_uri}>"),
-                                            ("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS, REFER, NOTIFY")))
+                                            ("Allow", ALLOW)))
         self._acked.clear()
         self._spawn(self._retransmit_until_ack(resp))
         return True

@@ -45,13 +45,55 @@ def _param(params: Params, name: str) -> str | None:
     return None
 
 
+_TOKEN_WORD = re.compile(r"[A-Za-z0-9.!%*_+`'~\-]+\Z")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+\-.]*\Z")
+_VIA = re.compile(r"\s*SIP\s*/\s*([0-9]+\.[0-9]+)\s*/\s*([A-Za-z0-9.!%*_+`'~\-]+)\s+(\S.*)\Z", re.S | re.I)
+
+
+def _quoted_string(text: str) -> tuple[str, int]:
+    """The unescaped content of the quoted string that starts ``text``, and the index after it."""
+    out: list[str] = []
+    i = 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if ch == '"':
+            return "".join(out), i + 1
+        out.append(ch)
+        i += 1
+    raise SipParseError(f"unterminated quoted string in {text[:80]!r}")
+
+
+def _bracketed(rest: str, text: str) -> tuple[str, str]:
+    """``<uri>tail`` -> (uri, tail); no white space is allowed inside the brackets."""
+    uri, close, tail = rest[1:].partition(">")
+    if not close or not uri or uri != uri.strip() or any(c in uri for c in ' \t<"'):
+        raise SipParseError(f"bad <uri> in {text[:80]!r}")
+    return uri, tail
+
+
+def _check_scheme(uri: str, text: str) -> None:
+    scheme, colon, rest = uri.partition(":")
+    if not colon or not rest or not _SCHEME.match(scheme):
+        raise SipParseError(f"no URI scheme in {text[:80]!r}")
+
+
 def split_commas(value: str) -> list[str]:
-    """Split a header value on commas outside quotes and angle brackets (Via, Contact lists)."""
+    """Split a header value on commas outside quotes and angle brackets (Via, Contact lists).
+
+    A backslash inside quotes escapes the next character (RFC 3261 quoted-pair)."""
     out: list[str] = []
     cur: list[str] = []
-    quoted, angle = False, 0
+    quoted, escaped, angle = False, False, 0
     for ch in value:
-        if ch == '"':
+        if escaped:
+            escaped = False
+        elif quoted and ch == "\\":
+            escaped = True
+        elif ch == '"':
             quoted = not quoted
         elif not quoted and ch == "<":
             angle += 1
@@ -99,15 +141,21 @@ class SipUri:
 
     @classmethod
     def parse(cls, text: str) -> "SipUri":
+        """``sip:`` / ``sips:`` only. The user part ends at the last ``@`` (a user may hold ``;``,
+        ``?`` and ``/``; parameters, headers and the host never hold ``@``)."""
         text = text.strip()
         scheme, colon, rest = text.partition(":")
         if not colon or scheme.lower() not in ("sip", "sips"):
             raise SipParseError(f"not a SIP URI: {text[:80]!r}")
+        if any(c.isspace() for c in rest):
+            raise SipParseError(f"white space inside the URI {text[:80]!r}")
+        user = None
+        if "@" in rest:
+            user, _, rest = rest.rpartition("@")
+            if not user:
+                raise SipParseError(f"empty user part in {text[:80]!r}")
         rest, _, headers = rest.partition("?")
         hostpart, semi, params = rest.partition(";")
-        user = None
-        if "@" in hostpart:
-            user, _, hostpart = hostpart.rpartition("@")
         host, port = _host_port(hostpart)
         return cls(host=host, user=user, port=port, params=_parse_params(params) if semi else (),
                    scheme=scheme.lower(), headers=headers)
@@ -137,29 +185,39 @@ class NameAddr:
 
     @classmethod
     def parse(cls, text: str) -> "NameAddr":
+        """``"Display" <uri>;params``, ``Display Words <uri>``, or a bare ``uri;params``.
+
+        Strict where RFC 4475 asks for a 400: an unterminated quote, a display name of non-token
+        words left unquoted (``Bell, Alexander <...>``), white space inside the brackets."""
         text = text.strip()
-        if "<" in text:
+        if text.startswith('"'):
+            display, end = _quoted_string(text)
+            rest = text[end:].lstrip(" \t")
+            if not rest.startswith("<"):
+                raise SipParseError(f"a quoted display name without <uri> in {text[:80]!r}")
+            uri, tail = _bracketed(rest, text)
+        elif "<" in text:
             before, _, after = text.partition("<")
-            uri, close, tail = after.partition(">")
-            if not close or not uri.strip():
-                raise SipParseError(f"bad name-addr {text[:80]!r}")
-            display = before.strip()
-            if display.startswith('"') and display.endswith('"') and len(display) >= 2:
-                display = display[1:-1]
-            tail = tail.strip()
+            words = before.split()
+            if not all(_TOKEN_WORD.match(w) for w in words):
+                raise SipParseError(f"display name {before.strip()[:40]!r} must be quoted")
+            display = " ".join(words)
+            uri, tail = _bracketed("<" + after, text)
         else:  # addr-spec: parameters after the URI belong to the header, not the URI
             uri, _, tail = text.partition(";")
-            tail = ";" + tail if tail else ""
+            uri, tail = uri.strip(), ";" + tail if tail else ""
             display = ""
+            if any(c in uri for c in ' \t<>"'):
+                raise SipParseError(f"bad URI in {text[:80]!r}")
+        tail = tail.strip()
         if tail and not tail.startswith(";"):
             raise SipParseError(f"junk after the URI in {text[:80]!r}")
-        uri = uri.strip()
-        if not uri or any(c in uri for c in ' \t<>"'):
-            raise SipParseError(f"bad URI in {text[:80]!r}")
+        _check_scheme(uri, text)
         return cls(uri=uri, display=display, params=_parse_params(tail[1:]) if tail else ())
 
     def __str__(self) -> str:
-        display = f'"{self.display}" ' if self.display else ""
+        escaped = self.display.replace("\\", "\\\\").replace('"', '\\"')
+        display = f'"{escaped}" ' if self.display else ""
         return f"{display}<{self.uri}>{_format_params(self.params)}"
 
     @property
@@ -182,23 +240,40 @@ class Via:
     port: int | None = None
     transport: str = "UDP"
     params: Params = ()
+    version: str = "2.0"
 
     @classmethod
     def parse(cls, text: str) -> "Via":
-        text = text.strip()
-        proto, _, rest = text.partition(" ")
-        bits = proto.split("/")
-        if len(bits) != 3 or bits[0].strip().upper() != "SIP" or not bits[2].strip():
+        """One via-parm (split a Via header's list with :func:`split_commas` first). White space
+        is legal around the ``/`` of the protocol, and around ``;`` and ``=`` (RFC 4475 wsinv)."""
+        m = _VIA.match(text)
+        if m is None:
             raise SipParseError(f"bad Via {text[:80]!r}")
-        sent_by, semi, params = rest.strip().partition(";")
+        version, transport, rest = m.group(1), m.group(2), m.group(3).strip()
+        sent_by, semi, params = rest.partition(";")
         host, port = _host_port(sent_by.strip())
-        return cls(host=host, port=port, transport=bits[2].strip().upper(),
-                   params=_parse_params(params) if semi else ())
+        return cls(host=host, port=port, transport=transport.upper(),
+                   params=_parse_params(params) if semi else (), version=version)
 
     def __str__(self) -> str:
         port = f":{self.port}" if self.port is not None else ""
-        return f"SIP/2.0/{self.transport} {self.host}{port}{_format_params(self.params)}"
+        return f"SIP/{self.version}/{self.transport} {self.host}{port}{_format_params(self.params)}"
+
+    def param(self, name: str) -> str | None:
+        return _param(self.params, name)
 
     @property
     def branch(self) -> str | None:
         return _param(self.params, "branch")
+
+    @property
+    def sent_by(self) -> str:
+        """``host:port`` as the sender wrote it (lower-case host, 5060 when no port was given)."""
+        return f"{self.host.lower()}:{self.port or 5060}"
+
+    @property
+    def transaction_id(self) -> str | None:
+        """The RFC 3261 branch (magic cookie ``z9hG4bK`` and something after it), else None:
+        an RFC 2543 peer, whose requests are not matched to transactions by branch."""
+        branch = self.branch
+        return branch if branch and branch.startswith("z9hG4bK") and len(branch) > 7 else None

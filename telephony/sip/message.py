@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Final, Self
 
 from telephony.sip.errors import SipParseError
+from telephony.sip.headers import Via, split_commas
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -28,13 +29,15 @@ __all__ = [
     "canonical_name",
     "parse_message",
     "response_to",
+    "salvage_request",
 ]
 
 MAX_MESSAGE_BYTES: Final = 65_535
 SIP_VERSION: Final = "SIP/2.0"
 
 _TOKEN = re.compile(r"[A-Za-z0-9.!%*_+`'~\-]+\Z")
-_BAD_VALUE = re.compile(r"[\x00\r\n]")
+_BAD_VALUE = re.compile(r"[\r\n]")  # NUL is legal in a quoted-pair (RFC 4475 intmeth)
+_VERSION = re.compile(r"SIP/[0-9]{1,3}\.[0-9]{1,3}\Z")
 _BAD_URI = re.compile(r"[\x00-\x20\x7f]")
 
 _COMPACT: Final = {
@@ -116,9 +119,18 @@ class _Base:
         """(sequence number, method) of the CSeq header."""
         value = self.header("cseq") or ""
         parts = value.split()
-        if len(parts) != 2 or not (parts[0].isascii() and parts[0].isdigit()) or len(parts[0]) > 10:
-            raise SipParseError(f"bad CSeq {value!r}")
-        return int(parts[0]), parts[1].upper()
+        if len(parts) != 2 or not (parts[0].isascii() and parts[0].isdigit()) or len(parts[0]) > 10 \
+                or int(parts[0]) >= 2**31 or not _TOKEN.match(parts[1]):
+            raise SipParseError(f"bad CSeq {value[:40]!r}")
+        return int(parts[0]), parts[1]  # methods are case-sensitive (RFC 3261 7.1)
+
+    @property
+    def top_via(self) -> Via:
+        """The first via-parm of the first Via header (a Via header may hold a comma list)."""
+        values = split_commas(self.header("via") or "")
+        if not values:
+            raise SipParseError("no Via")
+        return Via.parse(values[0])
 
     def _head_and_body(self, start_line: str) -> bytes:
         lines = [start_line]
@@ -131,10 +143,13 @@ class _Base:
 class SipRequest(_Base):
     method: str = "OPTIONS"
     uri: str = "sip:invalid"
+    version: str = SIP_VERSION  # another version is parsed, to be answered 505
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not _TOKEN.match(self.method):
             raise SipParseError(f"bad method {self.method!r}")
+        if not isinstance(self.version, str) or not _VERSION.match(self.version):
+            raise SipParseError(f"bad SIP version {self.version!r}")
         if not isinstance(self.uri, str) or not self.uri or _BAD_URI.search(self.uri):
             raise SipParseError(f"bad request URI {self.uri!r}")
         _check_headers(self.headers)
@@ -142,7 +157,7 @@ class SipRequest(_Base):
             raise SipParseError("body must be bytes")
 
     def __bytes__(self) -> bytes:
-        return self._head_and_body(f"{self.method} {self.uri} {SIP_VERSION}")
+        return self._head_and_body(f"{self.method} {self.uri} {self.version}")
 
 
 @dataclass(frozen=True)
@@ -228,18 +243,57 @@ def parse_message(data: bytes) -> SipMessage:
             raise SipParseError(f"bad status line {start[:80]!r}")
         return SipResponse(status=int(code), reason=parts[2] if len(parts) > 2 else "",
                            headers=tuple(headers), body=body)
-    parts = start.split(" ")
-    if len(parts) != 3 or parts[2] != SIP_VERSION:
+    parts = start.split(" ")  # exactly one SP between the three parts (RFC 4475 lwsstart, trws)
+    if len(parts) != 3 or not _VERSION.match(parts[2]):
         raise SipParseError(f"bad request line {start[:80]!r}")
-    return SipRequest(method=parts[0], uri=parts[1], headers=tuple(headers), body=body)
+    return SipRequest(method=parts[0], uri=parts[1], version=parts[2], headers=tuple(headers), body=body)
+
+
+_SALVAGED: Final = ("via", "from", "to", "call-id", "cseq")
+
+
+def salvage_request(data: bytes) -> SipRequest | None:
+    """What a 400 to a request that :func:`parse_message` refused needs: its method and the
+    Via, From, To, Call-ID and CSeq lines that are themselves well-formed.
+
+    None when the datagram is not a request's (a response, noise), has no usable Via to answer
+    along, or is an ACK (never answered)."""
+    data = bytes(data[:MAX_MESSAGE_BYTES])
+    crlf, lf = data.find(b"\r\n\r\n"), data.find(b"\n\n")
+    ends = [i for i in (crlf, lf) if i >= 0]
+    head = data[:min(ends)] if ends else data
+    text = head.decode("utf-8", "replace").replace("\r\n", "\n")
+    lines: list[str] = []
+    for line in text.split("\n"):
+        if line[:1] in (" ", "\t") and len(lines) > 1:
+            lines[-1] = lines[-1].rstrip(" \t") + " " + line.strip(" \t")
+        else:
+            lines.append(line)
+    start = lines[0].split()
+    if len(start) < 2 or not _TOKEN.match(start[0]) or start[0] == "ACK" or start[0].startswith("SIP/"):
+        return None
+    uri = start[1] if len(start) == 3 and not _BAD_URI.search(start[1]) else "sip:invalid"
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        name, value = name.rstrip(" \t"), value.strip(" \t")
+        if colon and _TOKEN.match(name) and canonical_name(name) in _SALVAGED and value:
+            headers.append((name, value))
+    try:
+        request = SipRequest(method=start[0], uri=uri, headers=tuple(headers))
+        request.top_via  # noqa: B018 (a response needs a Via to follow)
+    except SipParseError:
+        return None
+    return request
 
 
 _REASONS: Final = {
     100: "Trying", 180: "Ringing", 200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized",
-    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 407: "Proxy Authentication Required",
-    481: "Call/Transaction Does Not Exist", 486: "Busy Here", 487: "Request Terminated",
-    488: "Not Acceptable Here", 500: "Server Internal Error", 501: "Not Implemented",
-    503: "Service Unavailable",
+    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable",
+    407: "Proxy Authentication Required", 415: "Unsupported Media Type", 416: "Unsupported URI Scheme",
+    420: "Bad Extension", 481: "Call/Transaction Does Not Exist", 482: "Loop Detected", 486: "Busy Here",
+    487: "Request Terminated", 488: "Not Acceptable Here", 491: "Request Pending", 500: "Server Internal Error",
+    501: "Not Implemented", 503: "Service Unavailable", 505: "Version Not Supported",
 }
 
 
@@ -256,3 +310,27 @@ def response_to(request: SipRequest, status: int, reason: str | None = None, *, 
     return SipResponse(status=status, reason=reason if reason is not None else _REASONS.get(status, ""),
                        headers=tuple(copied) + tuple(headers), body=body)
 
+
+
+def with_received(request: SipRequest, addr: tuple[str, int]) -> SipRequest:
+    """``request`` with its top Via stamped for the response: ``received`` when the source
+    address differs from the sent-by host or ``rport`` was asked for, and ``rport`` filled in
+    with the source port (RFC 3261 18.2.1, RFC 3581). Unchanged when nothing applies."""
+    for i, (name, value) in enumerate(request.headers):
+        if canonical_name(name) != "via":
+            continue
+        parms = split_commas(value)
+        try:
+            via = Via.parse(parms[0])
+        except (SipParseError, IndexError):
+            return request
+        asked = any(n.lower() == "rport" for n, _ in via.params)
+        if not asked and via.host.strip("[]") == addr[0]:
+            return request
+        kept = tuple((n, v) for n, v in via.params if n.lower() not in ("rport", "received"))
+        stamped = kept + (("received", addr[0]),) + ((("rport", str(addr[1])),) if asked else ())
+        parms[0] = str(replace(via, params=stamped))
+        headers = list(request.headers)
+        headers[i] = (name, ", ".join(parms))
+        return replace(request, headers=tuple(headers))
+    return request

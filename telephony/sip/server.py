@@ -9,14 +9,19 @@
     await sip.drain(grace_s, farewell)   # SIGTERM: draining, wait, then farewell + BYE for the rest
     await sip.stop()             # hangs up what is left (BYE), unregisters, closes the socket
 
-Requests are checked in this order: parse (bad datagrams are counted and dropped), source
-allow-list (403), retransmission (the cached response is sent again), then by method. An INVITE
-also meets: draining (503), capacity (486), digest auth when credentials are set (401), and an
-SDP offer with G.711 (488). In-dialog requests go to their :class:`SipCall`.
+Requests are checked in this order: parse (a datagram that does not parse is counted; a request
+among them gets a 400 when enough of it is legible to answer), source allow-list (403),
+retransmission (the cached response is sent again), :func:`~telephony.sip.checks.check_request`
+(505, 400, 501/405, 416, 420, 415, 406), a request merged from another path (482), then by
+method. An INVITE also meets: draining and capacity (503 with Retry-After: carriers fail over on
+503, not on 486), digest auth when credentials are set (401), and an SDP offer with G.711 (488).
+In-dialog requests go to their :class:`SipCall`. Responses carry ``received`` (and ``rport``
+when asked, RFC 3581) in the top Via.
 
 Transactions are the small RFC 3261 subset a UA on UDP needs: final responses are cached per
-(branch, method) and replayed to retransmissions; our own requests are retransmitted from T1
-doubling to T2 until a final response; the 2xx to an INVITE is retransmitted until its ACK.
+(branch, Via sent-by, method) (RFC 3261 17.2.3; an ACK matches its INVITE) and replayed to
+retransmissions; our own requests are retransmitted from T1 doubling to T2 until a final
+response; the 2xx to an INVITE is retransmitted until its ACK.
 """
 
 from __future__ import annotations
@@ -30,12 +35,14 @@ from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
+from telephony.sip.checks import ALLOW, check_request, warning
 from telephony.sip.config import SipConfig
 from telephony.sip.digest import DigestServer
 from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipParseError
 from telephony.sip.headers import NameAddr, Via
 from telephony.sip.media import RtpSession, random_tag
-from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to
+from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to, salvage_request, \
+    with_received
 from telephony.sip.register import Registration
 from telephony.sip.sdp import SessionDescription, answer_offer
 from telephony.metrics import Metrics
@@ -45,9 +52,12 @@ log = logging.getLogger(__name__)
 
 T1_S = 0.5
 T2_S = 4.0
-ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, REFER, NOTIFY"
 _CACHE_SIZE = 2048
-_REFUSAL_REASONS = {401: "sip-unauthorized", 403: "sip-forbidden", 486: "sip-busy", 488: "sip-no-codec"}
+_REFUSAL_REASONS = {401: "sip-unauthorized", 403: "sip-forbidden", 488: "sip-no-codec"}
+RETRY_AFTER_S = 30  # what a 503 (draining, full) tells the carrier: try another server, or this one later
+
+_NO_DIALOG = warning("no dialog of this Call-ID and tags here")
+TransactionKey = tuple[str, str, str]  # (branch, Via sent-by, method)
 
 
 class SipServer(asyncio.DatagramProtocol):
@@ -69,7 +79,10 @@ class SipServer(asyncio.DatagramProtocol):
         self.refused: dict[int, int] = {}  # status -> count of requests refused with it
         self._digest = DigestServer(config.realm, dict(config.credentials)) if config.credentials else None
         self._transport: asyncio.DatagramTransport | None = None
-        self._responses: OrderedDict[tuple[str, str], tuple[SipResponse, tuple]] = OrderedDict()
+        self._responses: OrderedDict[TransactionKey, tuple[SipResponse, tuple]] = OrderedDict()
+        # (Call-ID, From tag, CSeq) of requests outside a dialog -> the (branch, sent-by) that
+        # brought it first: the same request by another path is merged (482, RFC 3261 8.2.2.2)
+        self._first_path: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
         self._pending: dict[str, asyncio.Future[SipResponse]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._refusal_logged: OrderedDict[str, float] = OrderedDict()
@@ -154,7 +167,7 @@ class SipServer(asyncio.DatagramProtocol):
         extra = tuple(headers) + (("User-Agent", "parley"),)
         if body:
             extra += (("Content-Type", "application/sdp"),)
-        resp = response_to(request, status, reason, to_tag=to_tag, headers=extra, body=body)
+        resp = response_to(with_received(request, addr), status, reason, to_tag=to_tag, headers=extra, body=body)
         self.send(resp, addr)
         key = self._key(request)
         if status >= 200 and key is not None:
@@ -187,7 +200,7 @@ class SipServer(asyncio.DatagramProtocol):
 
     async def request(self, req: SipRequest, addr: tuple[str, int], timeout_s: float | None = None) -> SipResponse:
         """Send ``req`` (retransmitting T1..T2) until a final response; TimeoutError after ``timeout_s``."""
-        branch = Via.parse(req.header("via") or "").branch or ""
+        branch = req.top_via.branch or ""
         fut: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
         self._pending[branch] = fut
         interval = T1_S
@@ -210,11 +223,9 @@ class SipServer(asyncio.DatagramProtocol):
             return  # a CRLF keep-alive (RFC 5626)
         try:
             msg = parse_message(data)
-            if isinstance(msg, SipRequest):
-                self._check_request(msg)
         except SipParseError as exc:
             self.bad_datagrams += 1
-            log.debug("bad SIP datagram from %s dropped: %s", addr[0], exc)
+            self._on_unparsable(data, addr, exc)
             return
         if isinstance(msg, SipResponse):
             self._on_response(msg)
@@ -225,29 +236,50 @@ class SipServer(asyncio.DatagramProtocol):
             self.bad_datagrams += 1
             log.info("bad %s from %s: %s", msg.method, addr[0], exc)
             if msg.method != "ACK":
-                self.respond(msg, addr, 400, "Bad Request")
+                self.respond(msg, addr, 400, "Bad Request", headers=warning(str(exc)))
+
+    def _on_unparsable(self, data: bytes, addr: tuple[str, int], exc: SipParseError) -> None:
+        """A request that does not parse gets a 400 saying why, if enough of it is legible to
+        answer (Via, the dialog headers) and its source may be answered at all; else nothing."""
+        request = salvage_request(data)
+        if request is None or not self.config.source_allowed(addr[0]):
+            log.debug("bad SIP datagram from %s dropped: %s", addr[0], exc)
+            return
+        if self._should_log_refusal(addr[0]):
+            log.info("malformed %s from %s answered 400: %s", request.method[:20], addr[0], exc)
+        self.respond(request, addr, 400, "Bad Request", headers=warning(str(exc)))
 
     def error_received(self, exc: Exception) -> None:
         log.debug("SIP socket error: %s", exc)
 
     @staticmethod
-    def _check_request(req: SipRequest) -> None:
-        """The headers every request needs before we may even answer it."""
-        for name in ("via", "from", "to", "call-id", "cseq"):
-            if req.header(name) is None:
-                raise SipParseError(f"{req.method} without {name}")
-        Via.parse(req.header("via") or "")
-        if req.cseq[1] != req.method:
-            raise SipParseError("CSeq method differs from the request method")
+    def _key(req: SipRequest) -> TransactionKey | None:
+        """RFC 3261 17.2.3: branch, sent-by and method (an ACK belongs to its INVITE); None for an
+        RFC 2543 peer (no magic cookie), whose requests are not cached."""
+        try:
+            via = req.top_via
+        except SipParseError:
+            return None
+        branch = via.transaction_id
+        if branch is None:
+            return None
+        return branch, via.sent_by, "INVITE" if req.method == "ACK" else req.method
 
-    @staticmethod
-    def _key(req: SipRequest) -> tuple[str, str] | None:
-        branch = Via.parse(req.header("via") or "").branch
-        return (branch, req.method) if branch else None
+    def _merged(self, req: SipRequest) -> bool:
+        """The same request (Call-ID, From tag, CSeq) arrived before along another path."""
+        if req.method == "ACK" or NameAddr.parse(req.header("to") or "").tag is not None:
+            return False
+        via = req.top_via
+        path = (via.branch or "", via.sent_by)
+        key = (req.call_id, NameAddr.parse(req.header("from") or "").tag or "", req.header("cseq") or "")
+        first = self._first_path.setdefault(key, path)
+        while len(self._first_path) > _CACHE_SIZE:
+            self._first_path.popitem(last=False)
+        return first != path
 
     def _on_response(self, resp: SipResponse) -> None:
         try:
-            branch = Via.parse(resp.header("via") or "").branch or ""
+            branch = resp.top_via.branch or ""
         except SipParseError:
             self.bad_datagrams += 1
             return
@@ -271,13 +303,23 @@ class SipServer(asyncio.DatagramProtocol):
             resp, to = self._responses[key]
             self.send(resp, to)  # a retransmission: answer it the same way again
             return
+        refusal = check_request(req)
+        if refusal is not None:
+            if self._should_log_refusal(addr[0]):
+                log.info("%s from %s refused %d: %s", req.method[:20], addr[0], refusal.status, refusal.detail)
+            if req.method != "ACK":
+                self.respond(req, addr, refusal.status, headers=refusal.headers + warning(refusal.detail))
+            return
+        if self._merged(req):
+            self.respond(req, addr, 482, headers=warning("this request arrived before by another path"))
+            return
         call = self.live.get(req.call_id)
         method = req.method
         if call is not None and not call.matches(req):
             if method == "INVITE" and not NameAddr.parse(req.header("to") or "").tag:
                 self.respond(req, addr, 482, "Loop Detected")  # same Call-ID, not our dialog
             elif method != "ACK":
-                self.respond(req, addr, 481)
+                self.respond(req, addr, 481, headers=_NO_DIALOG)
             return
         if method == "INVITE":
             if call is None and req.call_id in self._answering:
@@ -290,12 +332,13 @@ class SipServer(asyncio.DatagramProtocol):
             else:
                 self._on_invite(req, addr)
         elif method == "OPTIONS":
-            self.respond(req, addr, 200, headers=(("Allow", ALLOW), ("Accept", "application/sdp")))
+            self.respond(req, addr, 200, headers=(("Allow", ALLOW), ("Accept", "application/sdp"),
+                                                  ("Accept-Encoding", "identity"), ("Accept-Language", "en")))
         elif method == "ACK":
             if call is not None:
                 call.on_ack(req)
         elif call is None:
-            self.respond(req, addr, 481)
+            self.respond(req, addr, 481, headers=_NO_DIALOG)
         elif method == "CANCEL":
             call.on_cancel(req, addr)
         elif method == "BYE":
@@ -318,13 +361,17 @@ class SipServer(asyncio.DatagramProtocol):
     def _on_invite(self, req: SipRequest, addr: tuple[str, int]) -> None:
         NameAddr.parse(req.header("from") or "")  # malformed dialog headers: 400, before any work
         if self.draining:
-            self.respond(req, addr, 503, headers=(("Retry-After", "30"),), refusal="draining")
+            self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),), refusal="draining")
             return
-        if len(self.live) >= self.config.max_calls:
-            self.respond(req, addr, 486)
+        if len(self.live) + len(self._answering) >= self.config.max_calls:  # calls being set up count too
+            if self._should_log_refusal(f"full:{addr[0]}"):
+                log.warning("INVITE from %s refused 503: %d calls, the most this server takes", addr[0],
+                            self.config.max_calls)
+            self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),) +
+                         warning(f"at capacity ({self.config.max_calls} calls)"), refusal="capacity")
             return
         if NameAddr.parse(req.header("to") or "").tag:  # in-dialog INVITE for a call we do not know
-            self.respond(req, addr, 481)
+            self.respond(req, addr, 481, headers=_NO_DIALOG)
             return
         if self._digest is not None:
             credentials = req.header("authorization")

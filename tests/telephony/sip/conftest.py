@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from agent.echo import EchoAgentConfig, EchoAgentProcessor, last_user_text
 from pipeline.builder import PipelineConfig
 from pipeline.frames import TransferCallFrame
 from telephony.sip import SipConfig, SipServer
+from telephony.sip.headers import NameAddr
+from telephony.sip.message import SipRequest, SipResponse, parse_message
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 PCAP_DIR = Path("/usr/share/sip-tester")
@@ -94,6 +97,84 @@ async def run_sipp(server: SipServer, workdir: Path, *, scenario: str | None = N
     errors = workdir / "sipp_errors.log"
     return SippResult(proc.returncode or 0, out.decode(errors="replace"),
                       err.decode(errors="replace") + (errors.read_text(errors="replace") if errors.exists() else ""))
+
+
+class UdpPeer(asyncio.DatagramProtocol):
+    """A raw SIP peer for tests that write their own messages: ``await UdpPeer.open()``,
+    ``peer.send(bytes_or_message, server)``, ``await peer.responses()``."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[bytes, tuple[str, int]]] = asyncio.Queue()
+        self.transport: asyncio.DatagramTransport | None = None
+        self.port = 0
+
+    @classmethod
+    async def open(cls) -> "UdpPeer":
+        transport, peer = await asyncio.get_running_loop().create_datagram_endpoint(
+            cls, local_addr=("127.0.0.1", 0))
+        peer.transport = transport
+        peer.port = transport.get_extra_info("sockname")[1]
+        return peer
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.queue.put_nowait((data, (addr[0], addr[1])))
+
+    def send(self, message: bytes | SipRequest | SipResponse, server: SipServer | int) -> None:
+        assert self.transport is not None
+        port = server if isinstance(server, int) else server.port
+        self.transport.sendto(bytes(message), ("127.0.0.1", port))
+
+    async def messages(self, timeout_s: float, until=None) -> list[SipRequest | SipResponse]:
+        """What arrives within ``timeout_s`` (or until ``until(message)`` is true)."""
+        out: list[SipRequest | SipResponse] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    msg = parse_message((await self.queue.get())[0])
+                    out.append(msg)
+                    if until is not None and until(msg):
+                        return out
+        except TimeoutError:
+            return out
+
+    async def responses(self, timeout_s: float = 5.0) -> list[SipResponse]:
+        """Responses up to and including the first final one (or what came in ``timeout_s``)."""
+        got = await self.messages(timeout_s, until=lambda m: isinstance(m, SipResponse) and m.status >= 200)
+        assert all(isinstance(m, SipResponse) for m in got), got
+        return got  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def branch() -> str:
+    return "z9hG4bK" + os.urandom(6).hex()
+
+
+OFFER = (b"v=0\r\no=peer 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+         b"m=audio 9 RTP/AVP 0 101\r\na=rtpmap:101 telephone-event/8000\r\n")
+
+
+def invite(peer: UdpPeer, call_id: str, *, via_branch: str | None = None, sent_by: str | None = None,
+           from_tag: str = "peer", cseq: int = 1, body: bytes = OFFER, extra: tuple = ()) -> SipRequest:
+    """An INVITE from ``peer`` (its SDP names port 9, where nothing listens)."""
+    headers = (("Via", f"SIP/2.0/UDP {sent_by or f'127.0.0.1:{peer.port}'};branch={via_branch or branch()}"),
+               ("Max-Forwards", "70"), ("From", f"<sip:peer@127.0.0.1>;tag={from_tag}"),
+               ("To", "<sip:parley@127.0.0.1>"), ("Call-ID", call_id), ("CSeq", f"{cseq} INVITE"),
+               ("Contact", f"<sip:peer@127.0.0.1:{peer.port}>")) + tuple(extra)
+    if body:
+        headers += (("Content-Type", "application/sdp"),)
+    return SipRequest(method="INVITE", uri="sip:parley@127.0.0.1", headers=headers, body=body)
+
+
+def in_dialog(method: str, ok: SipResponse, cseq: int, port: int, *, via_branch: str | None = None) -> SipRequest:
+    """ACK / BYE for the dialog a 2xx (or any final answer) made, sent from ``port``."""
+    contact = NameAddr.parse(ok.header("contact") or "<sip:parley@127.0.0.1>").uri
+    return SipRequest(method=method, uri=contact, headers=(
+        ("Via", f"SIP/2.0/UDP 127.0.0.1:{port};branch={via_branch or branch()}"),
+        ("Max-Forwards", "70"), ("From", ok.header("from") or ""), ("To", ok.header("to") or ""),
+        ("Call-ID", ok.call_id), ("CSeq", f"{cseq} {method}")))
 
 
 async def wait_for(predicate, timeout_s: float = 5.0) -> None:

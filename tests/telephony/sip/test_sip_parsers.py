@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from telephony.sip.digest import DigestChallenge, DigestCredentials, DigestServer, authorization
 from telephony.sip.errors import DigestParseError, RtpParseError, SdpParseError, SipParseError
-from telephony.sip.headers import NameAddr, SipUri, Via
+from telephony.sip.headers import NameAddr, SipUri, Via, split_commas
 from telephony.sip.message import SipRequest, SipResponse, canonical_name, parse_message, response_to
 from telephony.sip.rtp import RtpPacket, TelephoneEvent
 from telephony.sip.sdp import Connection, MediaDescription, Origin, SessionDescription, answer_offer
@@ -61,7 +61,7 @@ def test_compact_forms_folding_and_lf_only():
 
 @pytest.mark.parametrize("raw", [
     b"", b"\r\n\r\n", b"INVITE sip:a@b SIP/2.0\r\n",  # no end of headers
-    b"INVITE sip:a@b SIP/3.0\r\n\r\n", b"INVITE  sip:a@b SIP/2.0\r\n\r\n", b"SIP/2.0 99 Low\r\n\r\n",
+    b"INVITE sip:a@b SIP/3\r\n\r\n", b"INVITE  sip:a@b SIP/2.0\r\n\r\n", b"SIP/2.0 99 Low\r\n\r\n",
     b"SIP/2.0 2000 OK\r\n\r\n", b"BYE sip:a@b SIP/2.0\r\nNo colon here\r\n\r\n",
     b"BYE sip:a@b SIP/2.0\r\nContent-Length: 10\r\n\r\nshort", b"BYE sip:a@b SIP/2.0\r\nContent-Length: -1\r\n\r\n",
     b"BYE sip:a@b SIP/2.0\r\nContent-Length: 1\r\nl: 2\r\n\r\nxy", b"BYE sip:a@b SIP/2.0\r\nX: \xff\xfe\r\n\r\n",
@@ -87,9 +87,32 @@ def test_header_values():
     assert NameAddr.parse("sip:sipp@127.0.0.1:5090;tag=9").tag == "9"  # addr-spec: params are the header's
     uri = SipUri.parse("sip:alice@[::1]:5062;transport=udp?subject=hi")
     assert uri.address == ("::1", 5062) and uri.param("transport") == "udp" and SipUri.parse(str(uri)) == uri
-    for bad in ("http://x", "sip:", "sip:a@b:99999", "sip:a@[::1"):
+    for bad in ("http://x", "sip:", "sip:a@b:99999", "sip:a@[::1", "sip:a@b; lr"):
         with pytest.raises(SipParseError):
             SipUri.parse(bad)
+
+
+def test_header_values_as_rfc_4475_writes_them():
+    """The grammar's corners the torture messages found: each was refused or misread before."""
+    # the user part ends at the last @, and may hold ; ? / (intmeth, semiuri)
+    uri = SipUri.parse("sip:1_unusual.URI~(to-be!sure)&isn't+it$/crazy?,/;;*:&it+has=1,weird!*pas$wo~d_too."
+                       "(doesn't-it)@example.com")
+    assert uri.host == "example.com" and uri.headers == "" and uri.user is not None and uri.user.endswith("-it)")
+    assert SipUri.parse("sip:user;par=u%40example.net@example.com").user == "user;par=u%40example.net"
+    # LWS around the / of a Via's protocol and around = (wsinv)
+    via = Via.parse("SIP  /   2.0 /UDP 192.0.2.2;branch  =   z9hG4bK9ikj8")
+    assert (via.transport, via.host, via.branch) == ("UDP", "192.0.2.2", "z9hG4bK9ikj8")
+    # a quoted display name with escapes, and commas inside quotes (wsinv, split_commas)
+    na = NameAddr.parse('"J Rosenberg \\\\\\""       <sip:jdrosen@example.com> ; tag = 98asjd8')
+    assert (na.display, na.tag) == ('J Rosenberg \\"', "98asjd8") and NameAddr.parse(str(na)) == na
+    assert split_commas('"a \\", b" <sip:x@y>, <sip:z@w>') == ['"a \\", b" <sip:x@y>', "<sip:z@w>"]
+    assert NameAddr.parse("caller<sip:caller@example.com>;tag=323").display == "caller"  # lwsdisp
+    assert NameAddr.parse("sip:vivekg@chair-dnrc.example.com ;   tag    = 1918181833n").tag == "1918181833n"
+    for bad in ('"Mr. J. User <sip:j.user@example.com>',          # quotbal: unterminated quote
+                "Bell, Alexander <sip:a.g.bell@example.com>;tag=43",  # baddn: unquoted comma
+                '"Watson, Thomas" < sip:t.watson@example.org >'):  # badaspec: spaces inside <>
+        with pytest.raises(SipParseError):
+            NameAddr.parse(bad)
 
 
 # -- property tests -----------------------------------------------------------------------------
