@@ -186,13 +186,27 @@ def _agent_factory(spec_path: Path, *, llm_check: bool = True):
     return lambda info: build_agent(spec, call_sid=info.call_sid, params=info.params, env=os.environ)
 
 
+def _sip_credentials() -> tuple[str | None, str | None]:
+    """PARLEY_SIP_USER / PARLEY_SIP_PASSWORD: both set, or neither. One without the other (an
+    empty password included) would silently switch digest auth off: refuse to start instead."""
+    from telephony.sip import SipConfigError
+
+    user, password = os.environ.get("PARLEY_SIP_USER") or None, os.environ.get("PARLEY_SIP_PASSWORD") or None
+    if (user is None) != (password is None):
+        have, missing = ("PARLEY_SIP_USER", "PARLEY_SIP_PASSWORD") if user else ("PARLEY_SIP_PASSWORD",
+                                                                              "PARLEY_SIP_USER")
+        raise SipConfigError(f"{have} is set but {missing} is empty or unset: SIP digest auth needs both "
+                             "(unset both to answer SIP callers without auth)")
+    return user, password
+
+
 def _sip_server(args: argparse.Namespace, agent_factory, server):
     """SIP beside HTTP, sharing the store, pipeline config and metrics. Credentials from the env:
     PARLEY_SIP_USER / PARLEY_SIP_PASSWORD make every INVITE answer a digest challenge."""
     from telephony.sip import SipConfig, SipServer
 
     lo, _, hi = args.sip_rtp_ports.partition("-")
-    user, password = os.environ.get("PARLEY_SIP_USER"), os.environ.get("PARLEY_SIP_PASSWORD")
+    user, password = _sip_credentials()
     config = SipConfig(
         host=args.sip_host or args.host,
         port=args.sip_port,
@@ -302,6 +316,8 @@ def _serve(args: argparse.Namespace) -> int:
     from telephony.server import CallServer, ServerConfig, serve_forever
 
     _configure_logging(args.log_level)
+    if args.sip_port is not None:
+        _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
     voice_proc = None
     tts_model_dir = str(args.tts_model) if args.tts_model else None
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call

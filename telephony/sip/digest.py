@@ -3,10 +3,14 @@
 Server (inbound trunks with credentials)::
 
     auth = DigestServer(realm="parley", credentials={"trunk": "secret"}, secret=b"...")
-    challenge = auth.challenge()            # -> WWW-Authenticate value for a 401
-    user = auth.verify(method, header)      # -> the user name, or None
+    challenge = auth.challenge()                        # -> WWW-Authenticate value for a 401
+    user = auth.verify(method, header, request_uri)     # -> the user name, or None
 
-Nonces are stateless: ``timestamp:hmac(secret, timestamp)``, valid for ``nonce_ttl_s``.
+Nonces are ``timestamp-random:hmac(secret, timestamp-random)``, valid for ``nonce_ttl_s``. A captured
+``Authorization`` must not start calls of its own (a replay): with ``qop=auth`` each use of a
+nonce must carry a higher nonce-count than the last accepted one; without ``qop`` a nonce is good
+once. The digest ``uri`` must name the Request-URI's scheme, host and port (RFC 2617 3.2.2.5;
+the user part is not compared: sipp, among others, leaves it out).
 
 Client (REGISTER to a PBX)::
 
@@ -20,6 +24,7 @@ import hmac
 import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -120,6 +125,27 @@ class DigestCredentials:
         return "Digest " + ", ".join(parts)
 
 
+def _target(uri: str) -> tuple[str, str, str] | None:
+    """(scheme, host, port) of a sip/sips URI, lower-case; None when it is not one."""
+    scheme, colon, rest = uri.strip().partition(":")
+    if not colon or scheme.lower() not in ("sip", "sips"):
+        return None
+    hostport = rest.rpartition("@")[2].split(";", 1)[0].split("?", 1)[0]
+    if hostport.startswith("["):
+        host, _, port = hostport[1:].partition("]")
+        port = port.lstrip(":")
+    else:
+        host, _, port = hostport.partition(":")
+    return scheme.lower(), host.lower(), port or "5060"
+
+
+def _same_target(digest_uri: str, request_uri: str) -> bool:
+    if digest_uri == request_uri:
+        return True
+    mine = _target(digest_uri)
+    return mine is not None and mine == _target(request_uri)
+
+
 def digest_response(*, username: str, password: str, realm: str, method: str, uri: str, nonce: str,
                     qop: str | None = None, nc: str | None = None, cnonce: str | None = None) -> str:
     ha1 = _md5(f"{username}:{realm}:{password}")
@@ -157,25 +183,33 @@ class DigestServer:
         self._secret = secret or os.urandom(32)
         self._ttl_s = nonce_ttl_s
         self._clock = clock
+        self._used: OrderedDict[str, int] = OrderedDict()  # nonce -> highest nonce-count accepted
+        self.replays = 0  # credentials refused because their nonce-count was used already
 
     def _sign(self, stamp: str) -> str:
         return hmac.new(self._secret, stamp.encode(), hashlib.sha256).hexdigest()[:32]
 
     def challenge(self) -> DigestChallenge:
-        stamp = f"{self._clock():.3f}"
-        return DigestChallenge(realm=self.realm, nonce=f"{stamp}:{self._sign(stamp)}", qop="auth")
+        value = f"{self._clock():.3f}-{os.urandom(8).hex()}"  # unique: its counts are its own
+        return DigestChallenge(realm=self.realm, nonce=f"{value}:{self._sign(value)}", qop="auth")
+
+    @staticmethod
+    def _stamp(nonce: str) -> float | None:
+        try:
+            return float(nonce.partition("-")[0])
+        except ValueError:
+            return None
 
     def _nonce_ok(self, nonce: str) -> bool:
-        stamp, _, sig = nonce.partition(":")
-        if not hmac.compare_digest(sig.encode(), self._sign(stamp).encode()):
+        value, _, sig = nonce.rpartition(":")
+        if not hmac.compare_digest(sig.encode(), self._sign(value).encode()):
             return False
-        try:
-            return 0 <= self._clock() - float(stamp) <= self._ttl_s
-        except ValueError:
-            return False
+        stamp = self._stamp(nonce)
+        return stamp is not None and 0 <= self._clock() - stamp <= self._ttl_s
 
-    def verify(self, method: str, header: str | None) -> str | None:
-        """The authenticated user name, or None (missing, malformed, stale or wrong credentials)."""
+    def verify(self, method: str, header: str | None, request_uri: str | None = None) -> str | None:
+        """The authenticated user name, or None (missing, malformed, stale, replayed or wrong
+        credentials, or a digest ``uri`` that is not ``request_uri``)."""
         if not header:
             return None
         try:
@@ -187,6 +221,39 @@ class DigestServer:
             return None
         if cred.algorithm.upper() != "MD5" or (cred.qop not in (None, "auth")):
             return None
+        if request_uri is not None and not _same_target(cred.uri, request_uri):
+            return None
+        count = self._nonce_count(cred)
+        if count is None:
+            return None
         expected = digest_response(username=cred.username, password=password, realm=self.realm, method=method,
                                    uri=cred.uri, nonce=cred.nonce, qop=cred.qop, nc=cred.nc, cnonce=cred.cnonce)
-        return cred.username if hmac.compare_digest(expected, cred.response) else None
+        if not hmac.compare_digest(expected, cred.response):
+            return None
+        if count <= self._used.get(cred.nonce, 0):
+            self.replays += 1
+            return None
+        self._used[cred.nonce] = count
+        self._used.move_to_end(cred.nonce)
+        self._forget_stale()
+        return cred.username
+
+    @staticmethod
+    def _nonce_count(cred: DigestCredentials) -> int | None:
+        """The nonce-count (8 hex digits with qop; 1 without: such a nonce is good once)."""
+        if cred.qop is None:
+            return 1
+        nc = cred.nc or ""
+        if len(nc) != 8 or any(c not in "0123456789abcdefABCDEF" for c in nc) or not cred.cnonce:
+            return None
+        return int(nc, 16)
+
+    def _forget_stale(self) -> None:
+        """Nonces past their lifetime are refused anyway: their counts need not be kept."""
+        now = self._clock()
+        while self._used:
+            stamp = self._stamp(next(iter(self._used)))
+            fresh = stamp is not None and now - stamp <= self._ttl_s
+            if fresh and len(self._used) <= 100_000:
+                break
+            self._used.popitem(last=False)

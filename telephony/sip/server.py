@@ -375,7 +375,7 @@ class SipServer(asyncio.DatagramProtocol):
             return
         if self._digest is not None:
             credentials = req.header("authorization")
-            if self._digest.verify("INVITE", credentials) is None:
+            if self._digest.verify("INVITE", credentials, req.uri) is None:
                 if credentials:
                     log.warning("INVITE from %s: digest credentials refused", addr[0])
                 self.respond(req, addr, 401, headers=(("WWW-Authenticate", str(self._digest.challenge())),))

@@ -237,6 +237,26 @@ def test_digest_challenges_round_trip(ch):
     assert DigestChallenge.parse(str(ch)) == ch
 
 
+def test_digest_credentials_are_good_once_per_nonce_count_and_for_their_request_uri():
+    """Regression: a captured Authorization header started new calls for the nonce's lifetime,
+    and its digest uri was never compared with the Request-URI."""
+    server = DigestServer("parley", {"alice": "s3cret"}, secret=b"k", nonce_ttl_s=60, clock=lambda: 1000.0)
+    ch = DigestChallenge.parse(str(server.challenge()))
+    assert server.challenge().nonce != ch.nonce  # unique within one clock tick
+    uri = "sip:service@127.0.0.1"
+    first = authorization(ch, "INVITE", uri, "alice", "s3cret", nc=1, cnonce="c1")
+    assert server.verify("INVITE", str(first), uri) == "alice"
+    assert server.verify("INVITE", str(first), uri) is None and server.replays == 1  # the replay
+    second = authorization(ch, "INVITE", uri, "alice", "s3cret", nc=2, cnonce="c2")
+    assert server.verify("INVITE", str(second), "sip:service@10.0.0.9") is None  # another Request-URI
+    assert server.verify("INVITE", str(second), "sip:service@127.0.0.1:5070") is None
+    assert server.verify("INVITE", str(second), uri) == "alice"  # the next count of the same nonce
+    assert server.verify("INVITE", str(authorization(ch, "INVITE", uri, "alice", "s3cret", nc=2)), uri) is None
+    no_qop = DigestChallenge(realm=ch.realm, nonce=server.challenge().nonce, qop=None)
+    once = str(authorization(no_qop, "INVITE", uri, "alice", "s3cret"))
+    assert server.verify("INVITE", once, uri) == "alice" and server.verify("INVITE", once, uri) is None
+
+
 @given(st.text(max_size=100))
 @settings(max_examples=200)
 def test_arbitrary_digest_headers_raise_only_digest_parse_error(text):
@@ -259,7 +279,7 @@ def test_digest_server_verifies_the_client_answer():
     assert server.verify("INVITE", str(authorization(ch, "INVITE", "sip:s@h", "mallory", "s3cret"))) is None
     forged = DigestChallenge(realm="parley", nonce="1000.000:" + "0" * 32)
     assert server.verify("INVITE", str(authorization(forged, "INVITE", "sip:s@h", "alice", "s3cret"))) is None
-    no_qop = DigestChallenge(realm=ch.realm, nonce=ch.nonce, qop=None)
+    no_qop = DigestChallenge(realm=ch.realm, nonce=server.challenge().nonce, qop=None)  # a fresh nonce
     assert server.verify("INVITE", str(authorization(no_qop, "INVITE", "sip:s@h", "alice", "s3cret"))) == "alice"
     now[0] += 61  # the nonce went stale
     assert server.verify("INVITE", str(good)) is None
