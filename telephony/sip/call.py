@@ -23,7 +23,7 @@ from telephony.core.supervisor import CallSupervisor
 from telephony.sip.checks import ALLOW
 from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import SdpParseError, SipParseError, TransferError
-from telephony.sip.headers import NameAddr
+from telephony.sip.headers import NameAddr, SipUri, split_commas
 from telephony.sip.media import RtpSession, random_tag
 from telephony.sip.message import SipRequest, SipResponse
 from telephony.sip.sdp import SessionDescription, answer_offer
@@ -62,7 +62,8 @@ class SipCall(CallSupervisor):
             target = None
         self.remote_target = str(target) if target else self.remote.uri
         self.remote_addr = target.address if target else addr
-        self.routes = invite.headers_named("record-route")
+        # the route set (RFC 3261 12.1.1): Record-Route values of the INVITE, in order
+        self.routes = [r for value in invite.headers_named("record-route") for r in split_commas(value)]
         self.local_cseq = 0
         self.sdp_version = 0
         self._sdp_session_id = random.getrandbits(32)
@@ -233,12 +234,23 @@ class SipCall(CallSupervisor):
 
     # -- requests we send ---------------------------------------------------------------------
 
-    def _in_dialog(self, method: str, headers: tuple = (), body: bytes = b"") -> SipRequest:
+    def _in_dialog(self, method: str, headers: tuple = (), body: bytes = b"") -> tuple[SipRequest, Address]:
+        """A request within the dialog and where to send it (RFC 3261 12.2.1.1): with a route set
+        it goes to the first route, not the remote target: a loose router (``;lr``) keeps the
+        target as Request-URI and gets the whole set as Route; a strict one becomes the
+        Request-URI itself and the target goes last in Route."""
         self.local_cseq += 1
-        routes = tuple(("Route", r) for r in self.routes)
-        return self.server.new_request(method, self.remote_target, call_id=self.call_id, from_=str(self.local),
-                                       to=str(self.remote), cseq=self.local_cseq, headers=routes + tuple(headers),
-                                       body=body)
+        uri, routes, dest = self.remote_target, list(self.routes), self.remote_addr
+        if routes:
+            first = SipUri.parse(NameAddr.parse(routes[0]).uri)
+            dest = (first.param("maddr") or first.host.strip("[]"), first.port or 5060)
+            if not first.has_param("lr"):  # a strict router (RFC 2543)
+                uri = str(first)
+                routes = routes[1:] + [f"<{self.remote_target}>"]
+        request = self.server.new_request(method, uri, call_id=self.call_id, from_=str(self.local),
+                                          to=str(self.remote), cseq=self.local_cseq,
+                                          headers=tuple(("Route", r) for r in routes) + tuple(headers), body=body)
+        return request, dest
 
     async def _send_bye(self) -> None:
         if self._bye_started or "bye-received" in self.history:
@@ -251,7 +263,7 @@ class SipCall(CallSupervisor):
             pass
         self._step("bye-sent")
         try:
-            resp = await self.server.request(self._in_dialog("BYE"), self.remote_addr)
+            resp = await self.server.request(*self._in_dialog("BYE"))
             log.info("[%s] BYE answered %d", self.call_id, resp.status)
         except TimeoutError:
             log.warning("[%s] BYE unanswered", self.call_id)
@@ -268,9 +280,9 @@ class SipCall(CallSupervisor):
     async def _refer(self, target: str) -> None:
         self._step("refer-sent")
         self._notify = asyncio.get_running_loop().create_future()
-        req = self._in_dialog("REFER", (("Refer-To", f"<{target}>"), ("Referred-By", f"<{self.local.uri}>")))
+        req, dest = self._in_dialog("REFER", (("Refer-To", f"<{target}>"), ("Referred-By", f"<{self.local.uri}>")))
         try:
-            resp = await self.server.request(req, self.remote_addr)
+            resp = await self.server.request(req, dest)
             if resp.status >= 300:
                 raise TransferError(f"REFER refused: {resp.status} {resp.reason}")
             async with asyncio.timeout(self.config.transfer_timeout_s):

@@ -8,7 +8,7 @@
 
 1. the version (505 for anything but SIP/2.0);
 2. the message's own shape (400): the mandatory headers, once each where only one is allowed,
-   a Via, From and To that parse (an unterminated quote, an unquoted display name with commas,
+   a Via, From, To and Record-Route (SIP URIs) that parse (an unterminated quote, an unquoted display name with commas,
    white space inside ``<...>``), a CSeq below 2**31, a Request-URI with a scheme and, for SIP
    URIs, no escaped headers;
 3. the method (RFC 3261 8.2.1): unknown -> 501, known but not ours (REGISTER, SUBSCRIBE,
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from telephony.sip.errors import SipParseError
-from telephony.sip.headers import NameAddr, SipUri
+from telephony.sip.headers import NameAddr, SipUri, split_commas
 from telephony.sip.message import SIP_VERSION, SipRequest
 
 __all__ = ["ALLOW", "KNOWN_METHODS", "SUPPORTED_METHODS", "Refusal", "check_request", "warning"]
@@ -75,6 +75,9 @@ def _shape(req: SipRequest) -> str | None:
         NameAddr.parse(req.header("from") or "")
         NameAddr.parse(req.header("to") or "")
         req.cseq  # noqa: B018
+        for value in req.headers_named("record-route"):  # the route set our BYE will follow
+            for route in split_commas(value):
+                NameAddr.parse(route).sip_uri  # noqa: B018
     except SipParseError as exc:
         return str(exc)
     scheme = _SCHEME.match(req.uri)

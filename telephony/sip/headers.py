@@ -169,6 +169,10 @@ class SipUri:
     def param(self, name: str) -> str | None:
         return _param(self.params, name)
 
+    def has_param(self, name: str) -> bool:
+        """Whether the parameter is there, with or without a value (``;lr``)."""
+        return any(n.lower() == name.lower() for n, _ in self.params)
+
     @property
     def address(self) -> tuple[str, int]:
         """Where to send requests for this URI (no DNS: the host is used as given)."""

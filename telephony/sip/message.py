@@ -299,13 +299,15 @@ _REASONS: Final = {
 
 def response_to(request: SipRequest, status: int, reason: str | None = None, *, to_tag: str | None = None,
                 headers: Headers = (), body: bytes = b"") -> SipResponse:
-    """A response to ``request`` (RFC 3261 8.2.6): Via, From, To (+ tag), Call-ID and CSeq copied."""
+    """A response to ``request`` (RFC 3261 8.2.6): Via, From, To (+ tag), Call-ID and CSeq copied;
+    an INVITE's 1xx/2xx (they make a dialog) copies its Record-Route in order too (12.1.1)."""
     copied: list[tuple[str, str]] = []
+    dialog = request.method == "INVITE" and 100 < status < 300
     for name, value in request.headers:
         canon = canonical_name(name)
         if canon == "to" and to_tag and ";tag=" not in value.replace(" ", "").lower():
             value = f"{value};tag={to_tag}"
-        if canon in ("via", "from", "to", "call-id", "cseq"):
+        if canon in ("via", "from", "to", "call-id", "cseq") or (dialog and canon == "record-route"):
             copied.append((name, value))
     return SipResponse(status=status, reason=reason if reason is not None else _REASONS.get(status, ""),
                        headers=tuple(copied) + tuple(headers), body=body)

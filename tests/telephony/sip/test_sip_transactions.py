@@ -1,12 +1,15 @@
-"""Transactions as RFC 3261 17.2.3 matches them, merged requests (482), rport, and overload (503).
+"""Transactions as RFC 3261 17.2.3 matches them, merged requests (482), rport, overload (503), and
+in-dialog requests that follow the route set (RFC 3261 12.2.1.1).
 
 Raw UDP peers write their own messages, so each test controls branch, sent-by and timing.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from telephony.sip.headers import Via
-from telephony.sip.message import SipRequest
+from telephony.sip.message import SipRequest, response_to
 
 from .conftest import UdpPeer, branch, in_dialog, invite, wait_for
 
@@ -121,3 +124,52 @@ def test_transaction_ids_need_the_magic_cookie_and_more():
     assert Via.parse("SIP/2.0/UDP a;branch=z9hG4bKx").transaction_id == "z9hG4bKx"
     assert Via.parse("SIP/2.0/UDP A.example:5060;branch=z9hG4bKx").sent_by == "a.example:5060"
     assert Via.parse("SIP/2.0/UDP a.example;branch=z9hG4bKx").sent_by == "a.example:5060"
+
+
+async def _call_through_a_proxy(server, proxy: UdpPeer, ua: UdpPeer, record_route: str):
+    """An INVITE that came through ``proxy`` (which Record-Routed it) from ``ua``; answered and ACKed."""
+    req = invite(ua, "routed-1", extra=(("Record-Route", record_route),))
+    proxy.send(req, server)
+    ok = (await proxy.responses())[-1]
+    assert ok.status == 200 and ok.headers_named("record-route") == [record_route]  # copied into the 2xx
+    proxy.send(in_dialog("ACK", ok, 1, proxy.port), server)
+    [call] = server.live.values()
+    await wait_for(lambda: "acked" in call.history)
+    return call
+
+
+async def _bye_reaches(proxy: UdpPeer, ua: UdpPeer, server, call) -> SipRequest:
+    hang_up = asyncio.create_task(call.hang_up("test hangs up"))
+    [bye] = await proxy.messages(5.0, until=lambda m: isinstance(m, SipRequest))
+    assert isinstance(bye, SipRequest) and bye.method == "BYE"
+    proxy.send(response_to(bye, 200), server)
+    await hang_up
+    await wait_for(lambda: not server.live)
+    assert await ua.messages(0.3) == []  # nothing went around the proxy
+    return bye
+
+
+async def test_our_bye_follows_a_loose_route_set_through_the_proxy(sip_server):
+    """Regression: the BYE carried Route but went to the remote Contact, around the carrier's
+    proxy or SBC that Record-Routed the call (RFC 3261 12.2.1.1)."""
+    proxy, ua = await UdpPeer.open(), await UdpPeer.open()
+    try:
+        call = await _call_through_a_proxy(sip_server, proxy, ua, f"<sip:127.0.0.1:{proxy.port};lr>")
+        bye = await _bye_reaches(proxy, ua, sip_server, call)
+        assert bye.uri == f"sip:peer@127.0.0.1:{ua.port}"  # the remote target stays the Request-URI
+        assert bye.headers_named("route") == [f"<sip:127.0.0.1:{proxy.port};lr>"]
+    finally:
+        proxy.close()
+        ua.close()
+
+
+async def test_a_strict_router_becomes_the_request_uri(sip_server):
+    proxy, ua = await UdpPeer.open(), await UdpPeer.open()
+    try:
+        call = await _call_through_a_proxy(sip_server, proxy, ua, f"<sip:127.0.0.1:{proxy.port}>")
+        bye = await _bye_reaches(proxy, ua, sip_server, call)
+        assert bye.uri == f"sip:127.0.0.1:{proxy.port}"
+        assert bye.headers_named("route") == [f"<sip:peer@127.0.0.1:{ua.port}>"]
+    finally:
+        proxy.close()
+        ua.close()
