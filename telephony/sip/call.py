@@ -20,13 +20,13 @@ from enum import Enum
 
 from pipeline.frames import TransferCallFrame
 from telephony.core.supervisor import CallSupervisor
-from telephony.sip.checks import ALLOW
+from telephony.sip.checks import ALLOW, warning
 from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import SdpParseError, SipParseError, TransferError
 from telephony.sip.headers import NameAddr, SipUri, split_commas
-from telephony.sip.media import RtpSession, random_tag
+from telephony.sip.media import RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse
-from telephony.sip.sdp import SessionDescription, answer_offer
+from telephony.sip.sdp import SessionDescription, accept_answer, answer_offer, make_offer
 from telephony.sip.transport import SipTransport
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class SipCall(CallSupervisor):
     transport_name = "sip"
 
     def __init__(self, server: SipEndpoint, invite: SipRequest, addr: Address,
-                 offer: SessionDescription, session: RtpSession):
+                 offer: SessionDescription | None, session: RtpSession):
         self.server = server
         self.config = server.config
         self.invite = invite
@@ -67,7 +67,8 @@ class SipCall(CallSupervisor):
         self.local_cseq = 0
         self.sdp_version = 0
         self._sdp_session_id = random.getrandbits(32)
-        self._offer = offer
+        self._offer = offer  # None: a delayed offer (our offer goes in the 200, the answer in the ACK)
+        self._awaiting_answer = False
         self._answer_body = b""
         self._acked = asyncio.Event()
         self._cancelled = asyncio.Event()
@@ -101,7 +102,10 @@ class SipCall(CallSupervisor):
         if self._cancelled.is_set():
             self.end_reason = self.end_reason or "caller cancelled"
             return False
-        self._send_answer(self.invite, self._offer)
+        if self._offer is None:
+            self._send_offer()
+        else:
+            self._send_answer(self.invite, self._offer)
         self.state = CallState.ANSWERED
         self._step("answered")
         return True
@@ -142,12 +146,22 @@ class SipCall(CallSupervisor):
         if self.state is CallState.ANSWERED and media.on_hold != was_on_hold:
             self._step("hold" if media.on_hold else "resumed")
         self._answer_body = bytes(answer)
-        resp = self.server.respond(request, self.addr, 200, to_tag=self.local_tag, body=self._answer_body,
-                                   headers=(("Contact", f"<{self.server.contact_uri}>"),
-                                            ("Allow", ALLOW)))
+        self._send_ok(request, self._answer_body)
+        return True
+
+    def _send_offer(self) -> None:
+        """A delayed offer (an INVITE without SDP, as PBX trunks send): ours goes in the 200."""
+        offer = make_offer(self.config.contact_ip, self.session.port or 0, codecs=self.config.codecs,
+                           session_id=self._sdp_session_id, session_version=self.sdp_version)
+        self.sdp_version += 1
+        self._awaiting_answer = True
+        self._send_ok(self.invite, bytes(offer))
+
+    def _send_ok(self, request: SipRequest, body: bytes) -> None:
+        resp = self.server.respond(request, self.addr, 200, to_tag=self.local_tag, body=body,
+                                   headers=(("Contact", f"<{self.server.contact_uri}>"), ("Allow", ALLOW)))
         self._acked.clear()
         self._spawn(self._retransmit_until_ack(resp))
-        return True
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -182,10 +196,25 @@ class SipCall(CallSupervisor):
             return True
         return to_tag == self.local_tag
 
-    def on_ack(self, _req: SipRequest) -> None:
-        if not self._acked.is_set() and self.state is CallState.ANSWERED:
-            self._acked.set()
-            self._step("acked")
+    def on_ack(self, req: SipRequest) -> None:
+        if self._acked.is_set() or self.state is not CallState.ANSWERED:
+            return
+        self._acked.set()
+        self._step("acked")
+        if self._awaiting_answer:  # the ACK carries the answer to our offer
+            self._awaiting_answer = False
+            try:
+                answer = SessionDescription.parse(req.body) if req.body else None
+            except SdpParseError:
+                answer = None
+            media = accept_answer(answer, codecs=self.config.codecs) if answer is not None else None
+            if media is None or (media.remote_address is not None and not is_ip(media.remote_address[0])):
+                log.warning("[%s] the ACK carried no usable SDP answer to our offer: hanging up", self.call_id)
+                self._spawn(self.hang_up("no usable SDP answer in the ACK"))  # RFC 3261 13.3.1.4: BYE
+                return
+            self._offer = answer
+            self.session.update(media)
+        self.session.start_sending()  # nothing went to the SDP's address before the caller confirmed
 
     def on_invite_retransmitted(self, req: SipRequest, addr: Address) -> None:
         """The caller did not hear our 180 yet (the final answer, once sent, is replayed from the cache)."""
@@ -200,6 +229,12 @@ class SipCall(CallSupervisor):
             offer = SessionDescription.parse(req.body) if req.body else self._offer
         except SdpParseError:
             self.server.respond(req, addr, 488, to_tag=self.local_tag)
+            return
+        audio = offer.audio() if offer is not None else None
+        conn = offer.connection_of(audio) if offer is not None and audio is not None else None
+        if offer is None or (conn is not None and not conn.is_hold and not is_ip(conn.address)):
+            self.server.respond(req, addr, 488, to_tag=self.local_tag,  # a host name would be resolved per packet
+                                headers=warning("a re-INVITE's c= must be an IP address"))
             return
         self._offer = offer
         self._send_answer(req, offer)

@@ -12,16 +12,20 @@ timestamp (against the talkspurt's quickest) are ``in_late``; the output transpo
 
 Sending: :meth:`send_audio` writes one packet per call, numbering sequence and timestamp itself;
 after an idle gap the timestamp jumps by the wall-clock time that passed and the marker bit is set
-(RFC 3551 4.1). Pacing is the output transport's business.
+(RFC 3551 4.1). Pacing is the output transport's business. Nothing leaves before
+:meth:`start_sending` (the call's ACK): an INVITE nobody confirms must not aim our audio at
+whatever address its SDP named. Until then up to a second of packets is held, and sent on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +41,16 @@ log = logging.getLogger(__name__)
 SAMPLE_RATE_HZ = 8000
 SAMPLES_PER_PACKET = 160  # 20 ms at 8 kHz
 MAX_QUEUED = 500  # 10 s of audio: beyond this the pipeline is stuck and packets are dropped
+MAX_HELD = 50  # 1 s of our audio held until the caller's ACK; older packets are dropped
+
+
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP literal (a name would be resolved, blocking, for every packet)."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -88,6 +102,8 @@ class RtpSession(asyncio.DatagramProtocol):
         self._in_ssrc: int | None = None
         self._last_event_ts: int | None = None
         self._last_samples = SAMPLES_PER_PACKET
+        self._sending = False
+        self._held: deque[RtpPacket] = deque(maxlen=MAX_HELD)
         self._update_allowed(media)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -192,9 +208,21 @@ class RtpSession(asyncio.DatagramProtocol):
 
     # -- sending ------------------------------------------------------------------------------
 
+    def start_sending(self) -> None:
+        """The caller confirmed the call (ACK): send what was held, then everything as it comes."""
+        if self._sending:
+            return
+        self._sending = True
+        held, self._held = list(self._held), deque(maxlen=MAX_HELD)
+        for pkt in held:
+            self._send(pkt)
+
     def _send(self, pkt: RtpPacket) -> None:
         remote = self.media.remote_address
         if self._transport is None or remote is None:
+            return
+        if not self._sending:
+            self._held.append(pkt)
             return
         self._transport.sendto(bytes(pkt), remote)
         self.stats.packets_out += 1

@@ -6,6 +6,10 @@
     answer, media = answer_offer(offer, local_ip, rtp_port, codecs=("PCMU", "PCMA"))
     invite_response_body = bytes(answer)
 
+    # delayed offer (an INVITE without SDP): our offer in the 200, the caller's answer in the ACK
+    offer = make_offer(local_ip, rtp_port, codecs=("PCMU", "PCMA"))
+    media = accept_answer(SessionDescription.parse(ack.body), codecs=("PCMU", "PCMA"))  # or None
+
 Session-level lines other than ``v o s c t a m`` are kept in order in ``other`` and written after
 ``s=``; media-level ones likewise. Payload types 0 (PCMU) and 8 (PCMA) are known without an
 ``rtpmap``. Hold (RFC 3264 8.4) is an offer with ``a=sendonly`` / ``a=inactive`` or a zero address.
@@ -26,7 +30,10 @@ __all__ = [
     "NegotiatedMedia",
     "Origin",
     "SessionDescription",
+    "accept_answer",
     "answer_offer",
+    "make_offer",
+    "pending_media",
 ]
 
 Direction = Literal["sendrecv", "sendonly", "recvonly", "inactive"]
@@ -36,6 +43,7 @@ _ANSWER_DIRECTION: Final = {"sendrecv": "sendrecv", "sendonly": "recvonly", "rec
 _STATIC: Final = {0: ("PCMU", 8000), 8: ("PCMA", 8000)}
 _FIELD = re.compile(r"[^\s]+\Z")  # one space-free field
 _ATTR_NAME = re.compile(r"[A-Za-z0-9_\-.]+\Z")
+_ADDRESS = re.compile(r"[A-Za-z0-9.:\-]{1,253}(/[0-9]{1,3}){0,2}\Z")  # multicast may add /ttl/count
 MAX_SDP_BYTES: Final = 16_384
 
 Attributes = tuple[tuple[str, str | None], ...]
@@ -78,6 +86,8 @@ class Connection:
     def __post_init__(self) -> None:
         for name in ("address", "addrtype", "nettype"):
             _check_field(f"c= {name}", getattr(self, name))
+        if not _ADDRESS.match(self.address):  # an IP literal or a host name, nothing else (no NUL)
+            raise SdpParseError(f"bad c= address {self.address[:60]!r}")
 
     @classmethod
     def parse(cls, value: str) -> "Connection":
@@ -158,6 +168,8 @@ class MediaDescription:
             raise SdpParseError("m= line without formats")
         for f in self.formats:
             _check_field("m= format", f)
+            if self.proto.upper().startswith("RTP/") and not (f.isascii() and f.isdigit() and int(f) <= 127):
+                raise SdpParseError(f"RTP payload type {f[:10]!r} is not 0..127")  # RFC 3551: 7 bits
         _check_attrs(self.attributes)
         _check_lines(self.other, "vcam")
 
@@ -222,7 +234,7 @@ class SessionDescription:
         except UnicodeDecodeError as exc:
             raise SdpParseError("SDP is not UTF-8") from exc
         lines = text.split("\n")
-        if lines and lines[-1] == "":
+        while lines and lines[-1].strip("\r") == "":  # trailing blank lines are harmless
             lines.pop()
         parsed: list[tuple[str, str]] = []
         for line in lines:
@@ -329,16 +341,19 @@ class NegotiatedMedia:
         return self.direction in ("recvonly", "inactive") or self.remote_address is None
 
 
-def answer_offer(offer: SessionDescription, local_ip: str, rtp_port: int, *,
-                 codecs: tuple[str, ...] = ("PCMU", "PCMA"), session_id: int = 0,
-                 session_version: int = 0) -> tuple[SessionDescription, NegotiatedMedia] | None:
-    """The answer to ``offer`` (RFC 3264), or None when no audio stream shares a G.711 codec."""
-    m = offer.audio()
+OFFER_DTMF_PT: Final = 101
+_PT: Final = {"PCMU": 0, "PCMA": 8}
+
+
+def _settle(sdp: SessionDescription, codecs: tuple[str, ...]) -> NegotiatedMedia | None:
+    """The media an offer or answer settles on (codec in its order of preference among ours,
+    telephone-event, remote address, our direction), or None with no audio in common."""
+    m = sdp.audio()
     if m is None:
         return None
     offered = m.codecs
     chosen: Codec | None = None
-    for pt_s in m.formats:  # the offerer's order of preference, among those we speak
+    for pt_s in m.formats:  # the sender's order of preference, among those we speak
         c = offered.get(int(pt_s)) if pt_s.isascii() and pt_s.isdigit() else None
         if c is not None and c.name.upper() in codecs and c.clock_rate_hz == 8000:
             chosen = c
@@ -346,21 +361,59 @@ def answer_offer(offer: SessionDescription, local_ip: str, rtp_port: int, *,
     if chosen is None:
         return None
     dtmf = next((c for c in offered.values() if c.name.lower() == "telephone-event" and c.clock_rate_hz == 8000), None)
-    conn = offer.connection_of(m)
+    conn = sdp.connection_of(m)
     remote = None if conn is None or conn.is_hold else (conn.address, m.port)
-    direction: Direction = _ANSWER_DIRECTION[offer.direction_of(m)]  # type: ignore[assignment]
-    formats = [str(chosen.payload_type)]
-    attrs: list[tuple[str, str | None]] = [("rtpmap", f"{chosen.payload_type} {chosen.name}/8000")]
-    if dtmf is not None:
-        formats.append(str(dtmf.payload_type))
-        attrs += [("rtpmap", f"{dtmf.payload_type} telephone-event/8000"),
-                  ("fmtp", f"{dtmf.payload_type} 0-15")]
+    direction: Direction = _ANSWER_DIRECTION[sdp.direction_of(m)]  # type: ignore[assignment]
+    return NegotiatedMedia(chosen, dtmf.payload_type if dtmf else None, remote, direction)
+
+
+def _description(local_ip: str, rtp_port: int, codecs: list[Codec], dtmf_pt: int | None, direction: str,
+                 session_id: int, session_version: int) -> SessionDescription:
+    formats = [str(c.payload_type) for c in codecs]
+    attrs: list[tuple[str, str | None]] = [("rtpmap", f"{c.payload_type} {c.name}/8000") for c in codecs]
+    if dtmf_pt is not None:
+        formats.append(str(dtmf_pt))
+        attrs += [("rtpmap", f"{dtmf_pt} telephone-event/8000"), ("fmtp", f"{dtmf_pt} 0-15")]
     attrs += [("ptime", "20"), (direction, None)]
     addrtype = "IP6" if ":" in local_ip else "IP4"
-    answer = SessionDescription(
+    return SessionDescription(
         origin=Origin("parley", session_id, session_version, "IN", addrtype, local_ip),
         session_name="parley",
         connection=Connection(local_ip, addrtype),
         media=(MediaDescription("audio", rtp_port, "RTP/AVP", tuple(formats), attributes=tuple(attrs)),),
     )
-    return answer, NegotiatedMedia(chosen, dtmf.payload_type if dtmf else None, remote, direction)
+
+
+def pending_media(codecs: tuple[str, ...] = ("PCMU", "PCMA")) -> NegotiatedMedia:
+    """A session's media between our offer and the caller's answer: nowhere to send yet."""
+    first = codecs[0].upper()
+    return NegotiatedMedia(Codec(_PT[first], first, 8000), OFFER_DTMF_PT, None, "sendrecv")
+
+
+def make_offer(local_ip: str, rtp_port: int, *, codecs: tuple[str, ...] = ("PCMU", "PCMA"), session_id: int = 0,
+               session_version: int = 0) -> SessionDescription:
+    """Our offer (a delayed-offer INVITE's 200): ``codecs`` in order, and telephone-event."""
+    ours = [Codec(_PT[name.upper()], name.upper(), 8000) for name in codecs]
+    return _description(local_ip, rtp_port, ours, OFFER_DTMF_PT, "sendrecv", session_id, session_version)
+
+
+def accept_answer(answer: SessionDescription, *, codecs: tuple[str, ...] = ("PCMU", "PCMA")) -> NegotiatedMedia | None:
+    """What the caller's answer (in the ACK) to :func:`make_offer` settles, or None when it
+    chose nothing we offered. Payload types are ours, as offered (RFC 3264 6.1)."""
+    media = _settle(answer, codecs)
+    if media is None or media.codec.payload_type != _PT.get(media.codec.name.upper()):
+        return None
+    dtmf = OFFER_DTMF_PT if media.dtmf_payload_type == OFFER_DTMF_PT else None
+    return NegotiatedMedia(media.codec, dtmf, media.remote_address, media.direction)
+
+
+def answer_offer(offer: SessionDescription, local_ip: str, rtp_port: int, *,
+                 codecs: tuple[str, ...] = ("PCMU", "PCMA"), session_id: int = 0,
+                 session_version: int = 0) -> tuple[SessionDescription, NegotiatedMedia] | None:
+    """The answer to ``offer`` (RFC 3264), or None when no audio stream shares a G.711 codec."""
+    media = _settle(offer, codecs)
+    if media is None:
+        return None
+    answer = _description(local_ip, rtp_port, [media.codec], media.dtmf_payload_type, media.direction,
+                          session_id, session_version)
+    return answer, media

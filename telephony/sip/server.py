@@ -29,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections import OrderedDict, deque
+from dataclasses import replace
 
 from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore, MemoryCallStore
@@ -40,11 +42,11 @@ from telephony.sip.config import SipConfig
 from telephony.sip.digest import DigestServer
 from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipParseError
 from telephony.sip.headers import NameAddr, Via
-from telephony.sip.media import RtpSession, random_tag
+from telephony.sip.media import RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to, salvage_request, \
     with_received
 from telephony.sip.register import Registration
-from telephony.sip.sdp import SessionDescription, answer_offer
+from telephony.sip.sdp import Connection, SessionDescription, answer_offer, pending_media
 from telephony.metrics import Metrics
 from telephony.calls import AgentFactory
 
@@ -380,24 +382,35 @@ class SipServer(asyncio.DatagramProtocol):
                     log.warning("INVITE from %s: digest credentials refused", addr[0])
                 self.respond(req, addr, 401, headers=(("WWW-Authenticate", str(self._digest.challenge())),))
                 return
-        try:
-            offer = SessionDescription.parse(req.body)
-        except SdpParseError as exc:
-            log.info("INVITE from %s without a usable SDP offer: %s", addr[0], exc)
-            self.respond(req, addr, 488)
-            return
-        probe = answer_offer(offer, self.config.contact_ip, 0, codecs=self.config.codecs)
-        if probe is None:
-            self.respond(req, addr, 488)
-            return
+        offer: SessionDescription | None = None  # none: a delayed offer, ours goes in the 200
+        if req.body:
+            try:
+                offer = SessionDescription.parse(req.body)
+            except SdpParseError as exc:
+                log.info("INVITE from %s without a usable SDP offer: %s", addr[0], exc)
+                self.respond(req, addr, 488, headers=warning(str(exc)))
+                return
+            if answer_offer(offer, self.config.contact_ip, 0, codecs=self.config.codecs) is None:
+                self.respond(req, addr, 488, headers=warning("no G.711 audio (PCMU/PCMA at 8 kHz) offered"))
+                return
         self.respond(req, addr, 100)
         # Regression guard: an INVITE and its retransmission arriving together once started two
         # calls for one Call-ID; the Call-ID is claimed here, before anything is awaited.
         self._answering.add(req.call_id)
         self._spawn(self._answer(req, addr, offer), f"sip-call-{req.call_id}")
 
-    async def _answer(self, req: SipRequest, addr: tuple[str, int], offer: SessionDescription) -> None:
-        _, media = answer_offer(offer, self.config.contact_ip, 0, codecs=self.config.codecs)  # type: ignore[misc]
+    async def _answer(self, req: SipRequest, addr: tuple[str, int], offer: SessionDescription | None) -> None:
+        if offer is not None:
+            try:
+                offer = await _resolved(offer)
+            except SipError as exc:
+                self._answering.discard(req.call_id)
+                log.info("INVITE %s refused: %s", req.call_id, exc)
+                self.respond(req, addr, 488, headers=warning(str(exc)))
+                return
+            _, media = answer_offer(offer, self.config.contact_ip, 0, codecs=self.config.codecs)  # type: ignore[misc]
+        else:
+            media = pending_media(self.config.codecs)
         session = RtpSession(req.call_id, media, allowed_sources={addr[0]},
                              jitter_depth=self.config.jitter_depth_packets)
         try:
@@ -418,4 +431,25 @@ class SipServer(asyncio.DatagramProtocol):
             self.live.pop(call.call_id, None)
             self.recent.append(call)
             session.close()
+
+
+async def _resolved(offer: SessionDescription, timeout_s: float = 2.0) -> SessionDescription:
+    """``offer`` with a host name in its audio's c= resolved once, off the event loop (asyncio
+    would otherwise resolve it, blocking, for every RTP packet sent). SipError when it does not
+    resolve in ``timeout_s``."""
+    m = offer.audio()
+    conn = offer.connection_of(m) if m is not None else None
+    if m is None or conn is None or conn.is_hold or is_ip(conn.address):
+        return offer
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_s):
+            infos = await loop.getaddrinfo(conn.address, m.port, type=socket.SOCK_DGRAM,
+                                           family=socket.AF_INET6 if conn.addrtype == "IP6" else socket.AF_INET)
+    except (OSError, TimeoutError) as exc:
+        raise SipError(f"the SDP's media host {conn.address[:60]!r} does not resolve") from exc
+    ip = str(infos[0][4][0])
+    resolved = Connection(ip, conn.addrtype, conn.nettype)
+    media = tuple(replace(x, connection=resolved) if x is m and x.connection is not None else x for x in offer.media)
+    return replace(offer, media=media, connection=resolved if m.connection is None else offer.connection)
 

@@ -90,10 +90,33 @@ async def _receiver():
     return transport, rx, transport.get_extra_info("sockname")
 
 
-async def _session(remote) -> RtpSession:
+async def _session(remote, *, acked: bool = True) -> RtpSession:
     session = RtpSession("test-call", _media(remote), allowed_sources={"127.0.0.1"})
     await session.open("127.0.0.1", 40000, 49999)
+    if acked:  # as after the call's ACK
+        session.start_sending()
     return session
+
+
+async def test_nothing_is_sent_before_the_ack_and_a_second_is_held():
+    """Regression: an INVITE nobody ACKed had ~36 s of our RTP sent to whatever address its SDP
+    named. Now packets wait (the last second of them) for the ACK, then leave in order."""
+    transport, rx, remote = await _receiver()
+    session = await _session(remote, acked=False)
+    for i in range(60):
+        session.send_audio(np.full(160, i, np.int16))
+    await asyncio.sleep(0.2)
+    assert rx.got == [] and session.stats.packets_out == 0
+    session.start_sending()
+    await asyncio.sleep(0.2)
+    assert len(rx.got) == 50 == session.stats.packets_out  # the oldest 10 were dropped
+    seqs = [pkt.sequence for _, pkt in rx.got]
+    assert seqs == [(seqs[0] + i) & 0xFFFF for i in range(50)]
+    session.send_audio(np.zeros(160, np.int16))  # from now on, straight out
+    await asyncio.sleep(0.1)
+    assert len(rx.got) == 51
+    session.close()
+    transport.close()
 
 
 async def test_receiving_reorders_decodes_drops_junk_and_dedupes_dtmf():

@@ -155,17 +155,19 @@ def test_mutated_invites_raise_only_sip_parse_error(pos, insert, cut):
 
 
 _field = st.from_regex(r"[A-Za-z0-9.:/\-]{1,12}", fullmatch=True)
+_address = st.from_regex(r"[A-Za-z0-9.:\-]{1,12}", fullmatch=True)  # an IP literal or host name
 _attr = st.tuples(st.from_regex(r"[A-Za-z0-9_\-.]{1,10}", fullmatch=True), st.none() | _line_text)
 _media = st.builds(
     MediaDescription, media=_field, port=st.integers(0, 65535), proto=_field,
-    formats=st.lists(_field, min_size=1, max_size=4).map(tuple), num_ports=st.none() | st.integers(1, 65535),
-    connection=st.none() | st.builds(Connection, address=_field, addrtype=_field, nettype=_field),
+    formats=st.lists(st.integers(0, 127).map(str), min_size=1, max_size=4).map(tuple),
+    num_ports=st.none() | st.integers(1, 65535),
+    connection=st.none() | st.builds(Connection, address=_address, addrtype=_field, nettype=_field),
     attributes=st.lists(_attr, max_size=4).map(tuple),
     other=st.lists(st.tuples(st.sampled_from("ibkx"), _line_text), max_size=2).map(tuple))
 _sdps = st.builds(
     SessionDescription,
     origin=st.builds(Origin, _field, st.integers(0, 10**19), st.integers(0, 10**19), _field, _field, _field),
-    session_name=_line_text.filter(bool), connection=st.none() | st.builds(Connection, address=_field),
+    session_name=_line_text.filter(bool), connection=st.none() | st.builds(Connection, address=_address),
     timing=_line_text, attributes=st.lists(_attr, max_size=4).map(tuple), media=st.lists(_media, max_size=3).map(tuple),
     other=st.lists(st.tuples(st.sampled_from("iuepbzkr"), _line_text), max_size=3).map(tuple))
 
