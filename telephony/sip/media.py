@@ -4,7 +4,8 @@ Receiving (``datagram_received``, synchronous): a datagram from an unexpected ad
 does not parse, or one of a payload type not negotiated is counted and dropped; audio goes
 through the :class:`JitterBuffer` (a lost packet becomes 20 ms of silence) and is queued, decoded
 to 8 kHz PCM, for the input transport; a telephone event is queued once, when its first packet
-arrives (the retransmitted end packets share its timestamp). ``stats.frames``
+arrives (the retransmitted end packets share its timestamp; a late packet of an earlier event,
+stamped before the newest one, is no new key). ``stats.frames``
 (:class:`~telephony.audio_meter.FrameCounts`): packets the jitter buffer concealed and those
 dropped on a full queue are ``in_lost``; packets arriving 60 ms or more behind their RTP
 timestamp (against the talkspurt's quickest) are ``in_late``; the output transport adds the
@@ -101,6 +102,7 @@ class RtpSession(asyncio.DatagramProtocol):
         self._last_sent_s: float | None = None
         self._in_ssrc: int | None = None
         self._last_event_ts: int | None = None
+        self._event_ssrc: int | None = None
         self._last_samples = SAMPLES_PER_PACKET
         self._sending = False
         self._held: deque[RtpPacket] = deque(maxlen=MAX_HELD)
@@ -185,9 +187,11 @@ class RtpSession(asyncio.DatagramProtocol):
         except RtpParseError:
             self.stats.bad_packets += 1
             return
-        if pkt.timestamp == self._last_event_ts:
-            return  # a continuation or a retransmitted end of the same key press
-        self._last_event_ts = pkt.timestamp
+        if self._last_event_ts is not None and pkt.ssrc == self._event_ssrc:
+            ahead = (pkt.timestamp - self._last_event_ts) & 0xFFFFFFFF
+            if ahead == 0 or ahead >= 0x80000000:  # RTP timestamps wrap: serial-number order
+                return  # the same key press (continuation, retransmitted end), or a late packet of an earlier one
+        self._last_event_ts, self._event_ssrc = pkt.timestamp, pkt.ssrc
         digit = event.digit
         if digit is None:
             log.debug("[%s] telephone event %d is not a key; ignored", self.call_id, event.event)

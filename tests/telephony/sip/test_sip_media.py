@@ -144,6 +144,27 @@ async def test_receiving_reorders_decodes_drops_junk_and_dedupes_dtmf():
     session.close()
 
 
+async def test_a_late_end_packet_of_an_earlier_key_is_no_new_key():
+    """Regression: a reordered end packet of key 1, arriving after key 2 began, counted as a
+    third key press."""
+    session = await _session(("127.0.0.1", 9))
+    loop = asyncio.get_running_loop()
+    tx, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, remote_addr=("127.0.0.1", session.port))
+
+    def event(seq: int, ts: int, key: int, end: bool) -> bytes:
+        return bytes(RtpPacket(101, seq, ts, 7, bytes(TelephoneEvent(key, end, 10, 800))))
+
+    for seq, ts, key, end in [(1, 0xFFFFFF00, 1, False), (2, 0xFFFFFF00, 1, True),  # key 1, near the wrap
+                              (4, 0x00000100, 2, False),  # key 2, after the timestamp wrapped
+                              (3, 0xFFFFFF00, 1, True),   # key 1's end, late
+                              (5, 0x00000100, 2, True), (6, 0x00000900, 3, True)]:
+        tx.sendto(event(seq, ts, key, end))
+    await asyncio.sleep(0.2)
+    assert session.stats.dtmf_in == ["1", "2", "3"]
+    tx.close()
+    session.close()
+
+
 async def test_lost_and_late_packets_count_as_lost_and_late_frames():
     session = await _session(("127.0.0.1", 9))
     loop = asyncio.get_running_loop()

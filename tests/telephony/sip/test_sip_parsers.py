@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,9 @@ from hypothesis import strategies as st
 from telephony.sip.digest import DigestChallenge, DigestCredentials, DigestServer, authorization
 from telephony.sip.errors import DigestParseError, RtpParseError, SdpParseError, SipParseError
 from telephony.sip.headers import NameAddr, SipUri, Via, split_commas
-from telephony.sip.message import SipRequest, SipResponse, canonical_name, parse_message, response_to
+from telephony.sip.checks import check_request
+from telephony.sip.message import SipRequest, SipResponse, canonical_name, parse_message, response_to, \
+    salvage_request, with_received
 from telephony.sip.rtp import RtpPacket, TelephoneEvent
 from telephony.sip.sdp import Connection, MediaDescription, Origin, SessionDescription, answer_offer
 
@@ -152,6 +156,29 @@ def test_mutated_invites_raise_only_sip_parse_error(pos, insert, cut):
             SessionDescription.parse(msg.body)
     except SipParseError:  # SdpParseError is one too
         pass
+
+
+_TORTURE = sorted((Path(__file__).parent / "rfc4475").glob("*.dat"))
+
+
+@given(st.sampled_from(_TORTURE), st.integers(0, 4000), st.binary(max_size=6), st.integers(0, 12))
+@settings(max_examples=400)
+def test_what_the_server_does_with_any_datagram_raises_nothing(path, pos, insert, cut):
+    """parse -> check_request, or salvage_request for a 400: no exception, whatever the bytes
+    (the RFC 4475 messages, mutated)."""
+    raw = path.read_bytes()
+    pos = min(pos, len(raw))
+    data = raw[:pos] + insert + raw[pos + cut:]
+    try:
+        msg = parse_message(data)
+    except SipParseError:
+        salvaged = salvage_request(data)
+        assert salvaged is None or bytes(salvaged)
+        return
+    if isinstance(msg, SipRequest):
+        refusal = check_request(msg)
+        assert refusal is None or 400 <= refusal.status <= 599
+        assert bytes(with_received(msg, ("127.0.0.1", 5060)))
 
 
 _field = st.from_regex(r"[A-Za-z0-9.:/\-]{1,12}", fullmatch=True)
