@@ -54,6 +54,9 @@ class FrameCounts:
         return self.in_lost + self.in_late + self.out_underrun + self.out_late
 
 
+MAX_GAP_FRAMES = 3000  # one minute of 20 ms frames: a gap beyond it is no loss but a jump
+
+
 class InboundMeter:
     """Counts caller frames as they reach the transport: received, lost (numbering gaps), late.
 
@@ -77,8 +80,10 @@ class InboundMeter:
             if self._next is not None and index < self._next:
                 c.in_late += 1  # out of order or repeated: its place has passed
                 return
-            if self._next is not None:
+            if self._next is not None and index - self._next <= MAX_GAP_FRAMES:
                 c.in_lost += index - self._next
+            # a larger jump is a sender's numbering gone wrong (one absurd chunk number), not
+            # loss: counting it would add 1e15 to the call's lost frames; numbering resumes there
             self._next = index + 1
         transit_s = now_s - media_s
         if new_spurt or self._min_transit_s is None or transit_s < self._min_transit_s:

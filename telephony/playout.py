@@ -82,6 +82,7 @@ class PlayoutTracker:
         self.mark_every_ms = mark_every_ms
         self.utterances: list[Utterance] = []
         self._next_mark_ms = mark_every_ms
+        self._sent_marks: set[str] = set()  # names sent and not yet echoed: only these count
 
     @property
     def current(self) -> Utterance | None:
@@ -133,6 +134,7 @@ class PlayoutTracker:
         while u.sent_ms >= self._next_mark_ms:
             marks.append(f"u{u.number}:{int(self._next_mark_ms)}")
             self._next_mark_ms += self.mark_every_ms
+        self._sent_marks.update(marks)
         return marks
 
     def end(self) -> str | None:
@@ -141,7 +143,9 @@ class PlayoutTracker:
         if u is None:
             return None
         u.end_mark_sent = True
-        return f"u{u.number}:end"
+        name = f"u{u.number}:end"
+        self._sent_marks.add(name)
+        return name
 
     def clear(self) -> Utterance | None:
         """A ``clear`` is being sent: the playing utterance stops where the last echoed mark was."""
@@ -153,14 +157,16 @@ class PlayoutTracker:
         return last
 
     def mark_echoed(self, name: str) -> Utterance | None:
-        """Twilio echoed ``name``. Returns the utterance whose heard state changed, if any."""
-        try:
-            number_s, _, pos = name.partition(":")
-            number = int(number_s.removeprefix("u"))
-            u = self.utterances[number - 1]
-        except (ValueError, IndexError):
-            log.warning("mark %r is not one of ours; ignored", name)
+        """Twilio echoed ``name``. Returns the utterance whose heard state changed, if any.
+
+        Only a name this tracker sent, echoed once, counts: a forged ``u0:end`` (index -1, the
+        last utterance) or ``u1:end`` before the end was sent marks nothing heard."""
+        if name not in self._sent_marks:
+            log.debug("mark %.60r is not one we sent (or came back twice); ignored", name)
             return None
+        self._sent_marks.discard(name)
+        number_s, _, pos = name.partition(":")
+        u = self.utterances[int(number_s.removeprefix("u")) - 1]
         if u.state is not UtteranceState.PLAYING:
             return None  # after a clear, echoes are flushes
         if pos == "end":

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from pipeline.builder import PipelineConfig
 from pipeline.gc_pauses import GcPauses, freeze_startup_heap
@@ -235,7 +235,12 @@ class CallServer:
             start = await read_start(ws, peer)
         except (ProtocolError, TimeoutError) as exc:
             log.warning("[%s] stream refused: %s", peer, exc or "no 'start' in time")
-            await ws.close()
+            await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"refused: see the server log")
+            return ws
+        if start.call_sid in self.live:  # one record and one drain entry per call: no second stream
+            log.warning("[%s] second stream for a live CallSid from %s refused", start.call_sid[:64], peer)
+            self.metrics.call_refused("duplicate")
+            await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"this CallSid has a live stream")
             return ws
         if self.config.insecure_dev:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)

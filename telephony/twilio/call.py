@@ -21,7 +21,7 @@ from telephony.calls import AgentFactory, CallControl
 from telephony.core.supervisor import CallSupervisor
 from telephony.errors import HandshakeError, ProtocolError, TelephonyError
 from telephony.metrics import Metrics
-from telephony.twilio.messages import Connected, Start, parse_twilio
+from telephony.twilio.messages import Connected, MediaFormat, Start, parse_twilio
 from telephony.twilio.transport import TwilioTransport, drain_playout
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,11 @@ async def read_start(ws: web.WebSocketResponse, peer: str) -> Start:
                 log.warning("[%s] bad message before 'start' skipped: %s", peer, exc)
                 continue
             if isinstance(message, Start):
+                fmt = message.media_format
+                if fmt != MediaFormat():  # anything else would be decoded as mu-law: noise
+                    raise HandshakeError(f"stream {message.call_sid[:40]} from {peer} sends {fmt.encoding[:40]} at "
+                                         f"{fmt.sample_rate_hz} Hz, {fmt.channels} channel(s); parley takes "
+                                         "audio/x-mulaw at 8000 Hz, mono")
                 return message
             if not isinstance(message, Connected):
                 log.warning("[%s] %s before 'start' skipped", peer, type(message).__name__)

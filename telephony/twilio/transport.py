@@ -43,6 +43,7 @@ from telephony.twilio.messages import Clear, Dtmf, Mark, Media, OutMark, OutMedi
 from telephony.playout import PlayoutTracker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
+LOGGED_BAD_MESSAGES = 5  # per call; after that one line per thousand (the count is in the record)
 
 SAMPLE_RATE_HZ = 8000
 
@@ -156,7 +157,9 @@ class TwilioInputTransport(ReceivingInput, BaseInputTransport):
                 message = parse_twilio(raw)
             except ProtocolError as exc:
                 link.stats.bad_messages += 1
-                log.warning("[%s] bad Media Streams message skipped: %s", link.call_id, exc)
+                n = link.stats.bad_messages
+                if n <= LOGGED_BAD_MESSAGES or n % 1000 == 0:  # a flood must not flood the log
+                    log.warning("[%s] bad Media Streams message skipped (%d so far): %.200s", link.call_id, n, exc)
                 continue
             if isinstance(message, Media):
                 link.stats.media_in += 1
@@ -181,7 +184,9 @@ class TwilioInputTransport(ReceivingInput, BaseInputTransport):
                 reason = "caller hung up (stop)"
                 break
             else:  # a second connected/start: out of order, harmless
-                log.warning("[%s] unexpected %s mid-call skipped", link.call_id, type(message).__name__)
+                link.stats.bad_messages += 1
+                if link.stats.bad_messages <= LOGGED_BAD_MESSAGES:
+                    log.warning("[%s] unexpected %s mid-call skipped", link.call_id, type(message).__name__)
         link.closed_reason = link.closed_reason or reason
         log.info("[%s] media stream ended: %s", link.call_id, link.closed_reason)
         await link.on_closed(link.closed_reason)

@@ -71,3 +71,16 @@ def test_foreign_marks_are_ignored():
     assert t.mark_echoed("u9:100") is None
     _speak(t, ["x"], 100)
     assert t.mark_echoed("u1:abc") is None
+
+
+def test_only_marks_we_sent_count_and_each_once():
+    """Regression: ``u0:end`` (never sent: index -1 is the last utterance) marked an utterance
+    heard, and so did ``u1:end`` echoed before the end mark was ever sent."""
+    t = PlayoutTracker(mark_every_ms=200)
+    _speak(t, ["one", "two", "three"], 600)
+    assert t.mark_echoed("u0:end") is None and t.mark_echoed("u1:end") is None
+    assert t.utterances[0].state is UtteranceState.PLAYING
+    assert t.mark_echoed("u1:200") is not None
+    assert t.mark_echoed("u1:200") is None  # echoed twice: the second is nothing
+    assert t.mark_echoed("x" * 10_000) is None
+    assert t.end() == "u1:end" and t.mark_echoed("u1:end").state is UtteranceState.HEARD
