@@ -145,6 +145,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="start even if the agent's LLM server does not answer now (by default "
                    "parley serve asks it once, GET {llm.base_url}/models, and refuses to start "
                    "without an answer; a missing API key or model always refuses)")
+    p.add_argument("--max-calls", type=lambda t: _int_in(t, 1, 100_000, "a number of calls", "at least 1"),
+                   default=None, metavar="N",
+                   help="calls in progress at once, every transport together; beyond it a Twilio call "
+                   "gets <Reject reason=busy>, a browser 503 and a SIP INVITE 503 with Retry-After, "
+                   "each counted in /metrics (default: 8 per CPU core, what one core was measured to "
+                   "carry)")
     p.add_argument("--drain-s", type=float, default=30.0,
                    help="on SIGTERM: how long live calls may go on before being ended politely "
                    "(default %(default)s s)")
@@ -214,6 +220,7 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
         rtp_port_min=int(lo),
         rtp_port_max=int(hi or lo),
         allowed_networks=tuple(args.sip_allow) if args.sip_allow else SipConfig().allowed_networks,
+        max_calls=args.max_calls or SipConfig().max_calls,
         credentials=((user, password),) if user and password else (),
     )
     return SipServer(config, agent_factory, store=server.store, pipeline_config=server.config.pipeline,
@@ -313,7 +320,7 @@ def _serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
     from pipeline.records_sqlite import SQLiteCallStore
-    from telephony.server import CallServer, ServerConfig, serve_forever
+    from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
     _configure_logging(args.log_level)
     if args.sip_port is not None:
@@ -342,11 +349,14 @@ def _serve(args: argparse.Namespace) -> int:
     db_path = Path(args.db or default_db_path())
     db_path.parent.mkdir(parents=True, exist_ok=True)
     store = SQLiteCallStore(db_path)
-    logging.getLogger("parley").info("call records: %s", db_path)
+    orphans = store.close_orphans()  # calls a killed server left "in progress"
+    logging.getLogger("parley").info("call records: %s%s", db_path,
+                                     f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
     token = os.environ.get("TWILIO_AUTH_TOKEN")
     config = ServerConfig(
         host=args.host,
         port=args.port,
+        max_calls=args.max_calls or default_max_calls(),
         auth_token=token,
         # SIP without a Twilio account: serve SIP (and the browser page), not Twilio
         twilio=bool(token) or args.insecure_dev or args.sip_port is None,

@@ -12,6 +12,15 @@ On SIGTERM (``drain``) the server stops taking calls (the webhook answers ``<Rej
 streams and /healthz get 503), lets live calls finish for ``drain_grace_s``, then ends the rest
 politely: a short farewell is spoken and the stream closed after it played.
 
+Admission (``admission()``): one yes/no for every transport of the process. While draining, or
+with ``max_calls`` calls in progress (live, being set up, or answered on the webhook and not yet
+streaming; SIP's included), a new call is refused: the webhook answers ``<Reject reason="busy">``,
+a browser offer 503, a SIP INVITE 503 with Retry-After; ``/metrics`` counts each by reason.
+
+A Media Streams socket is taken only for a CallSid this server answered on ``/twilio/voice`` in
+the last ``ANSWERED_TTL_S`` seconds, once (Twilio's upgrade signature covers only the URL: one
+captured header would otherwise open any number of streams), and never for a CallSid that is live.
+
 Signatures: Twilio signs the URL it requested with the account's auth token. Behind a proxy or a
 tunnel that URL is the public one, so ``public_url`` (e.g. ``https://parley.example.com``) is
 what we check against; without it, the URL this server saw. ``insecure_dev`` turns checking off
@@ -23,7 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
@@ -47,6 +59,13 @@ from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
 log = logging.getLogger(__name__)
 
 WS_MAX_MESSAGE_BYTES = 1 << 20  # larger messages close the socket; the parser's own limit is lower
+ANSWERED_TTL_S = 60.0  # a stream must follow its webhook within this long
+MAX_ANSWERED = 10_000
+CALLS_PER_CORE = 8  # measured: 16 mixed calls answer every turn on 2 cores (benchmarks/RESULTS.md)
+
+
+def default_max_calls() -> int:
+    return CALLS_PER_CORE * (os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,7 @@ class ServerConfig:
     # False: no Twilio account (a SIP-only or browser-only server): the Twilio routes and the
     # signed call records answer 404 and say why, and no auth token is needed
     twilio: bool = True
+    max_calls: int = field(default_factory=default_max_calls)  # every transport together
 
     def __post_init__(self):
         if self.twilio and not self.insecure_dev and not self.auth_token:
@@ -74,6 +94,8 @@ class ServerConfig:
             )
         if not 0 <= self.port <= 65535:
             raise TelephonyError(f"port {self.port} is outside 0..65535")
+        if self.max_calls < 1:
+            raise TelephonyError(f"max_calls must be at least 1, not {self.max_calls}")
         if self.public_url is not None and urlsplit(self.public_url).scheme not in ("http", "https"):
             raise TelephonyError(f"public_url must start with http:// or https://, not {self.public_url!r}")
 
@@ -86,6 +108,9 @@ class CallServer:
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
         self.live: dict[str, CallSupervisor] = {}  # Twilio and browser calls
+        self._answered: OrderedDict[str, float] = OrderedDict()  # CallSid -> when the webhook answered it
+        self._streams_starting = 0  # sockets upgraded, their 'start' not read yet
+        self._refusal_logged: dict[str, float] = {}
         self.sip: SipServer | None = None  # serve_forever's SIP server, counted in /healthz
         self.metrics = Metrics()
         self.draining = False
@@ -109,7 +134,7 @@ class CallServer:
         self.webrtc = register_webrtc_routes(
             self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
             live=self.live, config=replace(config.webrtc, reraise_call_errors=config.reraise_call_errors),
-            metrics=self.metrics,
+            metrics=self.metrics, admit=self.admission,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -183,6 +208,34 @@ class CallServer:
         """Calls live on this server, every transport (SIP's too when it runs beside HTTP)."""
         return len(self.live) + (len(self.sip.live) if self.sip is not None else 0)
 
+    def calls_in_progress(self) -> int:
+        """Live calls, and those on their way in (what ``max_calls`` bounds)."""
+        self._forget_answered()
+        sip = self.sip.calls_in_progress if self.sip is not None else 0
+        return len(self.live) + len(self._answered) + self._streams_starting + sip
+
+    def admission(self) -> str | None:
+        """Why a new call must be refused now ("draining", "capacity"), or None to take it.
+        The caller of this counts the refusal; one log line a minute per reason says why."""
+        reason = None
+        if self.draining:
+            reason = "draining"
+        elif self.calls_in_progress() >= self.config.max_calls:
+            reason = "capacity"
+        if reason is not None:
+            now = time.monotonic()
+            if now - self._refusal_logged.get(reason, -60.0) >= 60.0:
+                self._refusal_logged[reason] = now
+                log.warning("refusing new calls: %s (%d in progress, at most %d)", reason,
+                            self.calls_in_progress(), self.config.max_calls)
+        return reason
+
+    def _forget_answered(self) -> None:
+        now = time.monotonic()
+        while self._answered and (now - next(iter(self._answered.values())) > ANSWERED_TTL_S
+                                  or len(self._answered) > MAX_ANSWERED):
+            self._answered.popitem(last=False)
+
     async def healthz(self, request: web.Request) -> web.Response:
         if self.draining:
             return web.json_response({"status": "draining", "live_calls": self.live_calls()}, status=503)
@@ -196,10 +249,15 @@ class CallServer:
         form = await request.post()
         params = {k: str(v) for k, v in form.items()}
         self._check(request, self._public(request, websocket=False), params)
-        if self.draining:
-            self.metrics.call_refused("draining")
+        refusal = self.admission()
+        if refusal is not None:
+            self.metrics.call_refused(refusal)
             return web.Response(text='<?xml version="1.0" encoding="UTF-8"?><Response><Reject reason="busy"/></Response>',
                                 content_type="application/xml")
+        call_sid = params.get("CallSid", "")
+        if call_sid and call_sid not in self.live:  # its stream is due within ANSWERED_TTL_S; it holds a place
+            self._answered[call_sid] = time.monotonic()
+            self._answered.move_to_end(call_sid)
         stream_url = self._public(request, websocket=True).split("?")[0].removesuffix("/twilio/voice")
         stream_url += "/twilio/stream"
         forward = {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
@@ -231,16 +289,26 @@ class CallServer:
         ws = web.WebSocketResponse(max_msg_size=WS_MAX_MESSAGE_BYTES, heartbeat=30.0)
         await ws.prepare(request)
         peer = str(request.remote)
+        self._streams_starting += 1
         try:
             start = await read_start(ws, peer)
         except (ProtocolError, TimeoutError) as exc:
             log.warning("[%s] stream refused: %s", peer, exc or "no 'start' in time")
             await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"refused: see the server log")
             return ws
+        finally:
+            self._streams_starting -= 1
         if start.call_sid in self.live:  # one record and one drain entry per call: no second stream
             log.warning("[%s] second stream for a live CallSid from %s refused", start.call_sid[:64], peer)
             self.metrics.call_refused("duplicate")
             await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"this CallSid has a live stream")
+            return ws
+        self._forget_answered()
+        if self._answered.pop(start.call_sid, None) is None:
+            log.warning("[%s] stream from %s refused: /twilio/voice did not answer this CallSid in the last "
+                        "%.0f s (or its stream came already)", start.call_sid[:64], peer, ANSWERED_TTL_S)
+            self.metrics.call_refused("unanswered")
+            await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"no call answered for this CallSid")
             return ws
         if self.config.insecure_dev:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
@@ -260,6 +328,7 @@ async def serve_forever(server: CallServer, sip: "SipServer | None" = None) -> N
     await server.start()
     if sip is not None:
         server.sip = sip
+        sip.admit = server.admission  # one max_calls for every transport
         await sip.start()
     pauses = GcPauses()
     pauses.install()

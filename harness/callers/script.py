@@ -82,6 +82,9 @@ class CallerConfig:
     reply_timeout_s: float = 20.0
     io_timeout_s: float = 5.0
     linger_s: float = 0.0  # after the last reply, stay on the line this long (the agent may hang up)
+    # POST {calls base}/twilio/voice (signed) before the stream, as Twilio does: parley takes a
+    # stream only for a call its webhook answered moments before. False for servers without one.
+    webhook: bool = True
 
     def __post_init__(self) -> None:
         if urlsplit(self.url).scheme not in ("ws", "wss"):

@@ -4,6 +4,8 @@
 
 The caller plays the part of Twilio plus a person on a phone:
 
+- It first POSTs the voice webhook (``{http base}/twilio/voice``, signed, with the call's
+  ``CallSid``), as Twilio does; a ``<Reject>`` or an HTTP error there is a :class:`CallerError`.
 - It connects with a valid ``X-Twilio-Signature`` (the ws URL as given, empty params), sends
   ``connected`` and ``start`` (fresh ``MZ``/``CA``/``AC`` sids, 8 kHz mu-law, ``--param`` values as
   ``customParameters``), then one 160-byte ``media`` frame every 20 ms on an absolute clock
@@ -44,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
@@ -131,8 +134,28 @@ class TwilioCaller:
 
     # --- the call -------------------------------------------------------------------------------
 
+    async def _answer_webhook(self) -> None:
+        """What Twilio does when the call rings: POST the voice webhook; the TwiML must connect."""
+        cfg = self._cfg
+        url = f"{cfg.calls_url_base}/twilio/voice"
+        form = {"CallSid": self.call_sid, "AccountSid": self.account_sid, "From": "+15550100", "To": "+15550199",
+                "Direction": "inbound", "CallStatus": "ringing"}
+        headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, url, form)}
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.io_timeout_s)) as session:
+                async with session.post(url, data=form, headers=headers) as resp:
+                    body = await resp.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise CallerError(f"the voice webhook {url} could not be reached: {exc}") from exc
+        if resp.status != 200:
+            raise CallerError(f"the voice webhook {url} answered HTTP {resp.status}: {body.strip()[:200]}")
+        if "<Reject" in body:
+            raise CallerError(f"the server rejected the call: {body.strip()[:200]}")
+
     async def _call(self, audio: list[bytes | None]) -> None:
         cfg = self._cfg
+        if cfg.webhook:
+            await self._answer_webhook()
         headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, cfg.url, {})}
         try:
             ws = await connect(

@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import replace
 
 from pipeline.builder import PipelineConfig
@@ -75,6 +76,8 @@ class SipServer(asyncio.DatagramProtocol):
         self.draining = False
         self.live: dict[str, SipCall] = {}
         self._answering: set[str] = set()  # Call-IDs whose INVITE is being set up
+        # the process's admission (the call server's, beside HTTP): "draining", "capacity" or None
+        self.admit: Callable[[], str | None] | None = None
         self.recent: deque[SipCall] = deque(maxlen=100)  # ended calls, newest last (history, stats)
         self.port: int | None = None
         self.bad_datagrams = 0
@@ -138,6 +141,11 @@ class SipServer(asyncio.DatagramProtocol):
             self._transport = None
         if self.errors:  # reraise_call_errors (tests): a call's failure surfaces here, after the clean-up
             raise self.errors[0]
+
+    @property
+    def calls_in_progress(self) -> int:
+        """Live calls and those being set up."""
+        return len(self.live) + len(self._answering)
 
     def _spawn(self, coro, name: str) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -365,7 +373,11 @@ class SipServer(asyncio.DatagramProtocol):
         if self.draining:
             self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),), refusal="draining")
             return
-        if len(self.live) + len(self._answering) >= self.config.max_calls:  # calls being set up count too
+        shared = self.admit() if self.admit is not None else None
+        if shared == "draining":
+            self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),), refusal="draining")
+            return
+        if shared == "capacity" or self.calls_in_progress >= self.config.max_calls:  # set-up calls count
             if self._should_log_refusal(f"full:{addr[0]}"):
                 log.warning("INVITE from %s refused 503: %d calls, the most this server takes", addr[0],
                             self.config.max_calls)

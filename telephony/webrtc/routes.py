@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,8 +78,10 @@ class WebRTCGateway:
     """Answers offers, holds the peer connections and runs their calls."""
 
     def __init__(self, *, agent_factory: AgentFactory, pipeline_config: PipelineConfig, store: CallStore,
-                 config: WebRTCConfig | None = None, live: dict | None = None, metrics: Metrics | None = None):
+                 config: WebRTCConfig | None = None, live: dict | None = None, metrics: Metrics | None = None,
+                 admit: Callable[[], str | None] | None = None):
         self.config = config or WebRTCConfig()
+        self.admit = admit  # the server's admission ("draining", "capacity" or None to take the call)
         self.metrics = metrics or Metrics()
         self.agent_factory = agent_factory
         self.pipeline_config = pipeline_config
@@ -131,8 +134,13 @@ class WebRTCGateway:
             except (*SDP_ERRORS, TimeoutError) as exc:
                 raise web.HTTPBadRequest(text=f"renegotiation refused: {exc or 'timed out'}\n") from exc
             return web.json_response(Answer(**self._answer(call.connection)).to_dict())
-        if len(self.calls) >= self.config.max_live_calls:
-            raise web.HTTPServiceUnavailable(text="too many live calls\n")
+        refusal = self.admit() if self.admit is not None else None
+        if refusal is None and len(self.calls) >= self.config.max_live_calls:
+            refusal = "capacity"
+        if refusal is not None:
+            self.metrics.call_refused(refusal)
+            raise web.HTTPServiceUnavailable(text=f"not taking calls now ({refusal})\n",
+                                             headers={"Retry-After": "30"})
         connection = SmallWebRTCConnection(ice_servers=list(self.config.ice_servers) or None,
                                            connection_timeout_secs=CONNECT_TIMEOUT_S)
         try:
@@ -215,10 +223,11 @@ class WebRTCGateway:
 def register_webrtc_routes(app: web.Application, *, agent_factory: AgentFactory,
                            pipeline_config: PipelineConfig, store: CallStore,
                            config: WebRTCConfig | None = None, live: dict | None = None,
-                           metrics: Metrics | None = None) -> WebRTCGateway:
+                           metrics: Metrics | None = None,
+                           admit: Callable[[], str | None] | None = None) -> WebRTCGateway:
     """Add the browser routes to ``app`` and end their calls on its shutdown."""
     gateway = WebRTCGateway(agent_factory=agent_factory, pipeline_config=pipeline_config, store=store,
-                            config=config, live=live, metrics=metrics)
+                            config=config, live=live, metrics=metrics, admit=admit)
     app.add_routes(gateway.routes())
     app.on_shutdown.append(gateway.close)
     return gateway

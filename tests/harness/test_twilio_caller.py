@@ -190,6 +190,7 @@ def loud_frames(pcm: np.ndarray) -> int:
 async def test_two_turns_with_dtmf_and_raw(tmp_path: Path) -> None:
     async with FakeServer(reply_ms=[300, 400]) as server:
         config = CallerConfig(
+            webhook=False,
             url=server.ws_url,
             utterances=(
                 CallerUtterance(text="Hello there."),
@@ -261,6 +262,7 @@ async def test_two_turns_with_dtmf_and_raw(tmp_path: Path) -> None:
 async def test_barge_in_gets_clear_and_counts_stragglers() -> None:
     async with FakeServer(reply_ms=[1500, 300], straggler_after_clear=True) as server:
         config = CallerConfig(
+            webhook=False,
             url=server.ws_url,
             utterances=(CallerUtterance(text="Hello there."), CallerUtterance(text="Wait a moment.")),
             auth_token=TOKEN,
@@ -288,6 +290,7 @@ async def test_barge_in_gets_clear_and_counts_stragglers() -> None:
 async def test_server_hang_up_ends_the_call_cleanly() -> None:
     async with FakeServer(reply_ms=[300], hang_up_after_greeting=True) as server:
         config = CallerConfig(
+            webhook=False,
             url=server.ws_url,
             utterances=(CallerUtterance(text="Hello there."), CallerUtterance(text="Thank you.")),
             auth_token=TOKEN,
@@ -303,6 +306,7 @@ async def test_server_hang_up_ends_the_call_cleanly() -> None:
 async def test_no_greeting_caller_speaks_after_quiet_timeout() -> None:
     async with FakeServer(reply_ms=[200], greeting_ms=0) as server:
         config = CallerConfig(
+            webhook=False,
             url=server.ws_url,
             utterances=(CallerUtterance(text="Hello there."),),
             auth_token=TOKEN,
@@ -320,7 +324,7 @@ async def test_no_greeting_caller_speaks_after_quiet_timeout() -> None:
 
 async def test_bad_signature_is_refused() -> None:
     async with FakeServer(reply_ms=[]) as server:
-        config = CallerConfig(url=server.ws_url, utterances=(), auth_token="wrong", timeout_s=5)
+        config = CallerConfig(webhook=False, url=server.ws_url, utterances=(), auth_token="wrong", timeout_s=5)
         with pytest.raises(CallerError, match="403"):
             await TwilioCaller(config).run()
     assert server.upgrade_rejections == 1
@@ -331,6 +335,7 @@ async def test_failed_record_fetch_leaves_server_fields_null(
 ) -> None:
     async with FakeServer(reply_ms=[], greeting_ms=100) as server:
         config = CallerConfig(
+            webhook=False,
             url=server.ws_url,
             utterances=(),
             auth_token=TOKEN,

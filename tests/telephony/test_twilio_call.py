@@ -14,7 +14,7 @@ from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 from tests.metrics_text import sample
 
-from .conftest import TOKEN, ContextKeepingAgent, words
+from .conftest import TOKEN, ContextKeepingAgent, answer, words
 
 
 def _wer(said: list[str], heard: list[str]) -> float:
@@ -115,6 +115,7 @@ async def test_garbage_before_start_and_a_dropped_socket_are_handled(server, cap
             await ws.close()
         # a proper start, then the socket just drops mid-call
         sid = "CA" + "2" * 32
+        await answer(server.port, sid)
         async with s.ws_connect(url, headers=headers) as ws:
             await ws.send_str('{"event": "connected", "protocol": "Call", "version": "1.0.0"}')
             await ws.send_str(json.dumps({

@@ -12,7 +12,7 @@ from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 from tests.metrics_text import sample
 
-from .conftest import TOKEN
+from .conftest import TOKEN, answer
 
 SILENCE_20MS = base64.b64encode(b"\xff" * 160).decode()
 
@@ -36,6 +36,7 @@ async def test_skipped_chunks_repeats_and_late_media_are_counted(server):
     url = f"ws://127.0.0.1:{server.port}/twilio/stream"
     sid, stream = "CA" + "7" * 32, "MZ" + "7" * 32
     seq = iter(range(1, 10_000))
+    await answer(server.port, sid)
     async with aiohttp.ClientSession() as s:
         async with s.ws_connect(url, headers={SIGNATURE_HEADER: compute_signature(TOKEN, url, {})}) as ws:
             await ws.send_str('{"event": "connected", "protocol": "Call", "version": "1.0.0"}')

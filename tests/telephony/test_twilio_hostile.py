@@ -11,9 +11,11 @@ import logging
 
 import aiohttp
 
+from agent.echo import EchoAgentProcessor
+from telephony.server import CallServer, ServerConfig
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
-from .conftest import TOKEN
+from .conftest import TOKEN, answer
 
 
 def _start(sid: str, encoding: str = "audio/x-mulaw", rate: int = 8000, channels: int = 1) -> str:
@@ -32,7 +34,10 @@ def _media(sid: str, seq: int, chunk: int) -> str:
                                  "payload": base64.b64encode(b"\xff" * 160).decode()}})
 
 
-async def _open(session: aiohttp.ClientSession, port: int) -> aiohttp.ClientWebSocketResponse:
+async def _open(session: aiohttp.ClientSession, port: int, sid: str | None = None) -> aiohttp.ClientWebSocketResponse:
+    """A signed stream, after the voice webhook answered ``sid`` (as Twilio does) when given."""
+    if sid is not None:
+        await answer(port, sid)
     url = f"ws://127.0.0.1:{port}/twilio/stream"
     ws = await session.ws_connect(url, headers={SIGNATURE_HEADER: compute_signature(TOKEN, url, {})})
     await ws.send_str('{"event": "connected", "protocol": "Call", "version": "1.0.0"}')
@@ -50,8 +55,8 @@ async def test_a_stream_in_another_audio_format_is_refused_in_one_line(server, c
     caplog.set_level(logging.INFO)
     async with aiohttp.ClientSession() as s:
         for i, (enc, rate, ch) in enumerate([("audio/x-l16", 16000, 1), ("audio/x-mulaw", 8000, 2)]):
-            ws = await _open(s, server.port)
             sid = f"CA{i}" + "4" * 31
+            ws = await _open(s, server.port, sid)
             await ws.send_str(_start(sid, enc, rate, ch))
             closed = await ws.receive(timeout=5)
             assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.UNSUPPORTED_DATA
@@ -65,11 +70,11 @@ async def test_a_second_stream_for_a_live_call_sid_is_refused(server):
     """Regression: it dropped the first out of /healthz and the drain, and both wrote one record."""
     sid = "CA" + "5" * 32
     async with aiohttp.ClientSession() as s:
-        first = await _open(s, server.port)
+        first = await _open(s, server.port, sid)
         await first.send_str(_start(sid))
         await _until(lambda: sid in server.live)
         call = server.live[sid]
-        second = await _open(s, server.port)
+        second = await _open(s, server.port, sid)
         await second.send_str(_start(sid))
         closed = await second.receive(timeout=5)
         assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.POLICY_VIOLATION
@@ -86,7 +91,7 @@ async def test_absurd_chunks_forged_marks_and_a_flood_stay_bounded(server, caplo
     caplog.set_level(logging.INFO)
     sid = "CA" + "6" * 32
     async with aiohttp.ClientSession() as s:
-        ws = await _open(s, server.port)
+        ws = await _open(s, server.port, sid)
         await ws.send_str(_start(sid))
         await _until(lambda: sid in server.live)
         call = server.live[sid]
@@ -110,3 +115,53 @@ async def test_absurd_chunks_forged_marks_and_a_flood_stay_bounded(server, caplo
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "bad Media Streams" in r.getMessage()]
     assert 5 <= len(warnings) <= 8  # the first five, then one per thousand
     assert max(len(r.getMessage()) for r in caplog.records) < 1000
+
+
+async def test_a_stream_needs_a_call_the_webhook_answered_and_only_once(server):
+    """Regression: the upgrade's signature covers only the URL, so one captured header opened any
+    number of streams; now a stream needs its CallSid answered on /twilio/voice, once."""
+    sid = "CA" + "7" * 32
+    async with aiohttp.ClientSession() as s:
+        ws = await _open(s, server.port)  # no webhook answered this CallSid
+        await ws.send_str(_start(sid))
+        closed = await ws.receive(timeout=5)
+        assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.POLICY_VIOLATION
+        assert server.metrics.refused["unanswered"] == 1 and server.store.get(sid) is None
+
+        ws = await _open(s, server.port, sid)  # answered: taken
+        await ws.send_str(_start(sid))
+        await _until(lambda: sid in server.live)
+        await ws.close()
+        await _until(lambda: sid not in server.live)
+        again = await _open(s, server.port)  # the same stream replayed after the call: refused
+        await again.send_str(_start(sid))
+        closed = await again.receive(timeout=5)
+        assert closed.type is aiohttp.WSMsgType.CLOSE and server.metrics.refused["unanswered"] == 2
+
+
+async def test_max_calls_bounds_every_transport_together(caplog):
+    """Regression: 200 signed streams were all accepted on a machine sized for 16; nothing refused
+    the excess, on any transport."""
+    caplog.set_level(logging.INFO)
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN, max_calls=2),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            live = await _open(s, server.port, "CA" + "8" * 32)
+            await live.send_str(_start("CA" + "8" * 32))
+            await answer(server.port, "CA" + "9" * 32)  # answered, its stream not yet come: a place held
+            url = f"http://127.0.0.1:{server.port}/twilio/voice"
+            form = {"CallSid": "CA" + "a" * 32}
+            async with s.post(url, data=form, headers={SIGNATURE_HEADER: compute_signature(TOKEN, url, form)}) as r:
+                assert r.status == 200 and '<Reject reason="busy"/>' in await r.text()
+            offer = {"type": "offer", "sdp": "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"}
+            async with s.post(f"http://127.0.0.1:{server.port}/api/offer", json=offer) as r:
+                assert r.status == 503 and r.headers["Retry-After"] == "30"
+            assert server.metrics.refused["capacity"] == 2
+            await live.close()
+            await _until(lambda: not server.live)
+    finally:
+        await server.stop()
+    lines = [r.getMessage() for r in caplog.records if "refusing new calls" in r.getMessage()]
+    assert lines == ["refusing new calls: capacity (2 in progress, at most 2)"]  # once, not per refusal

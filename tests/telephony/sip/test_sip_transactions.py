@@ -173,3 +173,18 @@ async def test_a_strict_router_becomes_the_request_uri(sip_server):
     finally:
         proxy.close()
         ua.close()
+
+
+async def test_the_process_wide_admission_refuses_sip_invites_too(sip_server, seen):
+    """Beside HTTP, SIP asks the call server's admission (one max_calls for every transport)."""
+    peer = await UdpPeer.open()
+    try:
+        for reason in ("capacity", "draining"):
+            sip_server.admit = lambda reason=reason: reason
+            peer.send(invite(peer, f"admit-{reason}"), sip_server)
+            final = (await peer.responses())[-1]
+            assert final.status == 503 and final.header("retry-after") == "30"
+            assert sip_server.metrics.refused[reason] == 1
+        assert seen.agents == 0
+    finally:
+        peer.close()
