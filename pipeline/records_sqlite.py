@@ -9,6 +9,11 @@ process killed mid-call leaves the turns written so far readable by the next rea
 small (one call row, its turns) and take well under a millisecond on local disk, so calling them
 from the event loop is fine; one connection behind a lock makes the store thread-safe.
 
+Each row names the process that writes it (``owner``: host, pid and the pid's start time) and
+when it last did (``updated_at``). A server killed mid-call (SIGKILL, a power cut) leaves its
+calls open; :meth:`SQLiteCallStore.close_orphans`, run by ``parley serve`` at start, ends those
+whose owner on this host is gone: ``end_reason`` "server stopped", ``ended_at`` their last write.
+
 Columns hold what is searched or sorted (sid, transport, times, end reason); everything else
 (greeting, params, errors, stats, each turn) is JSON, so fields added to ``CallRecord`` or
 ``TurnRecord`` later are kept without a migration, and unknown ones are ignored when read back.
@@ -19,8 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sqlite3
 import threading
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -31,7 +38,8 @@ __all__ = ["SQLiteCallStore"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+ORPHAN_REASON = "server stopped"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     call_sid   TEXT PRIMARY KEY,
@@ -39,7 +47,9 @@ CREATE TABLE IF NOT EXISTS calls (
     started_at REAL NOT NULL,
     ended_at   REAL,
     end_reason TEXT,
-    data       TEXT NOT NULL
+    data       TEXT NOT NULL,
+    owner      TEXT,
+    updated_at REAL
 );
 CREATE INDEX IF NOT EXISTS calls_started_at ON calls (started_at);
 CREATE TABLE IF NOT EXISTS turns (
@@ -57,8 +67,9 @@ _TURN_FIELDS = {f.name for f in fields(TurnRecord)}
 class SQLiteCallStore:
     """A durable, thread-safe :class:`pipeline.records.CallStore`."""
 
-    def __init__(self, path: str | os.PathLike, *, timeout_s: float = 5.0):
+    def __init__(self, path: str | os.PathLike, *, timeout_s: float = 5.0, owner: str | None = None):
         self.path = Path(path).expanduser()
+        self.owner = owner or process_owner()
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +83,10 @@ class SQLiteCallStore:
                 raise PipelineError(f"{self.path}: call records of a newer schema "
                                     f"({version} > {SCHEMA_VERSION})")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(calls)")}
+            for column, kind in (("owner", "TEXT"), ("updated_at", "REAL")):  # version 1 -> 2
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE calls ADD COLUMN {column} {kind}")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (sqlite3.Error, OSError) as exc:
             raise PipelineError(f"{self.path}: cannot open the call records: {exc}") from exc
@@ -112,6 +127,24 @@ class SQLiteCallStore:
         with self._lock:
             self._db.close()
 
+    def close_orphans(self) -> int:
+        """End the calls left open by a process of this host that is gone (killed mid-call):
+        ``end_reason`` "server stopped", ``ended_at`` their last write. Returns how many."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT call_sid, owner, started_at, updated_at FROM calls WHERE ended_at IS NULL").fetchall()
+            orphans = [(updated or started, sid) for sid, owner, started, updated in rows
+                       if owner != self.owner and not owner_alive(owner)]
+            if orphans:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany(
+                    f"UPDATE calls SET ended_at = ?, end_reason = '{ORPHAN_REASON}' "
+                    "WHERE call_sid = ? AND ended_at IS NULL", orphans)
+                self._db.execute("COMMIT")
+        for _, sid in orphans:
+            log.warning("[%s] left open by a server that stopped; recorded as ended (%s)", sid, ORPHAN_REASON)
+        return len(orphans)
+
     # --- internals ------------------------------------------------------------------------
 
     def _write(self, record: CallRecord) -> None:
@@ -128,12 +161,12 @@ class SQLiteCallStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.execute(
                     "INSERT INTO calls (call_sid, transport, started_at, ended_at, end_reason, "
-                    "data) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (call_sid) DO UPDATE SET "
-                    "transport = excluded.transport, started_at = excluded.started_at, "
+                    "data, owner, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (call_sid) "
+                    "DO UPDATE SET transport = excluded.transport, started_at = excluded.started_at, "
                     "ended_at = excluded.ended_at, end_reason = excluded.end_reason, "
-                    "data = excluded.data",
+                    "data = excluded.data, owner = excluded.owner, updated_at = excluded.updated_at",
                     (record.call_sid, record.transport, record.started_at, record.ended_at,
-                     record.end_reason, data))
+                     record.end_reason, data, self.owner, time.time()))
                 self._db.execute("DELETE FROM turns WHERE call_sid = ? AND turn > ?",
                                  (record.call_sid, len(record.turns)))
                 self._db.executemany(
@@ -146,6 +179,40 @@ class SQLiteCallStore:
                     self._db.execute("ROLLBACK")
                 raise PipelineError(f"{self.path}: cannot write call {record.call_sid}: "
                                     f"{exc}") from exc
+
+
+def _start_ticks(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), "" where unknown: with the
+    pid it names one process, even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+
+
+def process_owner(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
+
+
+def owner_alive(owner: str | None) -> bool:
+    """Whether the process an ``owner`` names still runs. Another host's: assumed so (it cannot
+    be told from here). No owner (rows of schema 1): gone, as its writer was an older server."""
+    if not owner:
+        return False
+    host, _, rest = owner.partition(":")
+    pid_s, _, ticks = rest.partition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        pid = int(pid_s)
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # someone else's process: it exists
+        pass
+    return not ticks or _start_ticks(pid) in ("", ticks)
 
 
 def _record(row: tuple, turns: list[str]) -> CallRecord:

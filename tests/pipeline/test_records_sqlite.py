@@ -114,6 +114,33 @@ def test_a_killed_writer_leaves_its_turns_readable(tmp_path):
         ("caller 1", "agent 1"), ("caller 2", "agent 2"), ("caller 3", "agent 3")]
 
 
+def test_calls_a_killed_server_left_open_are_ended_by_the_next_one(tmp_path):
+    """Regression: a call whose server was SIGKILLed stayed "in progress" forever."""
+    db = tmp_path / "calls.db"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "written"
+        live_writer = SQLiteCallStore(db)  # this process: alive, its open call must stay open
+        live_writer.open(make_record("CAlive", started_at=2000.0))
+        other_host = SQLiteCallStore(db, owner="another-host:1:1")  # cannot be told from here: kept
+        other_host.open(make_record("CAelsewhere", started_at=2001.0))
+        before = SQLiteCallStore(db)
+        assert before.close_orphans() == 0  # the writer still runs
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    store = SQLiteCallStore(db)
+    assert store.close_orphans() == 1 and store.close_orphans() == 0
+    killed = store.get("CAkilled")
+    assert killed.ended and killed.end_reason == "server stopped" and killed.ended_at >= killed.started_at
+    assert len(killed.turns) == 3  # what it said so far stays
+    assert not store.get("CAlive").ended and not store.get("CAelsewhere").ended
+
+
 def test_many_threads_write_safely(tmp_path):
     store = SQLiteCallStore(tmp_path / "calls.db")
 
