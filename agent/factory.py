@@ -53,7 +53,7 @@ def build_agent(
     """The agent for one call. ``env`` holds the API key variables (``os.environ`` if None)."""
     toolbox = ToolBox(spec, http=http_session)
     backend = spec.llm.backend
-    log.info("call %s: %s agent %r", call_sid, backend, spec.name)
+    log.info("[%s] %s agent %r", call_sid, backend, spec.name)
     if backend == "embedded":
         from agent.embedded import EmbeddedAgentProcessor
         from agent.semantic import SentenceEncoder
@@ -81,6 +81,6 @@ def build_agent(
         fallback=spec.messages.fallback,
         filler_after_s=spec.llm.filler_after_s,
         timeout_s=spec.llm.timeout_s,
-    ))
+    ), call_sid=call_sid)
     opening = OpeningProcessor(greeting=spec.greeting, tools=runner.tools_schema(), toolbox=toolbox)
     return Pipeline([opening, guard.before, llm, guard.after])

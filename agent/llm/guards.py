@@ -90,8 +90,9 @@ class _Request:
 class TurnGuard:
     """Filler and fallback for one LLM service; ``before`` and ``after`` go either side of it."""
 
-    def __init__(self, config: GuardConfig):
+    def __init__(self, config: GuardConfig, *, call_sid: str = "-"):
         self.config = config
+        self.call_sid = call_sid  # every log line about the call carries it
         self.before = _GuardBefore(self)
         self.after = _GuardAfter(self)
         self._count = 0
@@ -157,7 +158,7 @@ class TurnGuard:
         if request is None or request.settled:
             return
         request.failed = True
-        log.warning("LLM request %d failed: %s", request.number, frame.error)
+        log.warning("[%s] LLM request %d failed: %s", self.call_sid, request.number, frame.error)
         if request.ended:  # the error came up after the response end went down
             await self._fall_back(request, "error")
 
@@ -203,7 +204,7 @@ class TurnGuard:
             await asyncio.sleep(remaining)
         if request.settled:
             return
-        log.warning("LLM request %d: nothing for %.1f s, cancelling it", request.number,
+        log.warning("[%s] LLM request %d: nothing for %.1f s, cancelling it", self.call_sid, request.number,
                     config.timeout_s)
         self._cancel_frame = InterruptionFrame()
         self._settle_all()  # before the cancel: the end it causes must not speak again
@@ -215,7 +216,7 @@ class TurnGuard:
         await self._speak_fallback(request, reason)
 
     async def _speak_fallback(self, request: _Request, reason: str) -> None:
-        log.info("LLM request %d: %s, saying the fallback", request.number, reason)
+        log.info("[%s] LLM request %d: %s, saying the fallback", self.call_sid, request.number, reason)
         await self.after.push_frame(AgentEventFrame(
             kind="llm_error", data={"reason": reason, "request": request.number}))
         await self.after.push_frame(TTSSpeakFrame(self.config.fallback))
@@ -293,7 +294,7 @@ class _GuardAfter(FrameProcessor):
         await super().cleanup()
 
 
-def guarded(llm: FrameProcessor, config: GuardConfig) -> Pipeline:
+def guarded(llm: FrameProcessor, config: GuardConfig, *, call_sid: str = "-") -> Pipeline:
     """``llm`` between a new :class:`TurnGuard`'s two halves, as one processor."""
-    guard = TurnGuard(config)
+    guard = TurnGuard(config, call_sid=call_sid)
     return Pipeline([guard.before, llm, guard.after])

@@ -8,6 +8,7 @@ script with real waits, so pipecat's own interruption machinery cancels it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 import pytest
@@ -117,13 +118,16 @@ async def test_a_slow_first_token_gets_the_filler_once_before_the_answer():
     assert llm_errors(down) == []
 
 
-async def test_an_error_is_answered_with_the_fallback_and_the_next_turn_works():
+async def test_an_error_is_answered_with_the_fallback_and_the_next_turn_works(caplog):
     steps = [Step(error=True), Step(("Fine.",))]
-    down, up = await run_test(guarded(ScriptedLLM(steps), CONFIG),
-                              frames_to_send=[ctx(), SleepFrame(0.1), ctx(), SleepFrame(0.3)])
+    with caplog.at_level(logging.INFO, logger="agent.llm.guards"):
+        down, up = await run_test(guarded(ScriptedLLM(steps), CONFIG, call_sid="CA-guard-1"),
+                                  frames_to_send=[ctx(), SleepFrame(0.1), ctx(), SleepFrame(0.3)])
     assert said(down) == ["<Sorry, try again.>", "Fine."]
     assert llm_errors(down) == ["error"]
     assert any(isinstance(f, ErrorFrame) for f in up), "the error still goes upstream"
+    lines = [r.getMessage() for r in caplog.records if "LLM request" in r.getMessage()]
+    assert lines and all(line.startswith("[CA-guard-1] ") for line in lines)  # every line names the call
 
 
 async def test_words_then_an_error_still_get_the_fallback():
