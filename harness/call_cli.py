@@ -103,4 +103,8 @@ def _cli_main(args: argparse.Namespace) -> int:
         return 1
     for turn in report.turns:
         print(turn.to_json_line(), flush=True)
+    if report.connection_lost:
+        print("parley call: the server went away mid-call (the connection dropped without a close)",
+              file=sys.stderr)
+        return 1
     return 1 if report.timed_out else 0

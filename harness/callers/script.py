@@ -157,6 +157,7 @@ class CallReport:
     agent_audio: np.ndarray = field(compare=False, hash=False, repr=False)  # int16, 8 kHz timeline
     server_hung_up: bool = False
     timed_out: bool = False
+    connection_lost: bool = False  # the socket dropped without a close handshake: the server went away
     server_record_fetched: bool = False
     server_record_ended: bool | None = None
     marks_received: int = 0

@@ -97,6 +97,7 @@ class TwilioCaller:
         self._stop_clock = False
         self._stop_sent = False
         self._server_hung_up = False
+        self._connection_lost = False
         self._seq = 0
         # Outgoing speech, and the turn it belongs to.
         self._tx_buf = bytearray()
@@ -395,8 +396,10 @@ class TwilioCaller:
         try:
             async for raw in self._ws:  # bounded by the call timeout
                 await self._on_message(raw)
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as exc:
+            if exc.rcvd is None and not self._stop_sent:  # no close frame: the server is gone
+                self._connection_lost = True
+                log.warning("[%s] the connection to the server was lost mid-call", self.call_sid)
         finally:
             if not self._stop_sent:
                 self._server_hung_up = True
@@ -490,6 +493,7 @@ class TwilioCaller:
             turns=tuple(t.result(server_turns.get(t.index, {})) for t in self._turns),
             agent_audio=ulaw_decode(bytes(self._recorded)),
             server_hung_up=self._server_hung_up,
+            connection_lost=self._connection_lost,
             timed_out=timed_out,
             server_record_fetched=record is not None,
             server_record_ended=None if record is None else record["ended"],

@@ -159,7 +159,7 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
             await asyncio.sleep(0.1)
         assert not [pid for pid in engines if _alive(pid)], "engine workers outlived the server"
         report = await asyncio.wait_for(call, 60)  # the caller sees the socket drop and ends cleanly
-        assert report.call_sid == sid
+        assert report.call_sid == sid and report.connection_lost  # and knows the server went away
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -9,6 +9,8 @@ caller talks while its audio is still playing.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
 import logging
 import math
@@ -66,6 +68,7 @@ class FakeServer:
     reply_ms: list[int]
     greeting_ms: int = 300
     hang_up_after_greeting: bool = False
+    vanish_after_greeting: bool = False  # drop the TCP connection, no close frame (a killed server)
     straggler_after_clear: bool = False
     port: int = 0
     start: Start | None = None
@@ -145,6 +148,9 @@ class FakeServer:
                     sent_at = self._outstanding.pop(msg.name)
                     self.mark_echoes.append((msg.name, time.monotonic() - sent_at))
                     if msg.name == "greeting" and self.hang_up_after_greeting:
+                        return
+                    if msg.name == "greeting" and self.vanish_after_greeting:
+                        ws.transport.abort()
                         return
                 elif isinstance(msg, Dtmf):
                     self.dtmf.append(msg.digit)
@@ -297,10 +303,23 @@ async def test_server_hang_up_ends_the_call_cleanly() -> None:
             timeout_s=10,
         )
         report = await run_call(config)
-    assert report.server_hung_up and not report.timed_out
+    assert report.server_hung_up and not report.timed_out and not report.connection_lost
     assert not server.stop_received
     assert report.turns == ()  # it hung up before the caller spoke
     assert report.server_record_ended is True
+
+
+async def test_a_server_that_vanishes_mid_call_makes_parley_call_fail(monkeypatch, capsys) -> None:
+    """Regression: `parley call` exited 0 when the server went away mid-call."""
+    async with FakeServer(reply_ms=[300], vanish_after_greeting=True) as server:
+        parser = argparse.ArgumentParser(prog="parley")
+        register_cli(parser.add_subparsers(dest="command"))
+        monkeypatch.setenv("TWILIO_AUTH_TOKEN", TOKEN)
+        monkeypatch.setattr("harness.call_cli.CallerConfig", functools.partial(CallerConfig, webhook=False))
+        args = parser.parse_args(["call", "--twilio", server.ws_url, "--say", "Hello there.", "--timeout-s", "10"])
+        code = await asyncio.to_thread(args.func, args)
+    assert code == 1
+    assert "the server went away mid-call" in capsys.readouterr().err
 
 
 async def test_no_greeting_caller_speaks_after_quiet_timeout() -> None:
