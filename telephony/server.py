@@ -41,6 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
 
 from aiohttp import WSCloseCode, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from pipeline.builder import PipelineConfig
 from pipeline.gc_pauses import GcPauses, freeze_startup_heap
@@ -60,6 +61,30 @@ log = logging.getLogger(__name__)
 
 WS_MAX_MESSAGE_BYTES = 1 << 20  # larger messages close the socket; the parser's own limit is lower
 ANSWERED_TTL_S = 60.0  # a stream must follow its webhook within this long
+HEADER_TIMEOUT_S = 10.0  # a connection's request head (and an idle keep-alive) must come within this
+BODY_TIMEOUT_S = 10.0  # and a webhook's body
+# what a client can cause: aiohttp would log each with a traceback ("Error handling request")
+CLIENT_FAULTS = (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError, HttpProcessingError)
+
+
+class _ClientFaultFilter(logging.Filter):
+    """One INFO line, not a traceback, for what a client did wrong (a half-sent body, a request
+    line too long, a reset); tracebacks stay for everything else, our own bugs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, CLIENT_FAULTS):
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _quiet_client_faults() -> None:
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _ClientFaultFilter) for f in server_log.filters):
+        server_log.addFilter(_ClientFaultFilter())
 MAX_ANSWERED = 10_000
 CALLS_PER_CORE = 8  # measured: 16 mixed calls answer every turn on 2 cores (benchmarks/RESULTS.md)
 
@@ -144,7 +169,10 @@ class CallServer:
             log.warning("INSECURE DEV MODE: Twilio signatures are NOT checked. Never expose this server.")
         if not self.config.twilio:
             log.warning("Twilio calls are off (no TWILIO_AUTH_TOKEN): /twilio/* and /calls/* answer 404")
-        self._runner = web.AppRunner(self.app, access_log=None)
+        _quiet_client_faults()
+        # keepalive_timeout also bounds a new connection's wait for its first request head:
+        # a client dribbling its headers (or holding an idle socket) is closed after it
+        self._runner = web.AppRunner(self.app, access_log=None, keepalive_timeout=HEADER_TIMEOUT_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port)
         try:
@@ -246,7 +274,18 @@ class CallServer:
                             headers={"X-Content-Type-Options": "nosniff"})
 
     async def twilio_voice(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        if self.config.twilio and not self.config.insecure_dev and not request.headers.get(SIGNATURE_HEADER):
+            self._check(request, "", {})  # unsigned: refused before a byte of the body is parsed
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                form = await request.post()
+        except TimeoutError:
+            log.info("POST %s from %s: the body did not come within %.0f s", request.path, request.remote,
+                     BODY_TIMEOUT_S)
+            raise web.HTTPRequestTimeout(text="the request body did not arrive in time\n") from None
+        except ValueError as exc:  # what aiohttp's form and multipart parsers raise on a bad body
+            log.info("POST %s from %s: malformed body: %.200s", request.path, request.remote, exc)
+            raise web.HTTPBadRequest(text="malformed form body\n") from None
         params = {k: str(v) for k, v in form.items()}
         self._check(request, self._public(request, websocket=False), params)
         refusal = self.admission()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import aiohttp
 import pytest
 
@@ -138,3 +141,55 @@ async def test_a_port_in_use_is_one_clear_error(server):
         await other.start()
     with pytest.raises(TelephonyError, match="outside 0..65535"):
         ServerConfig(port=70000, insecure_dev=True)
+
+
+async def _raw(port: int, data: bytes, *, wait_s: float = 2.0, hang_up: bool = False) -> bytes:
+    """Send ``data`` on a new connection; the answer's first bytes (or hang up at once)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    if hang_up:  # the client goes away mid-request
+        writer.close()
+        await writer.wait_closed()
+        return b""
+    try:
+        return await asyncio.wait_for(reader.read(200), wait_s)
+    finally:
+        writer.close()
+
+
+async def test_what_a_client_sends_wrong_is_one_line_never_a_traceback(monkeypatch, caplog):
+    """Regression: a malformed multipart body got 500 and a traceback (it was parsed before the
+    signature was checked); half-sent bodies and over-long lines gave tracebacks too; header and
+    body dribblers were never dropped."""
+    monkeypatch.setattr("telephony.server.HEADER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr("telephony.server.BODY_TIMEOUT_S", 1.0)
+    caplog.set_level(logging.INFO)
+    srv = CallServer(ServerConfig(port=0, auth_token=TOKEN), agent_factory=lambda _i: None)
+    port = await srv.start()
+    try:
+        body = b'--xx\r\nContent-Disposition: form-data; name="a"\r\n\r\nvalue\r\n--yy--'
+        head = (b"POST /twilio/voice HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=xx\r\n"
+                b"Content-Length: %d\r\n" % len(body))
+        assert (await _raw(port, head + b"\r\n" + body)).startswith(b"HTTP/1.1 403")  # unsigned: not parsed
+        signed = head + SIGNATURE_HEADER.encode() + b": Zm9yZ2Vk\r\n"
+        assert (await _raw(port, signed + b"\r\n" + body)).startswith(b"HTTP/1.1 400")  # malformed: 400
+        half = (b"POST /twilio/voice HTTP/1.1\r\nHost: x\r\n" + SIGNATURE_HEADER.encode() + b": Zm9yZ2Vk\r\n"
+                b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nCallSid=CA1")
+        for _ in range(5):  # half-sent bodies, the client gone
+            await _raw(port, half, hang_up=True)
+        assert (await _raw(port, half, wait_s=3)).startswith(b"HTTP/1.1 408")  # a body dribbler: dropped
+        assert (await _raw(port, b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")).startswith(b"HTTP/1.0 400")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a header dribbler
+        assert await asyncio.wait_for(reader.read(100), 5) == b""  # closed by the server
+        assert loop.time() - t0 < 3
+        writer.close()
+        await asyncio.sleep(0.3)
+    finally:
+        await srv.stop()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback from client input"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("malformed body" in r.getMessage() for r in caplog.records)
