@@ -38,6 +38,7 @@ from telephony.calls import AgentFactory
 from telephony.core.output import keypad_frame
 from telephony.core.supervisor import CallSupervisor
 from telephony.metrics import Metrics
+from telephony.webrtc import ice
 from telephony.webrtc.commands import HangUp, KeyPress, parse_page_command
 from telephony.webrtc.errors import PageMessageError
 from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver, PageMessage
@@ -169,4 +170,9 @@ class WebRTCCall(CallSupervisor):
             async with asyncio.timeout(DISCONNECT_TIMEOUT_S):
                 await self.connection.disconnect()
         except TimeoutError:
-            log.warning("[%s] peer connection did not close in %.0f s", self.call_id, DISCONNECT_TIMEOUT_S)
+            log.warning("[%s] peer connection did not close in %.0f s; closing its sockets", self.call_id,
+                        DISCONNECT_TIMEOUT_S)
+        finally:
+            closed = ice.close_sockets(self.connection.pc)
+            if closed:
+                log.info("[%s] %d ICE socket(s) left open by the peer connection closed", self.call_id, closed)

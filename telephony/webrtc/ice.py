@@ -81,3 +81,32 @@ def drop_mdns_candidates(sdp: str) -> str:
     if len(kept) != len(lines):
         log.debug("dropped %d mDNS candidates from an offer", len(lines) - len(kept))
     return "\r\n".join(kept)
+
+
+def close_sockets(pc) -> int:
+    """Close the UDP sockets of ``pc``'s ICE connections that are still open; how many.
+
+    aiortc's ``RTCPeerConnection.close()`` marks itself closed first; when the task running it is
+    cancelled half-way (pipecat's connect-timeout monitor cancels its own task while closing an
+    offer whose ICE never completed), every later ``close()`` waits forever and the sockets stay
+    open: one per abandoned offer, for the life of the process. This closes them directly (the
+    aioice ``Connection``'s datagram protocols; attribute names as in aiortc 1.x / aioice 0.10)."""
+    if pc is None:
+        return 0
+    transports = set()
+    for transceiver in pc.getTransceivers():
+        dtls = transceiver.receiver.transport
+        if dtls is not None:
+            transports.add(dtls.transport)
+    sctp = pc.sctp
+    if sctp is not None:
+        transports.add(sctp.transport.transport)
+    closed = 0
+    for ice_transport in transports:
+        connection = getattr(ice_transport, "_connection", None)
+        for protocol in list(getattr(connection, "_protocols", ())):
+            transport = getattr(protocol, "transport", None)
+            if transport is not None and not transport.is_closing():
+                transport.close()
+                closed += 1
+    return closed

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
 from aiortc.sdp import candidate_from_sdp
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 
@@ -38,7 +39,7 @@ from telephony.metrics import Metrics
 from telephony.webrtc import ice
 from telephony.webrtc.call import WebRTCCall
 from telephony.webrtc.errors import SignalingError, UnknownPeerError
-from telephony.webrtc.signaling import Answer, CandidatePatch, Offer
+from telephony.webrtc.signaling import Answer, CandidatePatch, Offer, check_fingerprints
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 OFFER_TIMEOUT_S = 10.0
 # what aiortc's SDP parsing raises on a well-formed body with a broken SDP
-SDP_ERRORS = (ValueError, AssertionError, IndexError, KeyError, TypeError)
+SDP_ERRORS = (ValueError, AssertionError, IndexError, KeyError, TypeError, InternalError, InvalidAccessError,
+              InvalidStateError, OperationError)  # e.g. no codec in common: OperationError
 CONNECT_TIMEOUT_S = 20
 
 
@@ -141,6 +143,11 @@ class WebRTCGateway:
             self.metrics.call_refused(refusal)
             raise web.HTTPServiceUnavailable(text=f"not taking calls now ({refusal})\n",
                                              headers={"Retry-After": "30"})
+        try:
+            check_fingerprints(offer.sdp)
+        except SignalingError as exc:
+            log.warning("refused an offer from %s: %s", request.remote, exc)
+            raise web.HTTPBadRequest(text=f"{exc}\n") from exc
         connection = SmallWebRTCConnection(ice_servers=list(self.config.ice_servers) or None,
                                            connection_timeout_secs=CONNECT_TIMEOUT_S)
         try:

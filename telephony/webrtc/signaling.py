@@ -156,3 +156,22 @@ class CandidatePatch:
         if len(items) > MAX_CANDIDATES:
             raise SignalingError(f"more than {MAX_CANDIDATES} candidates in one patch")
         return cls(pc_id=pc_id, candidates=tuple(Candidate.parse(c) for c in items))
+
+
+_DIGEST_BYTES = {"sha-1": 20, "sha-224": 28, "sha-256": 32, "sha-384": 48, "sha-512": 64}
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def check_fingerprints(sdp: str) -> None:
+    """A new call's offer must carry DTLS fingerprints that are well-formed (RFC 8122: a known
+    hash and as many colon-separated hex bytes as it makes); else :class:`SignalingError`."""
+    lines = [line.strip() for line in sdp.splitlines() if line.startswith("a=fingerprint:")]
+    if not lines:
+        raise SignalingError("the offer has no DTLS fingerprint (a=fingerprint)")
+    for line in lines:
+        algorithm, _, value = line.removeprefix("a=fingerprint:").partition(" ")
+        size = _DIGEST_BYTES.get(algorithm.lower())
+        octets = value.strip().split(":")
+        if size is None or len(octets) != size or not all(len(o) == 2 and set(o) <= _HEX for o in octets):
+            raise SignalingError(f"bad DTLS fingerprint {line[:100]!r}")
+
