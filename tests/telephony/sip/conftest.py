@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import socket
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,14 +76,15 @@ class SippResult:
 
 
 async def run_sipp(server: SipServer, workdir: Path, *, scenario: str | None = None, builtin: str | None = None,
-                   extra: tuple[str, ...] = (), timeout_s: float = 30.0) -> SippResult:
-    """Place one call with sipp at ``server``; returns sipp's exit code (0: the scenario passed)."""
+                   extra: tuple[str, ...] = (), timeout_s: float = 30.0, via_port: int | None = None) -> SippResult:
+    """Place one call with sipp at ``server`` (or at a proxy on ``via_port`` in front of it);
+    returns sipp's exit code (0: the scenario passed)."""
     (workdir / "pcap").mkdir(parents=True, exist_ok=True)
     for pcap in PCAP_DIR.glob("*.pcap"):
         target = workdir / "pcap" / pcap.name
         if not target.exists():
             shutil.copy(pcap, target)
-    args = ["sipp", f"127.0.0.1:{server.port}", "-i", "127.0.0.1", "-p", str(free_udp_port()),
+    args = ["sipp", f"127.0.0.1:{via_port or server.port}", "-i", "127.0.0.1", "-p", str(free_udp_port()),
             "-mp", str(free_udp_port()), "-m", "1", "-nostdin", "-timeout", f"{int(timeout_s)}s",
             "-timeout_error", "-trace_err", "-error_file", str(workdir / "sipp_errors.log")]
     args += ["-sf", str(SCENARIOS / scenario)] if scenario else ["-sn", builtin or "uac_pcap"]
@@ -175,6 +179,79 @@ def in_dialog(method: str, ok: SipResponse, cseq: int, port: int, *, via_branch:
         ("Via", f"SIP/2.0/UDP 127.0.0.1:{port};branch={via_branch or branch()}"),
         ("Max-Forwards", "70"), ("From", ok.header("from") or ""), ("To", ok.header("to") or ""),
         ("Call-ID", ok.call_id), ("CSeq", f"{cseq} {method}")))
+
+
+KAMAILIO_CFG = """#!KAMAILIO
+debug=2
+log_stderror=yes
+children=1
+auto_aliases=no
+listen=udp:127.0.0.1:{port}
+mpath="{modules}"
+loadmodule "pv.so"
+loadmodule "sl.so"
+loadmodule "rr.so"
+loadmodule "siputils.so"
+loadmodule "textops.so"
+loadmodule "xlog.so"
+
+request_route {{
+    if (has_totag()) {{
+        if (loose_route()) {{
+            xlog("L_NOTICE", "LOOSE-ROUTED $rm $ru\\n");
+            forward();
+            exit;
+        }}
+        $du = "sip:127.0.0.1:{target}";  # sipp sends its in-dialog requests here, with no Route
+        forward();
+        exit;
+    }}
+    if (is_method("INVITE")) {{
+        record_route();
+    }}
+    $du = "sip:127.0.0.1:{target}";
+    forward();
+}}
+"""
+KAMAILIO_MODULES = Path("/usr/lib/x86_64-linux-gnu/kamailio/modules")
+
+
+@dataclass
+class Proxy:
+    port: int
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.asynccontextmanager
+async def kamailio_proxy(target_port: int, workdir: Path):
+    """A real Kamailio SIP proxy on 127.0.0.1 that Record-Routes INVITEs (loose routing) and
+    forwards, statelessly, to ``target_port``; its log says what it loose-routed."""
+    if shutil.which("kamailio") is None or not KAMAILIO_MODULES.is_dir():
+        pytest.skip("kamailio not installed (scripts/install-system-deps installs it)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_udp_port()
+    cfg = workdir / "kamailio.cfg"
+    cfg.write_text(KAMAILIO_CFG.format(port=port, target=target_port, modules=f"{KAMAILIO_MODULES}/"))
+    log_path = workdir / "kamailio.log"
+    with log_path.open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            "kamailio", "-f", str(cfg), "-DD", "-E", "-Y", str(workdir), "-w", str(workdir),
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        async with asyncio.timeout(15):
+            while "Listening on" not in log_path.read_text(errors="replace"):
+                assert proc.returncode is None, log_path.read_text(errors="replace")[-2000:]
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # its worker processes start after it lists its sockets
+        yield Proxy(port, log_path)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        async with asyncio.timeout(10):
+            await proc.wait()
 
 
 async def wait_for(predicate, timeout_s: float = 5.0) -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 from telephony.sip import CallState
 
-from .conftest import run_sipp, wait_for
+from .conftest import kamailio_proxy, run_sipp, wait_for
 
 
 async def test_uac_pcap_call_is_answered_heard_and_hung_up(sip_server, seen, tmp_path):
@@ -168,3 +168,17 @@ async def test_a_declined_transfer_keeps_the_call_up(sip_server, tmp_path):
     assert call.history == ["ringing", "answered", "acked", "refer-sent", "bye-received", "ended"]
     assert call.record.end_reason == "caller hung up (BYE)"
     assert call.record.errors == ["transfer to sip:human@example.com: REFER refused: 603 Decline"]
+
+
+async def test_through_a_kamailio_proxy_our_bye_follows_its_record_route(sip_server, seen, tmp_path):
+    """Regression: parley's BYE went straight to the caller's Contact, around the proxy that
+    Record-Routed the call (a carrier's SBC bills and tracks calls by what passes through it)."""
+    async with kamailio_proxy(sip_server.port, tmp_path / "kamailio") as proxy:
+        result = await run_sipp(sip_server, tmp_path, scenario="agent_hangs_up.xml", via_port=proxy.port)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + proxy.log()[-2000:]
+        await wait_for(lambda: not sip_server.live)
+        log = proxy.log()
+    [call] = sip_server.recent
+    assert call.history == ["ringing", "answered", "acked", "bye-sent", "ended"]
+    assert len(call.routes) == 1 and call.routes[0].startswith(f"<sip:127.0.0.1:{proxy.port};lr")
+    assert "LOOSE-ROUTED BYE sip:sipp@127.0.0.1" in log  # the BYE went through the proxy
