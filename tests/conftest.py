@@ -13,3 +13,37 @@ pipecat_test_utils.run_test.__kwdefaults__["start_timeout"] = 20.0
 import os  # noqa: E402
 
 os.environ.setdefault("PARLEY_STT_COMPILE", "0")
+
+
+# Nothing a test's client sends may make the HTTP server log a traceback: client faults are one
+# line (telephony.server's filter turns aiohttp's into INFO), so an ERROR with a traceback from
+# aiohttp's request handling is a bug of ours, and fails the test that caused it.
+import logging  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+class _TracebackCatcher(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def no_request_tracebacks():
+    catcher = _TracebackCatcher()
+    server_log = logging.getLogger("aiohttp.server")
+    server_log.addHandler(catcher)
+    try:
+        yield
+    finally:
+        server_log.removeHandler(catcher)
+    if catcher.records:
+        record = catcher.records[0]
+        exc = record.exc_info[1] if record.exc_info else None
+        pytest.fail(f"the HTTP server logged {len(catcher.records)} traceback(s) handling requests: "
+                    f"{record.getMessage()}: {type(exc).__name__}: {exc}")

@@ -370,11 +370,8 @@ class SipServer(asyncio.DatagramProtocol):
 
     def _on_invite(self, req: SipRequest, addr: tuple[str, int]) -> None:
         NameAddr.parse(req.header("from") or "")  # malformed dialog headers: 400, before any work
-        if self.draining:
-            self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),), refusal="draining")
-            return
-        shared = self.admit() if self.admit is not None else None
-        if shared == "draining":
+        shared = self.admit() if self.admit is not None else None  # the process's, beside HTTP
+        if self.draining or shared == "draining":
             self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),), refusal="draining")
             return
         if shared == "capacity" or self.calls_in_progress >= self.config.max_calls:  # set-up calls count

@@ -14,6 +14,7 @@ from agent.embedded import EmbeddedAgentProcessor
 from agent.spec import load_spec
 from agent.tools import ToolBox
 from harness.callers.webrtc import place_call
+from pipeline.audio.wav import write_wav
 from telephony.webrtc.commands import HangUp, KeyPress, parse_page_command
 from telephony.webrtc.errors import PageMessageError
 
@@ -63,15 +64,25 @@ async def test_a_keypad_press_reaches_the_agent(receptionist_webrtc):
     assert HOURS in said, said
 
 
+@pytest.fixture(scope="module")
+def silent_microphone_wav(tmp_path_factory) -> Path:
+    """A microphone that hears nothing. Regression guard: with the speech file, Chromium's looping
+    fake microphone said "hello how are you" just as the key's answer began, the receptionist's
+    "Sorry, I didn't catch that" cut the hours short, and the test failed about one run in two."""
+    path = tmp_path_factory.mktemp("silent-mic") / "silence.wav"
+    write_wav(path, np.zeros(16000 * 10, np.int16), 16000)
+    return path
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install-system-deps)")
-async def test_the_page_keypad_in_chromium(receptionist_webrtc, microphone_wav):
+async def test_the_page_keypad_in_chromium(receptionist_webrtc, silent_microphone_wav):
     async_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
     from .test_webrtc_page import PAGE_TIMEOUT_MS, chromium_args
 
     base = f"http://127.0.0.1:{receptionist_webrtc.port}"
     async with async_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                           args=chromium_args(microphone_wav))
+                                           args=chromium_args(silent_microphone_wav))
         try:
             page = await browser.new_page()
             errors: list[str] = []
