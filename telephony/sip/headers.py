@@ -45,7 +45,9 @@ def _param(params: Params, name: str) -> str | None:
     return None
 
 
-_TOKEN_WORD = re.compile(r"[A-Za-z0-9.!%*_+`'~\-]+\Z")
+# a word of an unquoted display name: RFC 3261's token, and (liberal: PBXs send them) any
+# non-ASCII letters; separators (, ; " < > @ : \) and controls are what RFC 4475 baddn refuses
+_TOKEN_WORD = re.compile(r"(?:[A-Za-z0-9.!%*_+`'~\-]|[^\x00-\x7f])+\Z")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+\-.]*\Z")
 _VIA = re.compile(r"\s*SIP\s*/\s*([0-9]+\.[0-9]+)\s*/\s*([A-Za-z0-9.!%*_+`'~\-]+)\s+(\S.*)\Z", re.S | re.I)
 

@@ -111,6 +111,7 @@ def test_header_values_as_rfc_4475_writes_them():
     assert (na.display, na.tag) == ('J Rosenberg \\"', "98asjd8") and NameAddr.parse(str(na)) == na
     assert split_commas('"a \\", b" <sip:x@y>, <sip:z@w>') == ['"a \\", b" <sip:x@y>', "<sip:z@w>"]
     assert NameAddr.parse("caller<sip:caller@example.com>;tag=323").display == "caller"  # lwsdisp
+    assert NameAddr.parse("José Núñez <sip:jose@example.com>").display == "José Núñez"  # liberal: PBXs send it
     assert NameAddr.parse("sip:vivekg@chair-dnrc.example.com ;   tag    = 1918181833n").tag == "1918181833n"
     for bad in ('"Mr. J. User <sip:j.user@example.com>',          # quotbal: unterminated quote
                 "Bell, Alexander <sip:a.g.bell@example.com>;tag=43",  # baddn: unquoted comma
