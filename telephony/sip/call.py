@@ -25,7 +25,7 @@ from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import SdpParseError, SipParseError, TransferError
 from telephony.sip.headers import NameAddr, SipUri, split_commas
 from telephony.sip.media import RtpSession, is_ip, random_tag
-from telephony.sip.message import SipRequest, SipResponse
+from telephony.sip.message import SipRequest, SipResponse, sdp_body
 from telephony.sip.sdp import SessionDescription, accept_answer, answer_offer, make_offer
 from telephony.sip.transport import SipTransport
 
@@ -204,7 +204,7 @@ class SipCall(CallSupervisor):
         if self._awaiting_answer:  # the ACK carries the answer to our offer
             self._awaiting_answer = False
             try:
-                answer = SessionDescription.parse(req.body) if req.body else None
+                answer = SessionDescription.parse(sdp_body(req)) if sdp_body(req) else None
             except SdpParseError:
                 answer = None
             media = accept_answer(answer, codecs=self.config.codecs) if answer is not None else None
@@ -226,7 +226,7 @@ class SipCall(CallSupervisor):
             self.server.respond(req, addr, 491 if self.state is CallState.RINGING else 481, to_tag=self.local_tag)
             return
         try:
-            offer = SessionDescription.parse(req.body) if req.body else self._offer
+            offer = SessionDescription.parse(sdp_body(req)) if req.body else self._offer
         except SdpParseError:
             self.server.respond(req, addr, 488, to_tag=self.local_tag)
             return

@@ -15,7 +15,8 @@
    MESSAGE, ...) -> 405, both with ``Allow``; then the CSeq method must be the request's (400);
 4. the Request-URI scheme (416 for anything but sip, sips and tel);
 5. ``Require`` (420 with ``Unsupported``: parley supports no option tags), except on ACK and CANCEL;
-6. for an INVITE's body: ``Content-Type`` application/sdp and no ``Content-Encoding`` (415 with
+6. for an INVITE's body: ``Content-Type`` application/sdp (or multipart with an SDP part, as
+   SIP-I trunks send) and no ``Content-Encoding`` (415 with
    ``Accept`` / ``Accept-Encoding``), and an ``Accept`` that lets the answer be SDP (406).
 
 An ACK is checked for its shape only and never answered: the caller drops the refused one.
@@ -30,7 +31,7 @@ from typing import Final
 
 from telephony.sip.errors import SipParseError
 from telephony.sip.headers import NameAddr, SipUri, split_commas
-from telephony.sip.message import SIP_VERSION, SipRequest
+from telephony.sip.message import SIP_VERSION, SipRequest, sdp_body
 
 __all__ = ["ALLOW", "KNOWN_METHODS", "SUPPORTED_METHODS", "Refusal", "check_request", "warning"]
 
@@ -117,8 +118,7 @@ def check_request(req: SipRequest) -> Refusal | None:
         return Refusal(420, "parley supports no SIP extensions", (("Unsupported", ", ".join(required)),))
     if req.method == "INVITE":
         if req.body:
-            kind = _media_types(req.header("content-type") or "application/sdp")
-            if kind != ["application/sdp"]:
+            if not sdp_body(req):  # application/sdp, or a multipart body with an SDP part
                 return Refusal(415, f"body of type {(req.header('content-type') or '')[:40]}; parley reads "
                                     "application/sdp", (("Accept", "application/sdp"),))
             encoding = (req.header("content-encoding") or "identity").strip().lower()

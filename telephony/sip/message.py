@@ -336,3 +336,35 @@ def with_received(request: SipRequest, addr: tuple[str, int]) -> SipRequest:
         headers[i] = (name, ", ".join(parms))
         return replace(request, headers=tuple(headers))
     return request
+
+
+def sdp_body(message: SipRequest | SipResponse) -> bytes:
+    """The message's SDP: its body when that is ``application/sdp`` (or untyped), or the
+    ``application/sdp`` part of a ``multipart/mixed`` body (SIP-I/SIP-T trunks send SDP beside
+    ISUP). ``b""`` when there is none."""
+    kind, _, params = (message.header("content-type") or "application/sdp").partition(";")
+    kind = kind.strip().lower()
+    if kind == "application/sdp":
+        return message.body
+    if not kind.startswith("multipart/"):
+        return b""
+    boundary = ""
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "boundary":
+            boundary = value.strip().strip('"')
+    if not boundary or len(boundary) > 70:
+        return b""
+    delimiter = b"--" + boundary.encode("utf-8", "replace")
+    for part in message.body.split(delimiter)[1:]:
+        if part.startswith(b"--"):  # the closing delimiter
+            break
+        head, sep, body = part.lstrip(b"\r\n").partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        for line in head.split(b"\r\n"):
+            field, _, field_value = line.partition(b":")
+            if field.strip().lower() in (b"content-type", b"c") and \
+                    field_value.split(b";", 1)[0].strip().lower() == b"application/sdp":
+                return body.removesuffix(b"\r\n")
+    return b""

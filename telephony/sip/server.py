@@ -45,7 +45,7 @@ from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipPar
 from telephony.sip.headers import NameAddr, Via
 from telephony.sip.media import RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to, salvage_request, \
-    with_received
+    sdp_body, with_received
 from telephony.sip.register import Registration
 from telephony.sip.sdp import Connection, SessionDescription, answer_offer, pending_media
 from telephony.metrics import Metrics
@@ -394,7 +394,7 @@ class SipServer(asyncio.DatagramProtocol):
         offer: SessionDescription | None = None  # none: a delayed offer, ours goes in the 200
         if req.body:
             try:
-                offer = SessionDescription.parse(req.body)
+                offer = SessionDescription.parse(sdp_body(req))
             except SdpParseError as exc:
                 log.info("INVITE from %s without a usable SDP offer: %s", addr[0], exc)
                 self.respond(req, addr, 488, headers=warning(str(exc)))

@@ -105,3 +105,29 @@ async def test_offers_that_cannot_carry_audio_are_refused_and_a_blank_line_is_no
         await _bye(peer, sip_server, ok, 2)
     finally:
         peer.close()
+
+
+async def test_a_sip_i_offer_with_isup_beside_the_sdp_is_answered(sip_server):
+    """SIP-I/SIP-T trunks send multipart/mixed: the SDP and an ISUP part. The SDP part is read;
+    the ISUP is ignored. (Before, the whole body was parsed as SDP: 488, and the trunk's call lost.)"""
+    peer = await UdpPeer.open()
+    try:
+        body = (b"--unique-boundary-1\r\nContent-Type: application/sdp\r\n\r\n" + OFFER +
+                b"\r\n--unique-boundary-1\r\nContent-Type: application/isup;version=itu-t92+\r\n"
+                b"Content-Disposition: signal;handling=optional\r\n\r\n\x01\x00\x49\x00\x00\x03\x02\x00\x07"
+                b"\r\n--unique-boundary-1--\r\n")
+        req = invite(peer, "sip-i-1", body=body)
+        req = SipRequest(method="INVITE", uri=req.uri, body=body, headers=tuple(
+            (n, 'multipart/mixed;boundary="unique-boundary-1"' if n == "Content-Type" else v)
+            for n, v in req.headers))
+        peer.send(req, sip_server)
+        ok = (await peer.responses())[-1]
+        assert ok.status == 200
+        [call] = sip_server.live.values()
+        assert call.session.media.remote_address == ("127.0.0.1", 9) and call.session.media.codec.name == "PCMU"
+        peer.send(in_dialog("ACK", ok, 1, peer.port), sip_server)
+        await _bye(peer, sip_server, ok, 2)
+        peer.send(invite(peer, "sip-i-2", body=body, extra=()), sip_server)  # typed application/sdp: not SDP
+        assert (await peer.responses())[-1].status == 488
+    finally:
+        peer.close()
