@@ -226,8 +226,10 @@ class CallServer:
             return
         signature = request.headers.get(SIGNATURE_HEADER, "")
         if not signature or not verify_signature(self.config.auth_token or "", url, params, signature):
-            log.warning("refused %s %s from %s: bad or missing %s", request.method, request.path,
-                        request.remote, SIGNATURE_HEADER)
+            if self._log_once_a_minute(f"signature:{request.remote}"):  # a flood is one line a minute
+                log.warning("refused %s %s from %s: bad or missing %s (further refusals from it are "
+                            "logged once a minute)", request.method, request.path, request.remote,
+                            SIGNATURE_HEADER)
             raise web.HTTPForbidden(text="invalid Twilio signature\n")
 
     # -- handlers ----------------------------------------------------------------------------
@@ -251,12 +253,19 @@ class CallServer:
         elif self.calls_in_progress() >= self.config.max_calls:
             reason = "capacity"
         if reason is not None:
-            now = time.monotonic()
-            if now - self._refusal_logged.get(reason, -60.0) >= 60.0:
-                self._refusal_logged[reason] = now
+            if self._log_once_a_minute(reason):
                 log.warning("refusing new calls: %s (%d in progress, at most %d)", reason,
                             self.calls_in_progress(), self.config.max_calls)
         return reason
+
+    def _log_once_a_minute(self, key: str) -> bool:
+        now = time.monotonic()
+        if now - self._refusal_logged.get(key, -60.0) < 60.0:
+            return False
+        self._refusal_logged[key] = now
+        if len(self._refusal_logged) > 1024:  # a scan from many sources: forget the oldest
+            del self._refusal_logged[next(iter(self._refusal_logged))]
+        return True
 
     def _forget_answered(self) -> None:
         now = time.monotonic()

@@ -193,3 +193,15 @@ async def test_what_a_client_sends_wrong_is_one_line_never_a_traceback(monkeypat
     assert not [r for r in caplog.records if r.exc_info], "a traceback from client input"
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("malformed body" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_flood_of_unsigned_requests_is_one_warning_a_minute(server, caplog):
+    """Regression: each refused request was a WARNING line; a scan filled the log."""
+    caplog.set_level(logging.INFO)
+    url = f"http://127.0.0.1:{server.port}/twilio/voice"
+    async with aiohttp.ClientSession() as s:
+        for _ in range(50):
+            async with s.post(url, data=FORM, headers={SIGNATURE_HEADER: "Zm9yZ2Vk"}) as r:
+                assert r.status == 403
+    lines = [r.getMessage() for r in caplog.records if "bad or missing" in r.getMessage()]
+    assert len(lines) == 1 and "once a minute" in lines[0]
