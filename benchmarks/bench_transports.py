@@ -144,7 +144,8 @@ class Server(ServeProcess, ServerAddress):
         ServeProcess.__init__(self, "parley", ["-m", "deploy.cli", "serve", "--agent", "echo", "--port", str(port),
                                     "--sip-port", str(self.sip_port), "--db", str(Path(db_dir) / "calls.db"),
                                     "--log-level", "WARNING", "--stt", stt, "--tts", tts, "--stt-warm", stt_warm,
-                                    "--vad", vad, "--stt-procs", str(engine_procs), "--tts-procs", str(engine_procs)],
+                                    "--vad", vad, "--stt-procs", str(engine_procs), "--tts-procs", str(engine_procs),
+                                    "--max-calls", "10000"],  # the load is the question: no admission cap
                               port=port, log_path=Path(db_dir) / "server.log", env={"TWILIO_AUTH_TOKEN": TOKEN})
 
     async def metrics_text(self) -> str | None:
