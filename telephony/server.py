@@ -353,8 +353,9 @@ class CallServer:
             return ws
         self._forget_answered()
         if self._answered.pop(start.call_sid, None) is None:
-            log.warning("[%s] stream from %s refused: /twilio/voice did not answer this CallSid in the last "
-                        "%.0f s (or its stream came already)", start.call_sid[:64], peer, ANSWERED_TTL_S)
+            if self._log_once_a_minute(f"unanswered:{peer}"):  # a replayed upgrade header, maybe: bounded
+                log.warning("[%s] stream from %s refused: /twilio/voice did not answer this CallSid in the "
+                            "last %.0f s (or its stream came already)", start.call_sid[:64], peer, ANSWERED_TTL_S)
             self.metrics.call_refused("unanswered")
             await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"no call answered for this CallSid")
             return ws
