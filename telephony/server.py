@@ -46,6 +46,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from pipeline.builder import PipelineConfig
 from pipeline.gc_pauses import GcPauses, freeze_startup_heap
 from telephony.errors import ProtocolError, TelephonyError
+from telephony.log_limit import LogLimiter
 from telephony.loop_lag import LoopLagProbe
 from telephony.metrics import Metrics
 from telephony.sip import SipServer
@@ -135,7 +136,7 @@ class CallServer:
         self.live: dict[str, CallSupervisor] = {}  # Twilio and browser calls
         self._answered: OrderedDict[str, float] = OrderedDict()  # CallSid -> when the webhook answered it
         self._streams_starting = 0  # sockets upgraded, their 'start' not read yet
-        self._refusal_logged: dict[str, float] = {}
+        self._log_once_a_minute = LogLimiter()
         self.sip: SipServer | None = None  # serve_forever's SIP server, counted in /healthz
         self.metrics = Metrics()
         self.draining = False
@@ -247,25 +248,12 @@ class CallServer:
     def admission(self) -> str | None:
         """Why a new call must be refused now ("draining", "capacity"), or None to take it.
         The caller of this counts the refusal; one log line a minute per reason says why."""
-        reason = None
-        if self.draining:
-            reason = "draining"
-        elif self.calls_in_progress() >= self.config.max_calls:
-            reason = "capacity"
-        if reason is not None:
-            if self._log_once_a_minute(reason):
-                log.warning("refusing new calls: %s (%d in progress, at most %d)", reason,
-                            self.calls_in_progress(), self.config.max_calls)
+        in_progress = self.calls_in_progress()
+        reason = "draining" if self.draining else "capacity" if in_progress >= self.config.max_calls else None
+        if reason is not None and self._log_once_a_minute(reason):
+            log.warning("refusing new calls: %s (%d in progress, at most %d)", reason, in_progress,
+                        self.config.max_calls)
         return reason
-
-    def _log_once_a_minute(self, key: str) -> bool:
-        now = time.monotonic()
-        if now - self._refusal_logged.get(key, -60.0) < 60.0:
-            return False
-        self._refusal_logged[key] = now
-        if len(self._refusal_logged) > 1024:  # a scan from many sources: forget the oldest
-            del self._refusal_logged[next(iter(self._refusal_logged))]
-        return True
 
     def _forget_answered(self) -> None:
         now = time.monotonic()

@@ -203,8 +203,9 @@ class SipCall(CallSupervisor):
         self._step("acked")
         if self._awaiting_answer:  # the ACK carries the answer to our offer
             self._awaiting_answer = False
+            body = sdp_body(req)
             try:
-                answer = SessionDescription.parse(sdp_body(req)) if sdp_body(req) else None
+                answer = SessionDescription.parse(body) if body else None
             except SdpParseError:
                 answer = None
             media = accept_answer(answer, codecs=self.config.codecs) if answer is not None else None

@@ -28,7 +28,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from telephony.sip.errors import DigestParseError
+from telephony.sip.errors import DigestParseError, SipParseError
+from telephony.sip.headers import SipUri
 
 __all__ = ["DigestChallenge", "DigestCredentials", "DigestServer", "authorization"]
 
@@ -125,25 +126,16 @@ class DigestCredentials:
         return "Digest " + ", ".join(parts)
 
 
-def _target(uri: str) -> tuple[str, str, str] | None:
-    """(scheme, host, port) of a sip/sips URI, lower-case; None when it is not one."""
-    scheme, colon, rest = uri.strip().partition(":")
-    if not colon or scheme.lower() not in ("sip", "sips"):
-        return None
-    hostport = rest.rpartition("@")[2].split(";", 1)[0].split("?", 1)[0]
-    if hostport.startswith("["):
-        host, _, port = hostport[1:].partition("]")
-        port = port.lstrip(":")
-    else:
-        host, _, port = hostport.partition(":")
-    return scheme.lower(), host.lower(), port or "5060"
-
-
 def _same_target(digest_uri: str, request_uri: str) -> bool:
+    """Both name the same scheme, host and port (the user part is not compared)."""
     if digest_uri == request_uri:
         return True
-    mine = _target(digest_uri)
-    return mine is not None and mine == _target(request_uri)
+    try:
+        mine, theirs = SipUri.parse(digest_uri), SipUri.parse(request_uri)
+    except SipParseError:
+        return False
+    return (mine.scheme, mine.host.lower(), mine.port or 5060) == (theirs.scheme, theirs.host.lower(),
+                                                                    theirs.port or 5060)
 
 
 def digest_response(*, username: str, password: str, realm: str, method: str, uri: str, nonce: str,

@@ -48,6 +48,7 @@ from telephony.sip.message import SipRequest, SipResponse, parse_message, respon
     sdp_body, with_received
 from telephony.sip.register import Registration
 from telephony.sip.sdp import Connection, SessionDescription, answer_offer, pending_media
+from telephony.log_limit import LogLimiter
 from telephony.metrics import Metrics
 from telephony.calls import AgentFactory
 
@@ -90,7 +91,7 @@ class SipServer(asyncio.DatagramProtocol):
         self._first_path: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
         self._pending: dict[str, asyncio.Future[SipResponse]] = {}
         self._tasks: set[asyncio.Task] = set()
-        self._refusal_logged: OrderedDict[str, float] = OrderedDict()
+        self._should_log_refusal = LogLimiter()  # one warning a minute per refused source
         self.errors: list[BaseException] = []  # call failures kept for stop() when reraise_call_errors
         self.registration: Registration | None = None
         self._register_task: asyncio.Task | None = None
@@ -358,18 +359,8 @@ class SipServer(asyncio.DatagramProtocol):
         else:
             self.respond(req, addr, 405, headers=(("Allow", ALLOW),))
 
-    def _should_log_refusal(self, ip: str, every_s: float = 60.0) -> bool:
-        """At most one warning a minute per refused source (a scan must not flood the log)."""
-        now = asyncio.get_running_loop().time()
-        if now - self._refusal_logged.get(ip, -every_s) < every_s:
-            return False
-        self._refusal_logged[ip] = now
-        if len(self._refusal_logged) > 1024:
-            self._refusal_logged.popitem(last=False)
-        return True
 
     def _on_invite(self, req: SipRequest, addr: tuple[str, int]) -> None:
-        NameAddr.parse(req.header("from") or "")  # malformed dialog headers: 400, before any work
         shared = self.admit() if self.admit is not None else None  # the process's, beside HTTP
         if self.draining or shared == "draining":
             self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)),), refusal="draining")
