@@ -1,5 +1,6 @@
 """Call records in SQLite: durable across connections, across a killed writer, thread-safe."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -94,13 +95,16 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_writer_leaves_its_turns_readable(tmp_path):
-    db = tmp_path / "calls.db"
+@contextlib.contextmanager
+def killed_writer(db: Path):
+    """A process that has written call CAkilled (three turns, not ended) to ``db``, and is
+    SIGKILLed when the block ends."""
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], cwd=ROOT,
                             stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert proc.stdout.readline().strip() == "written"
+        yield proc
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -108,6 +112,12 @@ def test_a_killed_writer_leaves_its_turns_readable(tmp_path):
             proc.kill()
         proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_killed_writer_leaves_its_turns_readable(tmp_path):
+    db = tmp_path / "calls.db"
+    with killed_writer(db):
+        pass
     record = SQLiteCallStore(db).get("CAkilled")
     assert record is not None and not record.ended
     assert [(t.user_text, t.agent_text) for t in record.turns] == [
@@ -117,22 +127,13 @@ def test_a_killed_writer_leaves_its_turns_readable(tmp_path):
 def test_calls_a_killed_server_left_open_are_ended_by_the_next_one(tmp_path):
     """Regression: a call whose server was SIGKILLed stayed "in progress" forever."""
     db = tmp_path / "calls.db"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        assert proc.stdout.readline().strip() == "written"
+    with killed_writer(db):
         live_writer = SQLiteCallStore(db)  # this process: alive, its open call must stay open
         live_writer.open(make_record("CAlive", started_at=2000.0))
         other_host = SQLiteCallStore(db, owner="another-host:1:1")  # cannot be told from here: kept
         other_host.open(make_record("CAelsewhere", started_at=2001.0))
         before = SQLiteCallStore(db)
         assert before.close_orphans() == 0  # the writer still runs
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.stdout.close()
     store = SQLiteCallStore(db)
     assert store.close_orphans() == 1 and store.close_orphans() == 0
     killed = store.get("CAkilled")

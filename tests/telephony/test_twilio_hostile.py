@@ -44,6 +44,14 @@ async def _open(session: aiohttp.ClientSession, port: int, sid: str | None = Non
     return ws
 
 
+async def _live_call(session: aiohttp.ClientSession, server, sid: str):
+    """A stream for ``sid`` the webhook answered, started and live: (socket, the server's call)."""
+    ws = await _open(session, server.port, sid)
+    await ws.send_str(_start(sid))
+    await _until(lambda: sid in server.live)
+    return ws, server.live[sid]
+
+
 async def _until(predicate, timeout_s: float = 10.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not predicate():
@@ -70,10 +78,7 @@ async def test_a_second_stream_for_a_live_call_sid_is_refused(server):
     """Regression: it dropped the first out of /healthz and the drain, and both wrote one record."""
     sid = "CA" + "5" * 32
     async with aiohttp.ClientSession() as s:
-        first = await _open(s, server.port, sid)
-        await first.send_str(_start(sid))
-        await _until(lambda: sid in server.live)
-        call = server.live[sid]
+        first, call = await _live_call(s, server, sid)
         second = await _open(s, server.port, sid)
         await second.send_str(_start(sid))
         closed = await second.receive(timeout=5)
@@ -91,10 +96,7 @@ async def test_absurd_chunks_forged_marks_and_a_flood_stay_bounded(server, caplo
     caplog.set_level(logging.INFO)
     sid = "CA" + "6" * 32
     async with aiohttp.ClientSession() as s:
-        ws = await _open(s, server.port, sid)
-        await ws.send_str(_start(sid))
-        await _until(lambda: sid in server.live)
-        call = server.live[sid]
+        ws, call = await _live_call(s, server, sid)
         await _until(lambda: call.transport.link.stats.media_out_bytes > 0)  # the greeting is playing
         await ws.send_str(_media(sid, 2, 1))
         await ws.send_str(_media(sid, 3, 999_999_999_999_998))
@@ -128,9 +130,7 @@ async def test_a_stream_needs_a_call_the_webhook_answered_and_only_once(server):
         assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.POLICY_VIOLATION
         assert server.metrics.refused["unanswered"] == 1 and server.store.get(sid) is None
 
-        ws = await _open(s, server.port, sid)  # answered: taken
-        await ws.send_str(_start(sid))
-        await _until(lambda: sid in server.live)
+        ws, _ = await _live_call(s, server, sid)  # answered: taken
         await ws.close()
         await _until(lambda: sid not in server.live)
         again = await _open(s, server.port)  # the same stream replayed after the call: refused

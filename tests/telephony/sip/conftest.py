@@ -254,6 +254,20 @@ async def kamailio_proxy(target_port: int, workdir: Path):
             await proc.wait()
 
 
+async def hang_up(peer: UdpPeer, server: SipServer, ok: SipResponse, *, ack: bool = True) -> SipResponse:
+    """End the dialog ``ok`` (a 2xx to ``peer``'s INVITE) made: its ACK (unless sent already),
+    then a BYE answered 200; returns once the call has left ``server.live``."""
+    cseq = ok.cseq[0]
+    if ack:
+        peer.send(in_dialog("ACK", ok, cseq, peer.port), server)
+    peer.send(in_dialog("BYE", ok, cseq + 1, peer.port), server)
+    got = await peer.messages(5.0, until=lambda m: isinstance(m, SipResponse) and m.cseq == (cseq + 1, "BYE"))
+    bye_ok = got[-1] if got else None  # (a retransmitted 200 to the INVITE may come first)
+    assert isinstance(bye_ok, SipResponse) and bye_ok.status == 200 and bye_ok.cseq == (cseq + 1, "BYE"), got
+    await wait_for(lambda: ok.call_id not in server.live)
+    return bye_ok
+
+
 async def wait_for(predicate, timeout_s: float = 5.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not predicate():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from telephony.sip.digest import DigestChallenge, authorization
 
-from .conftest import UdpPeer, in_dialog, invite, wait_for
+from .conftest import UdpPeer, hang_up, in_dialog, invite
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -35,10 +35,8 @@ async def test_a_replayed_authorization_header_is_challenged_again(make_sip_serv
         replay = (await peer.responses())[-1]
         assert replay.status == 401 and seen.agents == 1 and list(server.live) == ["auth-1"]
 
-        peer.send(in_dialog("ACK", ok, 2, peer.port), server)
-        peer.send(in_dialog("BYE", ok, 3, peer.port), server)
-        assert (await peer.responses())[-1].status == 200
-        await wait_for(lambda: not server.live)
+        await hang_up(peer, server, ok)
+        assert not server.live
     finally:
         peer.close()
 

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
-from telephony.sip.message import SipRequest, SipResponse, response_to
+from telephony.sip.message import SipRequest, response_to
 from telephony.sip.rtp import RtpPacket, TelephoneEvent
 from telephony.sip.sdp import SessionDescription
 
-from .conftest import OFFER, UdpPeer, in_dialog, invite, wait_for
+from .conftest import OFFER, UdpPeer, hang_up, in_dialog, invite, wait_for
 
 
 def _answer(rtp_port: int, pt: str = "8") -> bytes:
     return (b"v=0\r\no=peer 2 2 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
             b"m=audio %d RTP/AVP %s 101\r\na=rtpmap:101 telephone-event/8000\r\n" % (rtp_port, pt.encode()))
-
-
-async def _bye(peer: UdpPeer, server, ok: SipResponse, cseq: int) -> None:
-    peer.send(in_dialog("BYE", ok, cseq, peer.port), server)
-    assert (await peer.responses())[-1].status == 200
-    await wait_for(lambda: ok.call_id not in server.live)
 
 
 async def test_a_delayed_offer_gets_our_offer_in_the_200_and_its_answer_in_the_ack(sip_server, seen):
@@ -45,7 +39,7 @@ async def test_a_delayed_offer_gets_our_offer_in_the_200_and_its_answer_in_the_a
             ("PCMA", 101, ("127.0.0.1", rtp.port))
         rtp.send(RtpPacket(101, 1, 8000, 77, bytes(TelephoneEvent(5, True, 10, 800))), call.session.port)
         await wait_for(lambda: seen.dtmf == ["5"])  # the key came through on the payload type we offered
-        await _bye(peer, sip_server, ok, 2)
+        await hang_up(peer, sip_server, ok, ack=False)
     finally:
         peer.close()
         rtp.close()
@@ -77,8 +71,7 @@ async def test_a_host_name_in_c_is_resolved_once_before_the_call(sip_server):
         assert ok.status == 200
         [call] = sip_server.live.values()
         assert call.session.media.remote_address == ("127.0.0.1", 9)
-        peer.send(in_dialog("ACK", ok, 1, peer.port), sip_server)
-        await _bye(peer, sip_server, ok, 2)
+        await hang_up(peer, sip_server, ok)
     finally:
         peer.close()
 
@@ -101,8 +94,7 @@ async def test_offers_that_cannot_carry_audio_are_refused_and_a_blank_line_is_no
         peer.send(invite(peer, "blank-line", body=OFFER + b"\r\n"), sip_server)
         ok = (await peer.responses())[-1]
         assert ok.status == 200
-        peer.send(in_dialog("ACK", ok, 1, peer.port), sip_server)
-        await _bye(peer, sip_server, ok, 2)
+        await hang_up(peer, sip_server, ok)
     finally:
         peer.close()
 
@@ -125,8 +117,7 @@ async def test_a_sip_i_offer_with_isup_beside_the_sdp_is_answered(sip_server):
         assert ok.status == 200
         [call] = sip_server.live.values()
         assert call.session.media.remote_address == ("127.0.0.1", 9) and call.session.media.codec.name == "PCMU"
-        peer.send(in_dialog("ACK", ok, 1, peer.port), sip_server)
-        await _bye(peer, sip_server, ok, 2)
+        await hang_up(peer, sip_server, ok)
         peer.send(invite(peer, "sip-i-2", body=body, extra=()), sip_server)  # typed application/sdp: not SDP
         assert (await peer.responses())[-1].status == 488
     finally:

@@ -11,7 +11,7 @@ import asyncio
 from telephony.sip.headers import Via
 from telephony.sip.message import SipRequest, response_to
 
-from .conftest import UdpPeer, branch, in_dialog, invite, wait_for
+from .conftest import UdpPeer, branch, hang_up, in_dialog, invite, wait_for
 
 
 def _options(peer: UdpPeer, call_id: str, via_branch: str, sent_by: str | None = None, rport: bool = False) -> SipRequest:
@@ -19,14 +19,6 @@ def _options(peer: UdpPeer, call_id: str, via_branch: str, sent_by: str | None =
     return SipRequest(method="OPTIONS", uri="sip:parley@127.0.0.1", headers=(
         ("Via", via), ("Max-Forwards", "70"), ("From", "<sip:peer@127.0.0.1>;tag=a"),
         ("To", "<sip:parley@127.0.0.1>"), ("Call-ID", call_id), ("CSeq", "1 OPTIONS")))
-
-
-async def _hang_up(peer: UdpPeer, server, ok) -> None:
-    cseq = ok.cseq[0]
-    peer.send(in_dialog("ACK", ok, cseq, peer.port), server)
-    peer.send(in_dialog("BYE", ok, cseq + 1, peer.port), server)
-    assert (await peer.responses())[-1].status == 200
-    await wait_for(lambda: ok.call_id not in server.live)
 
 
 async def test_a_branch_reused_by_another_peer_is_a_transaction_of_its_own(sip_server):
@@ -59,7 +51,7 @@ async def test_the_same_invite_by_another_path_gets_482(sip_server, seen):
         [merged] = await peer.responses()
         assert merged.status == 482 and merged.top_via.branch == "z9hG4bKsecond"
         assert seen.agents == 1 and len(sip_server.live) == 1
-        await _hang_up(peer, sip_server, first[-1])
+        await hang_up(peer, sip_server, first[-1])
     finally:
         peer.close()
 
@@ -113,7 +105,7 @@ async def test_a_full_server_answers_503_with_retry_after(make_sip_server, seen)
         assert seen.agents == 2 and server.metrics.refused["capacity"] == 2
         for m in finals.values():
             if m.status == 200:  # type: ignore[attr-defined]
-                await _hang_up(peer, server, m)
+                await hang_up(peer, server, m)
     finally:
         peer.close()
 
