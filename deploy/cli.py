@@ -425,6 +425,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
     from ssm_engine.stt.cli import register_cli as register_stt
+    from deploy.model_server.cli import register_cli as register_model_server
     from ssm_engine.tts.cli import register_cli as register_tts
 
     parser = argparse.ArgumentParser(
@@ -439,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_calls(sub)
     register_stt(sub)  # parley data stt, parley train stt
     register_tts(sub)  # parley data tts, parley train tts
+    register_model_server(sub)  # parley model-server (the model tier)
     _register_plugins(sub)  # parley call, parley eval stt|tts (the harness)
     return parser
 

@@ -6,7 +6,8 @@ Hierarchy::
     ├── EngineUnavailableError   a speech engine's library or model is missing or won't load
     ├── AudioFormatError         audio of the wrong dtype, rate or frame size, or NaN/inf
     ├── ConfigError              an invalid setting of a service, engine or pool (a ValueError)
-    └── WorkerProtocolError      a malformed message between the server and an engine's worker
+    ├── WorkerProtocolError      a malformed message between the server and an engine's worker
+    └── WireError                a malformed message of the model tier's wire protocol
 
 Foreign exceptions (ctypes ``OSError``, pocketsphinx ``RuntimeError``, ``webrtcvad`` errors) are
 translated once, at the engine boundary, with ``raise ... from exc``.
@@ -36,3 +37,8 @@ class ConfigError(PipelineError, ValueError):
 
 class WorkerProtocolError(PipelineError, ValueError):
     """A message between the server and an engine's worker process that is malformed."""
+
+
+class WireError(PipelineError, ValueError):
+    """A message of the model tier's wire protocol (``pipeline.model_wire``) that is malformed or
+    asks for what the server does not do (an unknown encoding, a rate out of range)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -104,6 +105,8 @@ class BatchRunner:
         self._accepting = False
         self._stopping = False
         self.batches_run = 0          # number of StreamBatcher.run calls (for tests and metrics)
+        self.streams_stepped = 0      # streams summed over those runs (mean batch size = / batches_run)
+        self.step_s = 0.0             # seconds spent in those runs
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,6 +135,12 @@ class BatchRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def queue_depth(self) -> int:
+        """Commands waiting for the worker thread (a backlog means it runs behind)."""
+        with self._lock:
+            return len(self._queue)
 
     @property
     def open_streams(self) -> frozenset[int]:
@@ -256,6 +265,7 @@ class BatchRunner:
             return
         chunks = {sid: (subs[0].frames if len(subs) == 1 else torch.cat([s.frames for s in subs]))
                   for sid, subs in pending.items()}
+        t0 = time.perf_counter()
         try:
             out = self._batcher.run(chunks)
         except Exception as exc:   # handed to every caller of this batch through its future
@@ -264,6 +274,8 @@ class BatchRunner:
                 for sub in subs:
                     sub.future.set_exception(exc)
         else:
+            self.step_s += time.perf_counter() - t0
+            self.streams_stepped += len(chunks)
             self.batches_run += 1
             for sid, subs in pending.items():
                 y, start = out[sid], 0

@@ -47,3 +47,35 @@ def no_request_tracebacks():
         exc = record.exc_info[1] if record.exc_info else None
         pytest.fail(f"the HTTP server logged {len(catcher.records)} traceback(s) handling requests: "
                     f"{record.getMessage()}: {type(exc).__name__}: {exc}")
+
+
+# Real speech from flite, cached per session (the pipeline's and the model server's tests).
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import wave  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import soxr  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def flite_speech(tmp_path_factory) -> Callable[[str, int], np.ndarray]:
+    """``flite_speech(text, rate_hz, voice="slt")`` -> int16 mono speech at ``rate_hz``."""
+    if shutil.which("flite") is None:
+        pytest.skip("flite not installed (apt-get install flite)")
+    folder: Path = tmp_path_factory.mktemp("flite")
+    cache: dict[tuple[str, str], tuple[np.ndarray, int]] = {}
+
+    def speech(text: str, rate_hz: int, voice: str = "slt") -> np.ndarray:
+        if (voice, text) not in cache:
+            path = folder / f"{len(cache)}.wav"
+            subprocess.run(["flite", "-voice", voice, "-t", text, "-o", str(path)], check=True)
+            with wave.open(str(path)) as w:
+                pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16)
+                cache[(voice, text)] = (pcm, w.getframerate())
+        pcm, native = cache[(voice, text)]
+        return pcm if native == rate_hz else soxr.resample(pcm, native, rate_hz)
+
+    return speech

@@ -144,6 +144,9 @@ class SSMVoiceEngine:
         self._cond = threading.Condition()
         self._closed = False
         self._live: set[VoiceUtterance] = set()   # begun, not finished: only the thread's
+        self.steps = 0                 # batched pulls run (for /metrics; written by the thread)
+        self.streams_stepped = 0       # utterances summed over those pulls
+        self.step_s = 0.0              # seconds spent in them
         self._thread = threading.Thread(target=self._work, name="ssm-tts-voice", daemon=True)
         self._thread.start()
 
@@ -185,6 +188,12 @@ class SSMVoiceEngine:
             heapq.heappush(self._jobs, (deadline_s, next(self._order), utt, text, fut))
             self._cond.notify()
         return fut
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for the voice's thread."""
+        with self._cond:
+            return len(self._jobs)
 
     def _on_cancel(self, utt: VoiceUtterance) -> None:
         """``utt.cancel()`` was called: nothing to do here, the thread checks ``cancelled``."""
@@ -248,12 +257,16 @@ class SSMVoiceEngine:
         group = [u for u, _ in asked] + ahead
         if not group:
             return
+        t0 = time.perf_counter()
         try:
             chunks = self._pull(group)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
             for _, fut in asked:
                 fut.set_exception(exc)
             return
+        self.step_s += time.perf_counter() - t0
+        self.streams_stepped += len(group)
+        self.steps += 1
         for utt, got in zip(group, chunks, strict=True):
             if got is not None:
                 utt._ready.append(got)
