@@ -90,7 +90,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "expects; on recorded people still far behind Whisper: WER 1.05 against "
                    "0.34, benchmarks/bench_stt_human.py), the pocketsphinx baseline, or Whisper "
                    "tiny.en (not streaming: finals ~0.5-1 s after the caller stops, most "
-                   "accurate; one shared model a process) (default %(default)s)")
+                   "accurate; one shared model a process), or remote: the SSM recogniser on the "
+                   "model tier (--model-url) (default %(default)s)")
     p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
                    help="with --stt sphinx: pocketsphinx decoders built before the first call, "
                    "for phone calls (8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "
@@ -117,7 +118,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tts", choices=get_args(TtsKind), default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
                    "hears it as well as its festival teacher, 6 ms to first audio), or the "
-                   "espeak-ng baseline (1 ms, far less intelligible) (default %(default)s)")
+                   "espeak-ng baseline (1 ms, far less intelligible), or remote: the SSM voice on the "
+                   "model tier (--model-url) (default %(default)s)")
+    p.add_argument("--model-url", default="", metavar="URL[,URL...]",
+                   help="with --stt remote / --tts remote: the model servers (`parley model-server`), "
+                   "ws://HOST:PORT each; a stream that breaks, stalls or is told to move goes on on "
+                   "another with no word lost")
     p.add_argument("--tts-procs", type=int, choices=(0, 1), default=1,
                    help="1 runs the SSM voice in a process of its own, so its model steps never "
                    "wait for Python's GIL behind the calls' event loop; 0 runs it on a thread of "
@@ -353,6 +359,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("parley").info("call records: %s%s", db_path,
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
     token = os.environ.get("TWILIO_AUTH_TOKEN")
+    model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -366,12 +373,13 @@ def _serve(args: argparse.Namespace) -> int:
         twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
         twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"),
         pipeline=(
-            PipelineConfig.stock_pipecat(stt=args.stt, tts=args.tts, tts_model_dir=tts_model_dir)
+            PipelineConfig.stock_pipecat(stt=args.stt, tts=args.tts, tts_model_dir=tts_model_dir,
+                                         model_urls=model_urls)
             if args.stock_pipecat
             else PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0,
                                 turn_hold_s=args.hold_ms / 1000.0,
                                 text_aggregation=args.text_aggregation, stt=args.stt,
-                                tts=args.tts, tts_model_dir=tts_model_dir)
+                                tts=args.tts, tts_model_dir=tts_model_dir, model_urls=model_urls)
         ),
     )
     config = replace(config, pipeline=replace(

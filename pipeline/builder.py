@@ -68,6 +68,8 @@ class PipelineConfig:
     stt_decoder: SttDecoder = "beam"
     stt_compile: bool = False
     stt_runner: SttRunner = "thread"
+    # with stt or tts "remote": the model servers (ws://HOST:PORT), tried in turn, failed over
+    model_urls: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -87,6 +89,10 @@ class PipelineConfig:
         ):
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")
+        if "remote" in (self.stt, self.tts):
+            from pipeline.engines.replicas import Replicas
+
+            Replicas(self.model_urls)   # checks them: none, or not ws://HOST:PORT, is a start-up error
         if self.tts == "ssm":  # a missing voice is a start-up error, not a failure mid-call
             from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, check_voice_dir
 
@@ -132,6 +138,12 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
         return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5,
                              decoder=config.stt_decoder, compile=config.stt_compile,
                              runner=config.stt_runner, audio_passthrough=passthrough)
+    if config.stt == "remote":  # the same recogniser on the model tier, shared by the process's calls
+        from pipeline.engines.remote_recognizer import RemoteRecognizerEngine
+        from pipeline.services.ssm_stt import SSMSTTService
+
+        return SSMSTTService(engine=RemoteRecognizerEngine.shared(config.model_urls), sample_rate=config.sample_rate_hz,
+                             ttfs_p99_latency=0.5, audio_passthrough=passthrough)
     if config.stt == "whisper":  # accurate, not streaming: finals ~0.5-1 s after the stop
         from pipeline.services.whisper_stt import WhisperSTTService
 
@@ -153,6 +165,12 @@ def _make_tts(config: PipelineConfig) -> FrameProcessor:
             sample_rate=config.sample_rate_hz,
             aggregation=config.text_aggregation,
         )
+    if config.tts == "remote":  # the same voice on the model tier, shared by the process's calls
+        from pipeline.engines.remote_voice import RemoteVoiceEngine
+        from pipeline.services.ssm_tts import SSMTTSService
+
+        return SSMTTSService(engine=RemoteVoiceEngine.shared(config.model_urls), sample_rate=config.sample_rate_hz,
+                             aggregation=config.text_aggregation)
     from pipeline.services.espeak_tts import EspeakTTSService
 
     return EspeakTTSService(

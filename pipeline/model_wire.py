@@ -19,7 +19,7 @@ TTS, ``/tts/websocket`` (text frames, JSON both ways)::
 A context is one reply: its transcripts (``continue: true``) are spoken in order, one after the
 other, and the one with ``continue: false`` (an empty one is a flush) ends it with ``done``.
 
-STT, ``/stt/websocket?model=&language=&encoding=&sample_rate=`` (binary audio in, JSON out)::
+STT, ``/stt/websocket?model=&language=&encoding=&sample_rate=[&vad=off]`` (binary audio in, JSON out)::
 
     client: binary audio; text "finalize" (end of the caller's turn), "done" or "close" (end
             of the stream); parley's own: {"type": "hints", "expect": [...], "phrases": [...]}
@@ -201,6 +201,10 @@ class SttParams:
     encoding: Encoding = "pcm_s16le"
     sample_rate_hz: int = 8000
     model: str = ""
+    gate: bool = True
+    """The server finds where speech starts (Cartesia's clients send every frame). parley's own
+    client sends each utterance alone, from a little before its speech (``vad=off`` in the query),
+    and the server hears all of it."""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> SttParams:
@@ -216,7 +220,10 @@ class SttParams:
                             f"got {rate_text!r:.20}") from None
         if rate not in STT_RATES_HZ:
             raise WireError(f"sample_rate {rate} is not served: one of {STT_RATES_HZ}")
-        return cls(encoding, rate, query.get("model", "")[:128])
+        vad = query.get("vad", "on")
+        if vad not in ("on", "off"):
+            raise WireError(f"vad must be 'on' or 'off', got {vad!r:.20}")
+        return cls(encoding, rate, query.get("model", "")[:128], gate=vad == "on")
 
 
 @dataclass(frozen=True)

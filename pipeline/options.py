@@ -13,8 +13,9 @@ __all__ = ["Aggregation", "SttDecoder", "SttKind", "SttRunner", "TtsKind", "Turn
 
 VadKind = Literal["webrtc", "silero"]
 TurnKind = Literal["silence", "hold", "smart-turn"]
-SttKind = Literal["sphinx", "ssm", "whisper"]
-TtsKind = Literal["espeak", "ssm"]
+SttKind = Literal["sphinx", "ssm", "whisper", "remote"]
+TtsKind = Literal["espeak", "ssm", "remote"]
+"""``remote``: the SSM model on the model tier (``parley model-server``, ``PipelineConfig.model_urls``)."""
 Aggregation = Literal["phrase", "sentence"]
 SttDecoder = Literal["beam", "greedy", "char-beam", "phone-beam"]
 """How the SSM recogniser decodes finals: ``beam``, beam search with the word LM (for a model

@@ -10,6 +10,8 @@ at a time, from a little before the speech, so the stream gates it itself:
 - while it is open every frame is pushed; interim transcripts go out as the greedy text changes;
 - ``finalize`` finishes it: the final transcript (the beam search with the turn's hints), then
   ``flush_done``. A ``finalize`` with no utterance open answers ``flush_done`` alone;
+- with ``vad=off`` (parley's own client, which sends only utterances) the first audio after a
+  final opens the next utterance;
 - an utterance that runs ``MAX_UTTERANCE_S`` without a ``finalize`` is finalized here, so a client
   whose VAD never stops still gets its words.
 
@@ -156,6 +158,8 @@ class SttSession:
         x = np.concatenate([self._rest, pcm]) if self._rest.size else pcm
         n = len(x) // self._frame * self._frame
         self._rest = x[n:].copy()
+        if self._utt is None and not self._params.gate:
+            self._open()
         if self._utt is not None:
             if n:
                 await self._push(x[:n])
@@ -165,13 +169,16 @@ class SttSession:
             self._kept.append(frame)
             self._voiced.append(self._vad.is_speech(frame.tobytes(), self._rate))
             if sum(self._voiced) >= OPEN_VOICED:
-                self._utt = self._engine.open(self._rate, self._hints)
-                self._utt_samples = 0
+                self._open()
                 self._voiced.clear()
                 kept = np.concatenate(list(self._kept))
                 self._kept.clear()
                 await self._push(np.concatenate([kept, x[i + self._frame:n]]))
                 return
+
+    def _open(self) -> None:
+        self._utt = self._engine.open(self._rate, self._hints)
+        self._utt_samples = 0
 
     async def _push(self, pcm: np.ndarray) -> None:
         assert self._utt is not None

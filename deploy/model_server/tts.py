@@ -165,13 +165,14 @@ class TtsSession:
             async with contextlib.aclosing(utt.speak(text)) as chunks:
                 async for chunk in chunks:
                     t0 = time.perf_counter()
+                    if ctx.timestamps and chunk.words:   # before the audio they start in
+                        await self._send(tts_timestamps(ctx.context_id,
+                                                        _word_times(chunk, ctx.offset_s, rate)))
                     await self._send(tts_chunk(ctx.context_id, encode(chunk.pcm, ctx.fmt.encoding),
                                                (t0 - received_s) * 1000))
                     if first:
                         self._metrics.ttfb_ms.labels("tts").observe((time.perf_counter() - received_s) * 1000)
                         first = False
-                    if ctx.timestamps and chunk.words:
-                        await self._send(tts_timestamps(ctx.context_id, _word_times(chunk, ctx.offset_s, rate)))
                     samples += len(chunk.pcm)
                     received_s = t0
         finally:

@@ -50,6 +50,7 @@ from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
+from pipeline.engines.remote_recognizer import RemoteRecognizerEngine, RemoteRecognizerUtterance
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.options import SttDecoder, SttRunner
@@ -315,7 +316,7 @@ class SSMSTTService(QueuedSTTService):
 
     """Streaming SSM recogniser for pipecat (see module docstring).
 
-    engine: an SSMSTTEngine (default: ``SSMSTTEngine.shared(model_dir, decoder, compile=compile,
+    engine: an SSMSTTEngine, or a RemoteRecognizerEngine (the model tier) (default: ``SSMSTTEngine.shared(model_dir, decoder, compile=compile,
         runner=runner)``, loaded at start); decoder: how finals are decoded, "beam" (lexicon +
         LM), "greedy" or a baseline ("char-beam", "phone-beam", see ``Decoder``; default
         ``DEFAULT_DECODER``); compile, runner: the shared engine's (``SSMSTTEngine``).
@@ -323,7 +324,7 @@ class SSMSTTService(QueuedSTTService):
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
     """
 
-    def __init__(self, *, engine: SSMSTTEngine | None = None,
+    def __init__(self, *, engine: SSMSTTEngine | RemoteRecognizerEngine | None = None,
                  model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder | None = None,
                  compile: bool = DEFAULT_COMPILE, runner: Runner = "thread",
                  sample_rate: int | None = None,
@@ -336,7 +337,7 @@ class SSMSTTService(QueuedSTTService):
         self._decoder: Decoder = decoder or DEFAULT_DECODER
         self._compile = compile
         self._runner: Runner = runner
-        self._utt: RecognizerUtterance | None = None
+        self._utt: RecognizerUtterance | RemoteRecognizerUtterance | None = None
 
     def can_generate_metrics(self) -> bool:
         return True

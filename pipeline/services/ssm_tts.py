@@ -41,11 +41,12 @@ with warnings.catch_warnings():
     )
     from pipecat.services.tts_service import TextAggregationMode, TTSService
 
+from pipeline.engines.remote_voice import RemoteVoiceEngine, RemoteVoiceUtterance
+from pipeline.engines.written import WrittenWords
 from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, VoiceUtterance, SSMVoiceEngine, check_voice_dir
 from pipeline.services.espeak_tts import PhraseTextAggregator
 from pipeline.errors import ConfigError, PipelineError
 from ssm_engine import SSMEngineError
-from ssm_engine.tts.text import expand_chunk, needs_right_context
 
 __all__ = ["SSMTTSService", "WrittenWords", "START_BUFFER_S"]
 
@@ -54,39 +55,6 @@ START_BUFFER_S = 0.2  # a reply's first audio leaves once this much of it is mad
 logger = logging.getLogger(__name__)
 
 Aggregation = Literal["sentence", "phrase", "token"]
-
-
-class WrittenWords:
-    """Maps the voice's spoken words back to the text as written, for word timestamps.
-
-        ww = WrittenWords("Order 4417 ships Tue.")    # spoken: order four four one seven ships
-        ww.label(0, "order") -> "Order"; ww.label(1, "four") -> "4417"; ww.label(2, "four") -> None
-
-    The normaliser reads each whitespace-separated chunk on its own (with the chunk before it
-    and, where it needs one, the chunk after: ``expand_chunk``), so each spoken word belongs to
-    exactly one written chunk. A chunk is reported at the start of its first spoken word, as
-    the LLM wrote it: pipecat matches word timestamps against the LLM's text, and the
-    conversation keeps the written words ("4417", not "four four one seven"). Should the voice
-    ever say a word the mapping did not expect, the spoken words are reported from there on."""
-
-    def __init__(self, text: str) -> None:
-        chunks = text.split()
-        self._expected: list[str] = []
-        self._labels: list[str | None] = []
-        for i, chunk in enumerate(chunks):
-            nxt = chunks[i + 1] if i + 1 < len(chunks) and needs_right_context(chunk) else None
-            words = [w.text for w in expand_chunk(chunks[i - 1] if i else None, chunk, nxt)
-                     if w.kind in ("word", "letter")]
-            self._expected += words
-            self._labels += [chunk] + [None] * (len(words) - 1) if words else []
-        self._diverged = False
-
-    def label(self, index: int, spoken: str) -> str | None:
-        """What to report for the ``index``-th spoken word (None: part of an earlier chunk)."""
-        if not self._diverged and (index >= len(self._expected) or self._expected[index] != spoken):
-            logger.debug("spoken word %d is not the expected one; reporting spoken words", index)
-            self._diverged = True
-        return spoken if self._diverged else self._labels[index]
 
 
 class SSMTTSService(TTSService):
@@ -108,7 +76,7 @@ class SSMTTSService(TTSService):
         self,
         *,
         model_dir: str | Path = DEFAULT_MODEL_DIR,
-        engine: SSMVoiceEngine | None = None,
+        engine: SSMVoiceEngine | RemoteVoiceEngine | None = None,
         sample_rate: int | None = None,
         aggregation: Aggregation = "phrase",
         min_phrase_chars: int = 12,
@@ -143,7 +111,7 @@ class SSMTTSService(TTSService):
         self._engine = engine
         self._seed = seed
         self._start_buffer_s = start_buffer_s
-        self._utterances: dict[str, VoiceUtterance] = {}
+        self._utterances: dict[str, VoiceUtterance | RemoteVoiceUtterance] = {}
         self._context_audio_s: dict[str, float] = {}
 
     def can_generate_metrics(self) -> bool:
