@@ -277,3 +277,52 @@ def engines_local():
     local.voice.close()
     local.recogniser.close()
 
+
+
+async def test_a_call_on_the_model_tier_survives_a_replica_killed_mid_call(two_servers, tmp_path):
+    """`parley serve --stt remote --tts remote` with two model servers; one is SIGKILLed once the
+    first reply has played: every turn of the call is still heard and answered, whole."""
+    from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
+    from pipeline.records_sqlite import SQLiteCallStore
+    from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening
+
+    port, db = _free_port(), tmp_path / "calls.db"
+    urls = ",".join(s.url for s in two_servers)
+    proc = _serve(port, db, "--stt", "remote", "--tts", "remote", "--model-url", urls)
+    said = ("hello how are you", "i would like to check my order", "thank you very much")
+    try:
+        await _wait_listening(port, proc)
+        call = asyncio.create_task(run_call(CallerConfig(
+            url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN, timeout_s=90,
+            utterances=tuple(CallerUtterance(text=t) for t in said))))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not call.done():
+            await asyncio.sleep(0.1)
+            if db.exists():
+                store = SQLiteCallStore(db)
+                try:
+                    calls = store.list()
+                finally:
+                    store.close()
+                if calls and calls[0].turns and calls[0].turns[0].agent_text_heard:
+                    break
+        two_servers[0].proc.send_signal(signal.SIGKILL)
+        report = await asyncio.wait_for(call, 120)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait(10)
+        log = proc.stderr.read().decode()
+        proc.stderr.close()
+    assert f"model server {two_servers[0].url}" in log and "trying another replica" in log, log[-3000:]
+    assert not report.connection_lost
+    assert len(report.turns) == len(said) and all(t.agent_audio_bytes > 0 for t in report.turns)
+    store = SQLiteCallStore(db)
+    try:
+        record = store.list()[0]
+    finally:
+        store.close()
+    assert len(record.turns) == len(said)
+    for turn in record.turns:
+        assert turn.user_text and turn.user_text.lower() in turn.agent_text.lower(), (turn.user_text, turn.agent_text)
+        assert turn.agent_text_heard                      # the reply played out
