@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -40,7 +41,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one and logs it)")
     p.add_argument("--model-dir", type=Path, default=None,
-                   help="folder holding stt/ and tts/ (default: /opt/ml/model when it has them, else models/)")
+                   help="folder holding stt/ and tts/ (default: $PARLEY_MODEL_DIR, else /opt/ml/model when it "
+                        "has them, else the repository's models/)")
     p.add_argument("--grace-s", type=float, default=25.0,
                    help="how long a drain serves live streams after SIGTERM (default 25)")
     p.add_argument("--max-streams", type=int, default=256, help="streams open at once before 503 (default 256)")
@@ -52,7 +54,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(args.log_level.upper())
-    model_dir = args.model_dir or default_model_dir()
+    model_dir = args.model_dir or (Path(os.environ["PARLEY_MODEL_DIR"]) if os.environ.get("PARLEY_MODEL_DIR")
+                                   else default_model_dir())
     missing = [d for d in ("stt", "tts") if not (model_dir / d).is_dir()]
     if missing:
         from pipeline.errors import EngineUnavailableError

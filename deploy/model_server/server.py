@@ -138,10 +138,7 @@ class ModelServer:
                 self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts")
                 self._owned.append(self.voice)
             if self.recogniser is None:
-                from pipeline.services.ssm_stt import SSMSTTEngine
-
-                self.recogniser = await asyncio.to_thread(SSMSTTEngine, self.config.model_dir / "stt",
-                                                          compile=self.config.stt_compile)
+                self.recogniser = await self._load_recogniser()
                 self._owned.append(self.recogniser)
             speech, first_ms = await self._speak_once(WARM_TEXT)
             t1 = time.perf_counter()
@@ -159,6 +156,23 @@ class ModelServer:
             self.metrics.ready.set(1)
         self._probe_ok_at = time.monotonic()
         log.info("model server ready: %s", json.dumps(self.warm_report))
+
+    async def _load_recogniser(self):
+        """The recogniser, its step compiled when asked and possible: without a C++ compiler it
+        runs eagerly (about twice the CPU a stream) rather than not at all."""
+        from pipeline.errors import EngineUnavailableError
+        from pipeline.services.ssm_stt import SSMSTTEngine
+
+        folder = self.config.model_dir / "stt"
+        if self.config.stt_compile:
+            log.info("compiling the recogniser's step (about 30 s at the first start; --no-stt-compile skips it)")
+            try:
+                return await asyncio.to_thread(SSMSTTEngine, folder, compile=True)
+            except EngineUnavailableError as exc:
+                if "compil" not in str(exc):
+                    raise
+                log.warning("the recogniser's compiled step is unavailable (%s); running it eagerly", exc)
+        return await asyncio.to_thread(SSMSTTEngine, folder, compile=False)
 
     async def drain(self) -> None:
         """Stop taking streams, tell the live ones to move, serve them up to ``grace_s``."""

@@ -32,8 +32,9 @@ from .metrics import ModelServerMetrics
 
 log = logging.getLogger(__name__)
 
-MAX_CONTEXTS = 16
-"""Contexts one socket may have open at once (a call has one or two: a reply, and the next)."""
+MAX_CONTEXTS = 256
+"""Contexts one socket may have open at once: a call has one or two (a reply, and the next), and
+parley's call servers carry every call of the process on one socket per replica."""
 MAX_QUEUED_TRANSCRIPTS = 64
 MAX_BAD_MESSAGES = 20
 
@@ -98,10 +99,10 @@ class TtsSession:
             with contextlib.suppress(ConnectionResetError):
                 await self._ws.send_str(text)
 
-    async def _refuse(self, context_id: str, why: str) -> None:
-        self._bad += 1
+    async def _refuse(self, context_id: str, why: str, status_code: int = 400) -> None:
+        self._bad += status_code == 400
         log.info("tts: refused a message: %s", why)
-        await self._send(tts_error(context_id, why))
+        await self._send(tts_error(context_id, why, status_code))
 
     async def _on_text(self, raw: str) -> None:
         received_s = time.perf_counter()
@@ -122,7 +123,7 @@ class TtsSession:
         if ctx is None:
             if len(self._contexts) >= MAX_CONTEXTS:
                 await self._refuse(msg.context_id, f"{MAX_CONTEXTS} contexts are open on this socket: "
-                                                   f"finish or cancel one first")
+                                                   f"finish or cancel one first", 429)
                 return
             ctx = self._contexts[msg.context_id] = _Context(msg.context_id, msg.output_format, msg.add_timestamps)
             ctx.task = asyncio.create_task(self._speak(ctx), name=f"tts-context-{msg.context_id[:16]}")

@@ -263,7 +263,8 @@ class RemoteVoiceUtterance:
                         rest = ""
                         break
                     elif kind == "error":
-                        if int(event.get("status_code", 500)) < 500:
+                        status = int(event.get("status_code", 500))
+                        if status < 500 and status != 429:     # ours: a request another replica refuses too
                             raise PipelineError(f"the model server refused a TTS request: {event.get('error')}")
                         why = f"the voice failed there: {event.get('error')}"
                         break

@@ -6,6 +6,7 @@ The model servers here are real ``parley model-server`` processes on loopback.""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -326,3 +327,35 @@ async def test_a_call_on_the_model_tier_survives_a_replica_killed_mid_call(two_s
     for turn in record.turns:
         assert turn.user_text and turn.user_text.lower() in turn.agent_text.lower(), (turn.user_text, turn.agent_text)
         assert turn.agent_text_heard                      # the reply played out
+
+
+async def test_the_images_serve_entry_point_starts_warms_and_drains_on_sigterm():
+    """What SageMaker runs (`serve`, from the image's Dockerfile): /ping 200 once warm, SIGTERM ->
+    /ping 503 and a clean exit; the Dockerfile declares bidirectional streaming and a non-root user."""
+    image = ROOT / "deploy" / "model_server" / "image"
+    dockerfile = (image / "Dockerfile").read_text()
+    assert "LABEL com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true" in dockerfile
+    assert re.search(r"^USER (?!root)\w+", dockerfile, re.M) and 'CMD ["serve"]' in dockerfile
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(image / "serve"), "--host", "127.0.0.1", "--port", "0", "--no-stt-compile",
+                             "--grace-s", "5"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    server = ModelServerProcess.__new__(ModelServerProcess)
+    server.proc, server.log, server.port = proc, [], 0
+    try:
+        await server.ready()
+        proc.send_signal(signal.SIGTERM)
+        statuses = []
+        async with aiohttp.ClientSession() as s:
+            for _ in range(20):
+                async with s.get(f"http://127.0.0.1:{server.port}/ping") as r:
+                    statuses.append(r.status)
+                if r.status == 503:
+                    break
+                await asyncio.sleep(0.1)
+        assert statuses[-1] == 503, statuses
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        log = server.rest_of_log()
+    finally:
+        server.stop()
+    assert "SIGTERM: draining" in log and "model server stopped" in log, log[-2000:]
