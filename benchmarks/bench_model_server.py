@@ -12,9 +12,10 @@ One run, on loopback, the SSM models on both sides (the same folders, eager step
   its final transcript, remote (``RemoteRecognizerEngine``) and in process, alternating; and
   whether both heard the same words.
 * ``realtime_streams``: the server pinned to one core (``taskset``), K streams at once for
-  K = 1, 2, 4, ...: TTS streams each speaking a long reply, every chunk due at real time after
-  the first (a 100 ms jitter buffer); STT streams each sending an utterance at real time; the
-  largest K at which no TTS stream ever ran dry and STT finals stayed under 100 ms at p95.
+  K = 1, 2, 4, ... (``--max-streams``): TTS streams each speaking a long reply, every chunk due
+  at real time after the first (a 100 ms jitter buffer); STT streams each sending an utterance at
+  real time; the largest K at which no TTS stream failed or ran dry, and the largest at which no
+  STT stream failed and finals stayed under 100 ms at p95 (each stops doubling past its limit).
 * ``failover``: two servers; a reply (``--failovers`` times) played out at real time from its
   first chunk while the replica speaking it is SIGKILLed after 0.5 s of its audio: the playout's
   silent gap (ms), the audio said twice (the word in progress, ms), words lost (against the same
@@ -22,6 +23,7 @@ One run, on loopback, the SSM models on both sides (the same folders, eager step
   same audio heard by one replica, and the extra final latency.
 
     .venv/bin/python benchmarks/bench_model_server.py [--sentences 30] [--utterances 10] [--failovers 5]
+        [--max-streams 32] [--parts latency,capacity,failover] [--compile]
 
 Prints one JSON line.
 """
@@ -56,6 +58,7 @@ from pipeline.engines.remote_recognizer import RemoteRecognizerEngine  # noqa: E
 from pipeline.engines.remote_voice import RemoteVoiceEngine  # noqa: E402
 from pipeline.engines.replicas import Replicas  # noqa: E402
 from pipeline.engines.ssm_voice import SSMVoiceEngine  # noqa: E402
+from pipeline.errors import PipelineError  # noqa: E402
 from pipeline.services.ssm_stt import SSMSTTEngine  # noqa: E402
 from ssm_engine.stt.decode import wer  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402
@@ -200,27 +203,47 @@ async def latency(local_voice, local_stt, urls, args, speech) -> dict:
 
 
 async def capacity(url: str, speech: list[np.ndarray], max_k: int) -> dict:
+    """K streams at once, K doubling until a stream runs dry, fails or a final takes > 100 ms p95."""
     out: dict[str, list] = {"tts": [], "stt": []}
-    k = 1
-    while k <= max_k:
-        voice = RemoteVoiceEngine(Replicas((url,)))
+
+    async def reply(voice) -> dict | None:
         try:
-            runs = await asyncio.gather(*(play_out(voice, LONG_REPLY) for _ in range(k)))
-        finally:
-            await voice.close()
-        dry = [r["gap_ms"] for r in runs]
-        out["tts"].append({"streams": k, "dry_ms_max": round(max(dry), 1), "dry_streams": sum(g > 0 for g in dry)})
-        stt = RemoteRecognizerEngine(Replicas((url,)))
+            return await play_out(voice, LONG_REPLY)
+        except PipelineError:
+            return None
+
+    async def utterance(stt, pcm) -> float | None:
         try:
-            finals = await asyncio.gather(*(final_ms(stt, speech[i % len(speech)]) for i in range(k)))
-        finally:
-            await stt.close()
-        out["stt"].append({"streams": k, "final_ms": percentiles([f for f, _ in finals])})
+            return (await final_ms(stt, pcm))[0]
+        except PipelineError:
+            return None
+
+    k, tts_ok, stt_ok = 1, 0, 0
+    while k <= max_k and (tts_ok == k // 2 or stt_ok == k // 2):
+        if tts_ok == k // 2:
+            voice = RemoteVoiceEngine(Replicas((url,)))
+            try:
+                runs = await asyncio.gather(*(reply(voice) for _ in range(k)))
+            finally:
+                await voice.close()
+            dry = [r["gap_ms"] for r in runs if r is not None]
+            row = {"streams": k, "failed": sum(r is None for r in runs), "dry_streams": sum(g > 0 for g in dry),
+                   "dry_ms_max": round(max(dry, default=0.0), 1)}
+            out["tts"].append(row)
+            tts_ok = k if row["failed"] == row["dry_streams"] == 0 else tts_ok
+        if stt_ok == k // 2:
+            stt = RemoteRecognizerEngine(Replicas((url,)))
+            try:
+                finals = await asyncio.gather(*(utterance(stt, speech[i % len(speech)]) for i in range(k)))
+            finally:
+                await stt.close()
+            done = [f for f in finals if f is not None]
+            row = {"streams": k, "failed": len(finals) - len(done), "final_ms": percentiles(done)}
+            out["stt"].append(row)
+            stt_ok = k if row["failed"] == 0 and (row["final_ms"]["p95"] or 1e9) <= 100 else stt_ok
         k *= 2
-    tts_ok = [r["streams"] for r in out["tts"] if r["dry_streams"] == 0]
-    stt_ok = [r["streams"] for r in out["stt"] if (r["final_ms"]["p95"] or 1e9) <= 100]
-    out["tts_realtime_streams"] = max(tts_ok, default=0)
-    out["stt_realtime_streams"] = max(stt_ok, default=0)
+    out["tts_realtime_streams"] = tts_ok
+    out["stt_realtime_streams"] = stt_ok
     return out
 
 
@@ -297,6 +320,8 @@ async def main() -> None:
     p.add_argument("--failovers", type=int, default=5)
     p.add_argument("--max-streams", type=int, default=32)
     p.add_argument("--compile", action="store_true", help="compile the recogniser's step on both sides")
+    p.add_argument("--parts", default="latency,capacity,failover",
+                   help="which questions to run, comma-separated (default: all three)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
@@ -307,19 +332,23 @@ async def main() -> None:
     local_stt = SSMSTTEngine(MODELS / "stt", compile=args.compile)
     out: dict = {"bench": "model_server", "git": git_sha(), "machine_cores": os.cpu_count(),
                  "compile": args.compile}
-    server = ModelServer(log_dir, compile=args.compile)
-    try:
-        await server.wait_warm()
-        out.update(await latency(local_voice, local_stt, (server.url,), args, speech))
-    finally:
-        server.stop()
-    one_core = ModelServer(log_dir, cpu="1", compile=args.compile)
-    try:
-        await one_core.wait_warm()
-        out["capacity_one_core"] = await capacity(one_core.url, speech, args.max_streams)
-    finally:
-        one_core.stop()
-    out["failover"] = await failover(log_dir, local_voice, local_stt, speech, args.failovers)
+    parts = set(args.parts.split(","))
+    if "latency" in parts:
+        server = ModelServer(log_dir, compile=args.compile)
+        try:
+            await server.wait_warm()
+            out.update(await latency(local_voice, local_stt, (server.url,), args, speech))
+        finally:
+            server.stop()
+    if "capacity" in parts:
+        one_core = ModelServer(log_dir, cpu="1", compile=args.compile)
+        try:
+            await one_core.wait_warm()
+            out["capacity_one_core"] = await capacity(one_core.url, speech, args.max_streams)
+        finally:
+            one_core.stop()
+    if "failover" in parts:
+        out["failover"] = await failover(log_dir, local_voice, local_stt, speech, args.failovers)
     local_voice.close()
     local_stt.close()
     print(json.dumps(out))

@@ -59,8 +59,11 @@ class _Connection:
         self.draining = False
         self.lost = False
         self._outbox: asyncio.Queue[str | None] = asyncio.Queue()
-        self._tasks = [asyncio.create_task(self._read(), name=f"tts-read {url}"),
-                       asyncio.create_task(self._write(), name=f"tts-write {url}")]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._read(), name=f"tts-read {self.url}"),
+                       asyncio.create_task(self._write(), name=f"tts-write {self.url}")]
 
     @property
     def usable(self) -> bool:
@@ -181,6 +184,7 @@ class RemoteVoiceEngine:
                     self.replicas.failed(url, f"cannot open a TTS stream: {exc or 'timed out'}")
                     continue
                 conn = self._connections[url] = _Connection(url, session, ws)
+                conn.start()
                 return conn
         raise EngineUnavailableError(f"no model server answers for the voice ({', '.join(self.replicas.urls)})")
 
