@@ -31,11 +31,11 @@ LONG_TEXT = ("Thank you for calling the dental office. We are open from eight in
 
 
 class ModelServerProcess:
-    def __init__(self, *extra: str) -> None:
+    def __init__(self, *extra: str, command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        command = command or [sys.executable, "-m", "deploy.cli", "model-server"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy.cli", "model-server", "--host", "127.0.0.1", "--port", "0",
-             "--no-stt-compile", "--log-level", "INFO", *extra],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [*command, "--host", "127.0.0.1", "--port", "0", "--no-stt-compile", "--log-level", "INFO", *extra],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         self.port = 0
 
@@ -337,11 +337,8 @@ async def test_the_images_serve_entry_point_starts_warms_and_drains_on_sigterm()
     assert "LABEL com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true" in dockerfile
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.M) and 'CMD ["serve"]' in dockerfile
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.Popen([str(image / "serve"), "--host", "127.0.0.1", "--port", "0", "--no-stt-compile",
-                             "--grace-s", "5"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    server = ModelServerProcess.__new__(ModelServerProcess)
-    server.proc, server.log, server.port = proc, [], 0
+    server = ModelServerProcess("--grace-s", "5", command=[str(image / "serve")], env=env)
+    proc = server.proc
     try:
         await server.ready()
         proc.send_signal(signal.SIGTERM)
