@@ -1,4 +1,4 @@
-"""Voice-to-voice latency over Twilio, WebRTC and SIP, one server, one run; then a mixed load.
+"""Voice-to-voice latency over Twilio, WebRTC, SIP and Genesys, one server, one run; then a mixed load.
 
 Question: from the end of the caller's speech to the first agent audio the caller receives
 (``v2v_ms``), how do the three ways into parley compare on the same server, agent and pipeline,
@@ -11,7 +11,10 @@ speaking flite's voice in real time and measuring on their own clock:
 - WebRTC: ``harness.callers.webrtc.place_call`` (aiortc, Opus, 16 kHz microphone); that client
   says one clip per call, so a WebRTC "call of n turns" is n one-turn calls, one after another;
   it speaks ``--webrtc-lead-s`` after connecting, once the greeting has played;
-- SIP: ``harness.callers.sip.place_sip_call`` (UDP, RTP PCMU 20 ms).
+- SIP: ``harness.callers.sip.place_sip_call`` (UDP, RTP PCMU 20 ms);
+- Genesys: ``harness.callers.genesys.run_genesys_call`` (Audio Connector, AudioHook "2": signed
+  upgrade, PCMU in 200 ms binary messages). The mixed load keeps to the first three unless
+  ``--mixed-transports`` names it (the figures in RESULTS.md were measured on those three).
 
 The mixed load runs twice (``--engine-procs both``): against a server that runs its recognizer and
 voice in worker processes (``parley serve``'s default), then against one that runs them on threads
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import collections
 import json
 import os
@@ -79,6 +83,7 @@ from harness.flite import synthesize_flite  # noqa: E402
 from pipeline.audio.g711 import resample  # noqa: E402
 from pipeline.audio.wav import trim_silence  # noqa: E402
 from pipeline.gc_pauses import freeze_startup_heap  # noqa: E402
+from harness.callers.genesys import GenesysCallerConfig, run_genesys_call  # noqa: E402
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
 from harness.errors import CallerError  # noqa: E402
 from telephony.loop_lag import LoopLagProbe  # noqa: E402
@@ -88,8 +93,10 @@ from telephony.webrtc import ice  # noqa: E402
 from harness.callers.webrtc import place_call  # noqa: E402
 
 TOKEN = "bench-token-" + "0" * 20
+GENESYS_KEY, GENESYS_SECRET = "bench-genesys-key", b"bench-genesys-client-secret-0123456789"
 FRAME_KEYS = ("frames_in", "frames_in_lost", "frames_in_late", "frames_out", "frames_out_underrun", "frames_out_late")
-TRANSPORTS = ("twilio", "webrtc", "sip")
+TRANSPORTS = ("twilio", "webrtc", "sip", "genesys")
+MIXED_DEFAULT = ("twilio", "webrtc", "sip")   # the mixed load of the figures in RESULTS.md
 GREETING_WAIT_S = 10.0  # Twilio and SIP callers: how long a greeting may take to start (load delays it)
 PHRASES = [
     "hello how are you",
@@ -146,7 +153,9 @@ class Server(ServeProcess, ServerAddress):
                                     "--log-level", "WARNING", "--stt", stt, "--tts", tts, "--stt-warm", stt_warm,
                                     "--vad", vad, "--stt-procs", str(engine_procs), "--tts-procs", str(engine_procs),
                                     "--max-calls", "10000"],  # the load is the question: no admission cap
-                              port=port, log_path=Path(db_dir) / "server.log", env={"TWILIO_AUTH_TOKEN": TOKEN})
+                              port=port, log_path=Path(db_dir) / "server.log",
+                              env={"TWILIO_AUTH_TOKEN": TOKEN, "PARLEY_GENESYS_API_KEY": GENESYS_KEY,
+                                   "PARLEY_GENESYS_CLIENT_SECRET": base64.b64encode(GENESYS_SECRET).decode()})
 
     async def metrics_text(self) -> str | None:
         """The server's ``/metrics`` page, or None if it cannot be read."""
@@ -284,12 +293,27 @@ async def sip_call(server: Server, phrases: list[str], out: dict, voice: Voice) 
     _add_stats(out, await server.record(report.call_id))
 
 
+async def genesys_call(server: Server, phrases: list[str], out: dict) -> None:
+    report = await run_genesys_call(GenesysCallerConfig(
+        url=f"ws://127.0.0.1:{server.port}/genesys/audiohook", api_key=GENESYS_KEY, client_secret=GENESYS_SECRET,
+        utterances=tuple(CallerUtterance(text=p) for p in phrases), timeout_s=40 + 10 * len(phrases)))
+    if report.status:
+        raise CallerError(f"the Genesys upgrade was refused: HTTP {report.status}")
+    out["v2v"].extend(report.v2v_ms)
+    out["unanswered"] += len(phrases) - len(report.v2v_ms)
+    if report.faults:
+        out["errors"].extend(report.faults[:3])
+    _add_stats(out, await server.record(f"genesys-{report.session_id}"))
+
+
 async def one_call(kind: str, server: Server, phrases: list[str], out: dict, voice: Voice, lead_s: float) -> None:
     try:
         if kind == "twilio":
             await twilio_call(server, phrases, out)
         elif kind == "webrtc":
             await webrtc_call(server, phrases, out, voice, lead_s)
+        elif kind == "genesys":
+            await genesys_call(server, phrases, out)
         else:
             await sip_call(server, phrases, out, voice)
     except (CallerError, OSError, TimeoutError) as exc:
@@ -385,7 +409,7 @@ async def main() -> None:
     ap.add_argument("--vad", choices=["silero", "webrtc"], default="silero",
                     help="the server's voice activity detector (parley serve's default: silero)")
     ap.add_argument("--mixed-only", action="store_true", help="skip the one-call-at-a-time phase")
-    ap.add_argument("--mixed-transports", default=",".join(TRANSPORTS),
+    ap.add_argument("--mixed-transports", default=",".join(MIXED_DEFAULT),
                     help="the transports the mixed load uses, round-robin (default %(default)s)")
     ap.add_argument("--engine-procs", choices=["both", "1", "0"], default="both",
                     help="1: the server runs its recognizer and voice in worker processes (parley serve's "

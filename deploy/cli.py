@@ -44,6 +44,8 @@ environment:
   TWILIO_ACCOUNT_SID  with the token, lets the agent transfer calls (Twilio's REST API)
   PARLEY_DB           where call records are kept (SQLite)
   PARLEY_SIP_USER, PARLEY_SIP_PASSWORD   digest credentials SIP callers must present
+  PARLEY_GENESYS_API_KEY, PARLEY_GENESYS_CLIENT_SECRET   serve Genesys Cloud's Audio Connector at
+                      /genesys/audiohook: the integration's API key and client secret (base64)
 """
 
 
@@ -326,6 +328,7 @@ def _serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import default_db_path
     from pipeline.builder import PipelineConfig
     from pipeline.records_sqlite import SQLiteCallStore
+    from telephony.genesys import GenesysConfig
     from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
     _configure_logging(args.log_level)
@@ -372,6 +375,8 @@ def _serve(args: argparse.Namespace) -> int:
         drain_grace_s=args.drain_s,
         twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
         twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"),
+        genesys=GenesysConfig.from_env(os.environ.get("PARLEY_GENESYS_API_KEY"),
+                                       os.environ.get("PARLEY_GENESYS_CLIENT_SECRET")),
         pipeline=(
             PipelineConfig.stock_pipecat(stt=args.stt, tts=args.tts, tts_model_dir=tts_model_dir,
                                          model_urls=model_urls)

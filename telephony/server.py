@@ -53,6 +53,7 @@ from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.calls import AgentFactory
 from telephony.core.supervisor import CallSupervisor, drain_calls
+from telephony.genesys.routes import GenesysConfig, register_genesys_routes
 from telephony.twilio.call import TwilioCall, read_start
 from telephony.twilio.rest import TwilioCallControl
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
@@ -112,6 +113,8 @@ class ServerConfig:
     # signed call records answer 404 and say why, and no auth token is needed
     twilio: bool = True
     max_calls: int = field(default_factory=default_max_calls)  # every transport together
+    # Genesys Cloud's Audio Connector at /genesys/audiohook (None: the route is not served)
+    genesys: GenesysConfig | None = None
 
     def __post_init__(self):
         if self.twilio and not self.insecure_dev and not self.auth_token:
@@ -162,6 +165,11 @@ class CallServer:
             live=self.live, config=replace(config.webrtc, reraise_call_errors=config.reraise_call_errors),
             metrics=self.metrics, admit=self.admission,
         )
+        if config.genesys is not None:  # contact centres: the same pipeline, store, live calls and cap
+            register_genesys_routes(self.app, config.genesys, agent_factory=self.agent_factory,
+                                    pipeline_config=config.pipeline, store=self.store, live=self.live,
+                                    metrics=self.metrics, admit=self.admission,
+                                    reraise=config.reraise_call_errors)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

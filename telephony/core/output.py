@@ -22,7 +22,8 @@ tracker; ``BotStoppedSpeakingFrame`` (right after an utterance's last chunk) cal
 ``_utterance_ended``.
 
 :class:`PacedOutput` adds what a phone line's output needs (Twilio, SIP): the agent's audio paced on
-the caller's clock, the transport ready once started; :class:`ReceivingInput` is the matching
+the caller's clock, the transport ready once started (:class:`SentIsPlayedOutput`: for lines with no playout echo, what
+was sent was heard); :class:`ReceivingInput` is the matching
 input side (one task reads the wire for the pipeline's life).
 
 :func:`keypad_frame` turns a key the caller pressed (Twilio's ``dtmf``, RFC 4733) into pipecat's
@@ -127,6 +128,16 @@ class PacedOutput(PlayoutOutput):
     async def start(self, frame: StartFrame):
         await super().start(frame)  # type: ignore[misc]
         await self.set_transport_ready(frame)  # type: ignore[attr-defined]
+
+
+class SentIsPlayedOutput(PacedOutput):
+    """Mixin for a line with no playout echo (RTP, Genesys's AudioHook): audio paced at real time is
+    taken as heard when it is sent, so an utterance is played out once its last chunk has gone."""
+
+    async def _utterance_ended(self) -> None:
+        self._pacer.idle()
+        self._tracker.finish()  # sent in real time = played
+        self.on_change()
 
 
 class ReceivingInput:

@@ -36,7 +36,7 @@ from pipeline.frames import TransferCallFrame
 from telephony.sip.errors import SipError
 from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, DtmfIn, RtpSession
 from telephony.pacer import paced_transport_params
-from telephony.core.output import PacedOutput, ReceivingInput, keypad_frame
+from telephony.core.output import ReceivingInput, SentIsPlayedOutput, keypad_frame
 from telephony.playout import PlayoutTracker, Utterance
 
 log = logging.getLogger(__name__)
@@ -70,16 +70,11 @@ class SipInputTransport(ReceivingInput, BaseInputTransport):
                     await self.push_frame(key)
 
 
-class SipOutputTransport(PacedOutput, BaseOutputTransport):
+class SipOutputTransport(SentIsPlayedOutput, BaseOutputTransport):
     def __init__(self, session: RtpSession, tracker: PlayoutTracker, params: TransportParams, **kwargs):
         super().__init__(params, tracker=tracker, call_id=session.call_id, frames=session.stats.frames,
                          **kwargs)
         self._session = session
-
-    async def _utterance_ended(self) -> None:
-        self._pacer.idle()
-        self._tracker.finish()  # sent in real time = played
-        self.on_change()
 
     async def _clear_wire(self, utterance: Utterance | None) -> None:
         self._pacer.idle()  # RTP has no playout to clear: what was sent was played
