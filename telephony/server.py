@@ -55,7 +55,9 @@ from telephony.calls import AgentFactory
 from telephony.core.supervisor import CallSupervisor, drain_calls
 from telephony.genesys.routes import GenesysConfig, register_genesys_routes
 from telephony.twilio.call import TwilioCall, read_start
-from telephony.twilio.rest import TwilioCallControl
+from telephony.twilio.rest import TwilioCallControl, handoff_twiml
+from telephony.handoff import handoff_of
+from pipeline.frames import TransferCallFrame
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
 from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
 
@@ -138,6 +140,8 @@ class CallServer:
         self.store = store or MemoryCallStore()
         self.live: dict[str, CallSupervisor] = {}  # Twilio and browser calls
         self._answered: OrderedDict[str, float] = OrderedDict()  # CallSid -> when the webhook answered it
+        # CallSid -> the hand-off its agent asked for, answered on Twilio's <Connect action> callback
+        self._handoffs: OrderedDict[str, TransferCallFrame] = OrderedDict()
         self._streams_starting = 0  # sockets upgraded, their 'start' not read yet
         self._log_once_a_minute = LogLimiter()
         self.sip: SipServer | None = None  # serve_forever's SIP server, counted in /healthz
@@ -154,6 +158,7 @@ class CallServer:
         self.app = web.Application(client_max_size=64 * 1024)
         self.app.add_routes([
             web.post("/twilio/voice", self.twilio_voice),
+            web.post("/twilio/connect-done", self.twilio_connect_done),
             web.get("/twilio/stream", self.twilio_stream),
             web.get("/calls/{sid}", self.call_record),
             web.get("/healthz", self.healthz),
@@ -278,7 +283,8 @@ class CallServer:
         return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Options": "nosniff"})
 
-    async def twilio_voice(self, request: web.Request) -> web.Response:
+    async def _signed_form(self, request: web.Request) -> dict[str, str]:
+        """A Twilio webhook's form, its signature checked (unsigned: refused before the body)."""
         if self.config.twilio and not self.config.insecure_dev and not request.headers.get(SIGNATURE_HEADER):
             self._check(request, "", {})  # unsigned: refused before a byte of the body is parsed
         try:
@@ -293,6 +299,40 @@ class CallServer:
             raise web.HTTPBadRequest(text="malformed form body\n") from None
         params = {k: str(v) for k, v in form.items()}
         self._check(request, self._public(request, websocket=False), params)
+        return params
+
+    async def twilio_connect_done(self, request: web.Request) -> web.Response:
+        """Twilio's ``<Connect action>`` callback, once a call's stream has ended: the hand-off its
+        agent asked for (``<Enqueue>`` into a Flex workflow with the call's facts as the task's
+        attributes, or ``<Dial>``), else ``<Hangup/>``."""
+        params = await self._signed_form(request)
+        call_sid = params.get("CallSid", "")
+        transfer = self._handoffs.pop(call_sid, None)
+        if transfer is None:
+            return web.Response(text='<?xml version="1.0" encoding="UTF-8"?><Response><Hangup/></Response>',
+                                content_type="application/xml")
+        record = self.store.get(call_sid)
+        handoff = handoff_of(record) if record is not None else None
+        base = self._public(request, websocket=False).split("?")[0].removesuffix("/twilio/connect-done")
+        attributes = {"parley_call_sid": call_sid, "reason": transfer.reason,
+                      "summary": handoff.summary if handoff else "", "slots": handoff.slots if handoff else {},
+                      "turns": handoff.turns if handoff else 0, "transcript_url": f"{base}/calls/{call_sid}"}
+        try:
+            twiml = handoff_twiml(transfer.kind, transfer.target, attributes)
+        except TelephonyError as exc:
+            log.error("[%s] hand-off to %s:%s impossible: %s; hanging up", call_sid, transfer.kind, transfer.target, exc)
+            twiml = "<Response><Hangup/></Response>"
+        log.info("[%s] handed to %s:%s on the stream's action callback", call_sid, transfer.kind, transfer.target)
+        return web.Response(text='<?xml version="1.0" encoding="UTF-8"?>' + twiml, content_type="application/xml")
+
+    def handoff(self, call_sid: str, transfer: TransferCallFrame) -> None:
+        """Keep ``transfer`` for the call's ``<Connect action>`` callback (a few minutes at most)."""
+        self._handoffs[call_sid] = transfer
+        while len(self._handoffs) > 10_000:
+            self._handoffs.popitem(last=False)
+
+    async def twilio_voice(self, request: web.Request) -> web.Response:
+        params = await self._signed_form(request)
         refusal = self.admission()
         if refusal is not None:
             self.metrics.call_refused(refusal)
@@ -308,9 +348,13 @@ class CallServer:
         parameters = "".join(
             f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in forward.items()
         )
+        # when the stream ends Twilio asks the action URL what next: a hand-off, or hang up
+        action = self._public(request, websocket=False).split("?")[0].removesuffix("/twilio/voice")
+        action += "/twilio/connect-done"
         twiml = (
             '<?xml version="1.0" encoding="UTF-8"?>'
-            f"<Response><Connect><Stream url={quoteattr(stream_url)}>{parameters}</Stream></Connect></Response>"
+            f"<Response><Connect action={quoteattr(action)}><Stream url={quoteattr(stream_url)}>{parameters}"
+            "</Stream></Connect></Response>"
         )
         return web.Response(text=twiml, content_type="application/xml")
 
@@ -359,7 +403,7 @@ class CallServer:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
         call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
                           store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics,
-                          call_control=self.call_control)
+                          call_control=self.call_control, handoff=self.handoff)
         self.live[call.call_sid] = call
         try:
             await call.run()

@@ -19,28 +19,23 @@ from pipeline.records import CallRecord, CallStore
 from telephony.calls import AgentFactory
 from telephony.core.supervisor import CallSupervisor
 from telephony.genesys.transport import GenesysSession, GenesysTransport
+from telephony.handoff import handoff_of
 from telephony.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 5.0
-SUMMARY_CHARS = 1000
 
 
 def output_variables(record: CallRecord, *, transfer: tuple[str, str] | None, reason: str) -> dict[str, str]:
-    """What the call hands back to Architect: every slot the agent filled (``slot_<name>``, the
-    last value), the transfer it asked for, why it ended, its turns, and a summary of them."""
-    out: dict[str, str] = {"parley_call_id": record.call_sid, "end_reason": reason, "turns": str(len(record.turns))}
-    for turn in record.turns:
-        for event in turn.events:
-            data = event.get("data") or {}
-            if event.get("kind") == "slot" and data.get("name"):
-                out[f"slot_{data['name']}"] = str(data.get("value", ""))
+    """What the call hands back to Architect (strings only): every slot the agent filled
+    (``slot_<name>``), the transfer it asked for, why it ended, its turns and their summary."""
+    handoff = handoff_of(record)
+    out = {"parley_call_id": handoff.call_id, "end_reason": reason, "turns": str(handoff.turns),
+           **{f"slot_{name}": value for name, value in handoff.slots.items()}}
     if transfer is not None:
         out["transfer_kind"], out["transfer_target"] = transfer
-    lines = [f"caller: {t.user_text} / agent: {t.agent_text_heard or t.agent_text}" for t in record.turns]
-    summary = " | ".join(lines)
-    out["summary"] = summary if len(summary) <= SUMMARY_CHARS else "..." + summary[-SUMMARY_CHARS + 3:]
+    out["summary"] = handoff.summary
     return out
 
 

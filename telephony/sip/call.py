@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from urllib.parse import urlencode
 from enum import Enum
 
 from pipeline.frames import TransferCallFrame
 from telephony.core.supervisor import CallSupervisor
+from telephony.handoff import handoff_of
 from telephony.sip.checks import ALLOW, warning
 from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import SdpParseError, SipParseError, TransferError
@@ -30,6 +32,30 @@ from telephony.sip.sdp import SessionDescription, accept_answer, answer_offer, m
 from telephony.sip.transport import SipTransport
 
 log = logging.getLogger(__name__)
+
+
+CONTEXT_HEADERS = 32
+
+
+def header_text(text: str, limit: int = 200) -> str:
+    """``text`` as a SIP header value: one line of printable characters, at most ``limit`` long."""
+    clean = "".join(c if c.isprintable() else " " for c in text).strip()
+    return clean[:limit] or "-"
+
+
+def context_params(invite: SipRequest) -> dict[str, str]:
+    """What a contact centre sends along with the call (Amazon Connect's ``X-`` headers, such as
+    the contact id and attributes, and ``User-to-User``), as the call's parameters for the agent:
+    ``x_amzn_contactid``, ``uui`` (at most ``CONTEXT_HEADERS`` of them, values cut at 256)."""
+    out: dict[str, str] = {}
+    for name, value in invite.headers:
+        key = name.lower()
+        if key.startswith("x-") and len(out) < CONTEXT_HEADERS:
+            out["x_" + key[2:].replace("-", "_")[:60]] = value[:256]
+    uui = invite.header("User-to-User")
+    if uui:
+        out["uui"] = uui[:256]
+    return out
 
 
 class CallState(Enum):
@@ -80,7 +106,7 @@ class SipCall(CallSupervisor):
                          frames=session.stats.frames, stats=session.stats.as_dict,
                          agent_factory=server.agent_factory, pipeline_config=server.pipeline_config,
                          store=server.store, metrics=server.metrics,
-                         params={"from": self.remote.uri, "to": self.local.uri},
+                         params={"from": self.remote.uri, "to": self.local.uri, **context_params(invite)},
                          reraise=self.config.reraise_call_errors)
 
     def _step(self, name: str) -> None:
@@ -299,10 +325,28 @@ class SipCall(CallSupervisor):
             pass
         self._step("bye-sent")
         try:
-            resp = await self.server.request(*self._in_dialog("BYE"))
+            resp = await self.server.request(*self._in_dialog("BYE", self._outcome_headers()))
             log.info("[%s] BYE answered %d", self.call_id, resp.status)
         except TimeoutError:
             log.warning("[%s] BYE unanswered", self.call_id)
+
+    def _outcome_headers(self, outcome: str | None = None) -> tuple[tuple[str, str], ...]:
+        """What the call hands back to the far end's flow (Amazon Connect's "resume flow after
+        disconnect", a PBX's script) in headers of our BYE or REFER: the outcome, why it ended,
+        the slots the agent filled and a summary; the caller's User-to-User goes back as it came."""
+        self.sync()
+        handoff = handoff_of(self.record)
+        reason = self.end_reason or self._polite_reason or "agent ended the call"
+        headers = [("X-Parley-Outcome", outcome or ("transferred" if reason.startswith("transferred") else "completed")),
+                   ("X-Parley-End-Reason", header_text(reason)), ("X-Parley-Turns", str(handoff.turns))]
+        if handoff.slots:
+            headers.append(("X-Parley-Slots", urlencode(handoff.slots)))
+        if handoff.summary:
+            headers.append(("X-Parley-Summary", header_text(handoff.summary, 500)))
+        uui = self.invite.header("User-to-User")
+        if uui:
+            headers.append(("User-to-User", uui))
+        return tuple(headers)
 
     async def _on_transfer(self, frame: TransferCallFrame) -> None:
         if frame.kind == "enqueue":
@@ -316,7 +360,8 @@ class SipCall(CallSupervisor):
     async def _refer(self, target: str) -> None:
         self._step("refer-sent")
         self._notify = asyncio.get_running_loop().create_future()
-        req, dest = self._in_dialog("REFER", (("Refer-To", f"<{target}>"), ("Referred-By", f"<{self.local.uri}>")))
+        req, dest = self._in_dialog("REFER", (("Refer-To", f"<{target}>"), ("Referred-By", f"<{self.local.uri}>"),
+                                              *self._outcome_headers("transferred")))
         try:
             resp = await self.server.request(req, dest)
             if resp.status >= 300:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiohttp import WSMsgType, web
 
@@ -61,10 +62,12 @@ class TwilioCall(CallSupervisor):
 
     def __init__(self, ws: web.WebSocketResponse, start: Start, *, agent_factory: AgentFactory,
                  pipeline_config: PipelineConfig, store: CallStore, reraise: bool = False,
-                 metrics: Metrics | None = None, call_control: CallControl | None = None):
+                 metrics: Metrics | None = None, call_control: CallControl | None = None,
+                 handoff: Callable[[str, TransferCallFrame], None] | None = None):
         self.start = start
         self.ws = ws
         self._call_control = call_control
+        self._handoff = handoff
         transport = TwilioTransport(ws, start, call_id=start.call_sid, on_closed=self.hang_up)
         link = transport.link
         super().__init__(call_id=start.call_sid, transport=transport, tracker=link.tracker,
@@ -93,6 +96,10 @@ class TwilioCall(CallSupervisor):
         """Hand the caller over (Twilio replaces the call's TwiML; the stream then closes)."""
         where = f"{transfer.kind}:{transfer.target}"
         if self._call_control is None:
+            if self._handoff is not None:   # the stream closes; Twilio then asks <Connect action> what next
+                self._handoff(self.call_id, transfer)
+                log.info("[%s] handing off to %s on the stream's action callback", self.call_id, where)
+                return f"handed to Twilio: {where}"
             message = f"transfer to {where} requested, but no Twilio account is configured (TWILIO_ACCOUNT_SID)"
             log.error("[%s] %s", self.call_id, message)
             self.record.errors.append(message)

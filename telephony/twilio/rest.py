@@ -27,7 +27,7 @@ import aiohttp
 from pipeline.frames import TransferKind
 from telephony.errors import TelephonyError
 
-__all__ = ["TwilioCallControl", "transfer_twiml"]
+__all__ = ["TwilioCallControl", "handoff_twiml", "transfer_twiml"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ def transfer_twiml(kind: TransferKind, target: str) -> str:
             raise TelephonyError(f"cannot dial {target!r}: not a sip: URI")
         return f"<Response><Dial><Sip>{escape(target)}</Sip></Dial></Response>"
     raise TelephonyError(f"unknown transfer kind {kind!r} (dial, enqueue or sip)")
+
+
+def handoff_twiml(kind: TransferKind, target: str, attributes: dict) -> str:
+    """What answers ``<Connect action>`` when the agent handed the caller on: for a Flex workflow,
+    ``<Enqueue workflowSid><Task>`` with ``attributes`` (JSON: what the person taking the call
+    sees); otherwise the same TwiML as a REST transfer."""
+    if kind == "enqueue":
+        transfer_twiml(kind, target)              # the workflow SID is checked there
+        task = escape(json.dumps(attributes, separators=(",", ":")))
+        return f"<Response><Enqueue workflowSid={quoteattr(target)}><Task>{task}</Task></Enqueue></Response>"
+    return transfer_twiml(kind, target)
 
 
 class TwilioCallControl:
