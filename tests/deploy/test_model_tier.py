@@ -341,16 +341,13 @@ async def test_the_images_serve_entry_point_starts_warms_and_drains_on_sigterm()
     proc = server.proc
     try:
         await server.ready()
-        proc.send_signal(signal.SIGTERM)
-        statuses = []
         async with aiohttp.ClientSession() as s:
-            for _ in range(20):
-                async with s.get(f"http://127.0.0.1:{server.port}/ping") as r:
-                    statuses.append(r.status)
-                if r.status == 503:
-                    break
-                await asyncio.sleep(0.1)
-        assert statuses[-1] == 503, statuses
+            ws = await s.ws_connect(f"http://127.0.0.1:{server.port}/tts/websocket")   # holds the drain open
+            proc.send_signal(signal.SIGTERM)
+            assert (await ws.receive(timeout=10)).json()["type"] == "goaway"
+            async with s.get(f"http://127.0.0.1:{server.port}/ping") as r:
+                assert r.status == 503
+            await ws.close()
         assert await asyncio.to_thread(proc.wait, 30) == 0
         log = server.rest_of_log()
     finally:
