@@ -20,20 +20,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from pipeline.call_stores import open_call_store
 from pipeline.records import CallRecord
-from pipeline.records_sqlite import SQLiteCallStore
+from pipeline.records_postgres import is_postgres_url
 
 __all__ = ["default_db_path", "format_call", "format_table", "register_cli"]
 
 DB_ENV = "PARLEY_DB"
 
 
-def default_db_path(env: Mapping[str, str] | None = None) -> Path:
-    """``$PARLEY_DB``, else ``~/.local/share/parley/calls.db``."""
+def default_db_path(env: Mapping[str, str] | None = None) -> Path | str:
+    """``$PARLEY_DB`` (a SQLite file, or a ``postgresql://`` URL, kept as written), else
+    ``~/.local/share/parley/calls.db``."""
     env = os.environ if env is None else env
     if env.get(DB_ENV):
-        return Path(env[DB_ENV]).expanduser()
+        return db_location(env[DB_ENV])
     return Path("~/.local/share/parley/calls.db").expanduser()
+
+
+def db_location(text: str) -> Path | str:
+    """A ``--db`` value: a PostgreSQL URL as it is (a Path would fold its ``//``), else a file path."""
+    return text if is_postgres_url(text) else Path(text).expanduser()
 
 
 def _when(ts: float | None) -> str:
@@ -113,12 +120,12 @@ def _dict(record: CallRecord) -> dict:
     return data
 
 
-def _store(args: argparse.Namespace) -> SQLiteCallStore | None:
-    path = Path(args.db).expanduser() if args.db else default_db_path()
-    if not path.exists():
-        print(f"parley calls: no call records at {path} (set --db or ${DB_ENV})", file=sys.stderr)
+def _store(args: argparse.Namespace):
+    where = db_location(args.db) if args.db else default_db_path()
+    if isinstance(where, Path) and not where.exists():
+        print(f"parley calls: no call records at {where} (set --db or ${DB_ENV})", file=sys.stderr)
         return None
-    return SQLiteCallStore(path)
+    return open_call_store(where)
 
 
 def _list(args: argparse.Namespace, out: TextIO | None = None) -> int:

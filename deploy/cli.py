@@ -42,7 +42,7 @@ examples:
 environment:
   TWILIO_AUTH_TOKEN   the account's auth token: signs and checks Twilio requests (server and caller)
   TWILIO_ACCOUNT_SID  with the token, lets the agent transfer calls (Twilio's REST API)
-  PARLEY_DB           where call records are kept (SQLite)
+  PARLEY_DB           where call records are kept: a SQLite file, or postgresql://... (several servers)
   PARLEY_SIP_USER, PARLEY_SIP_PASSWORD   digest credentials SIP callers must present
   PARLEY_GENESYS_API_KEY, PARLEY_GENESYS_CLIENT_SECRET   serve Genesys Cloud's Audio Connector at
                       /genesys/audiohook: the integration's API key and client secret (base64)
@@ -77,7 +77,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the agent to answer with (default: the receptionist example, %(default)s); "
                    "'echo' for the minimal echo agent")
     p.add_argument("--db", default=None, metavar="PATH",
-                   help="call records (SQLite); default $PARLEY_DB or ~/.local/share/parley/calls.db")
+                   help="call records: a SQLite file, or postgresql://USER@HOST/DB shared by several servers; "
+                   "default $PARLEY_DB or ~/.local/share/parley/calls.db")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=_port, default=8765, help="port to listen on (default %(default)s; 0 = any)")
     p.add_argument("--public-url", default=os.environ.get("PARLEY_PUBLIC_URL"),
@@ -325,9 +326,9 @@ def _prewarm_ssm_stt(config):
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from agent.calls_cli import default_db_path
+    from agent.calls_cli import db_location, default_db_path
     from pipeline.builder import PipelineConfig
-    from pipeline.records_sqlite import SQLiteCallStore
+    from pipeline.call_stores import open_call_store
     from telephony.genesys import GenesysConfig
     from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
@@ -355,11 +356,11 @@ def _serve(args: argparse.Namespace) -> int:
             engine = SSMVoiceEngine.shared(voice_dir)
             logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
     agent_factory = _agent_factory(args.agent, llm_check=not args.no_llm_check)
-    db_path = Path(args.db or default_db_path())
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    store = SQLiteCallStore(db_path)
+    db_path = db_location(args.db) if args.db else default_db_path()
+    store = open_call_store(db_path)
     orphans = store.close_orphans()  # calls a killed server left "in progress"
-    logging.getLogger("parley").info("call records: %s%s", db_path,
+    shown = str(db_path).rpartition("@")[2]  # a PostgreSQL URL's password stays out of the log
+    logging.getLogger("parley").info("call records: %s%s", shown,
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
     token = os.environ.get("TWILIO_AUTH_TOKEN")
     model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())

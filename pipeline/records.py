@@ -100,3 +100,11 @@ class MemoryCallStore:
     def list(self) -> list[CallRecord]:
         with self._lock:
             return list(self._calls.values())
+
+
+class DurableCallStore(CallStore, Protocol):
+    """A store that outlives the process (SQLite, PostgreSQL)."""
+
+    def list(self, limit: int | None = None) -> list[CallRecord]: ...
+    def close(self) -> None: ...
+    def close_orphans(self) -> int: ...

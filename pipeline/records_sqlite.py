@@ -14,32 +14,28 @@ when it last did (``updated_at``). A server killed mid-call (SIGKILL, a power cu
 calls open; :meth:`SQLiteCallStore.close_orphans`, run by ``parley serve`` at start, ends those
 whose owner on this host is gone: ``end_reason`` "server stopped", ``ended_at`` their last write.
 
-Columns hold what is searched or sorted (sid, transport, times, end reason); everything else
-(greeting, params, errors, stats, each turn) is JSON, so fields added to ``CallRecord`` or
-``TurnRecord`` later are kept without a migration, and unknown ones are ignored when read back.
+Rows are written and read back by ``records_codec`` (shared with the PostgreSQL store): columns
+for what is searched or sorted, JSON for the rest.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import socket
 import sqlite3
 import threading
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.records import CallRecord, TurnRecord
+from pipeline.records import CallRecord
+from pipeline.records_codec import CALL_COLUMNS, ORPHAN_REASON, decode, encode, owner_alive, process_owner
 
 __all__ = ["SQLiteCallStore"]
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
-ORPHAN_REASON = "server stopped"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     call_sid   TEXT PRIMARY KEY,
@@ -59,9 +55,6 @@ CREATE TABLE IF NOT EXISTS turns (
     PRIMARY KEY (call_sid, turn)
 );
 """
-_CALL_COLUMNS = ("call_sid", "transport", "started_at", "ended_at", "end_reason")
-_CALL_FIELDS = {f.name for f in fields(CallRecord)}
-_TURN_FIELDS = {f.name for f in fields(TurnRecord)}
 
 
 class SQLiteCallStore:
@@ -102,26 +95,26 @@ class SQLiteCallStore:
     def get(self, call_sid: str) -> CallRecord | None:
         with self._lock:
             row = self._db.execute(
-                f"SELECT {', '.join(_CALL_COLUMNS)}, data FROM calls WHERE call_sid = ?",
+                f"SELECT {', '.join(CALL_COLUMNS)}, data FROM calls WHERE call_sid = ?",
                 (call_sid,)).fetchone()
             if row is None:
                 return None
             turns = self._db.execute(
                 "SELECT data FROM turns WHERE call_sid = ? ORDER BY turn", (call_sid,)).fetchall()
-        return _record(row, [t[0] for t in turns])
+        return decode(row, [t[0] for t in turns])
 
     def list(self, limit: int | None = None) -> list[CallRecord]:
         """Calls in the order they started; with ``limit``, only the most recent ones."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {', '.join(_CALL_COLUMNS)}, data FROM calls "
+                f"SELECT {', '.join(CALL_COLUMNS)}, data FROM calls "
                 "ORDER BY started_at DESC, rowid DESC LIMIT ?",
                 (-1 if limit is None else limit,)).fetchall()
             turns: dict[str, list[str]] = {}
             for sid, data in self._db.execute(
                     "SELECT call_sid, data FROM turns ORDER BY call_sid, turn"):
                 turns.setdefault(sid, []).append(data)
-        return [_record(row, turns.get(row[0], [])) for row in reversed(rows)]
+        return [decode(row, turns.get(row[0], [])) for row in reversed(rows)]
 
     def close(self) -> None:
         with self._lock:
@@ -148,14 +141,8 @@ class SQLiteCallStore:
     # --- internals ------------------------------------------------------------------------
 
     def _write(self, record: CallRecord) -> None:
-        call = vars(record)
-        extra = {k: v for k, v in call.items() if k not in _CALL_COLUMNS and k != "turns"}
-        try:
-            data = json.dumps(extra, default=str)
-            turn_rows = [(record.call_sid, t.turn, json.dumps(vars(t), default=str))
-                         for t in record.turns]
-        except (TypeError, ValueError) as exc:
-            raise PipelineError(f"call {record.call_sid}: record is not JSON-able: {exc}") from exc
+        call = encode(record)
+        turn_rows = [(record.call_sid, t.turn, text) for t, text in zip(record.turns, call.turns)]
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -165,8 +152,7 @@ class SQLiteCallStore:
                     "DO UPDATE SET transport = excluded.transport, started_at = excluded.started_at, "
                     "ended_at = excluded.ended_at, end_reason = excluded.end_reason, "
                     "data = excluded.data, owner = excluded.owner, updated_at = excluded.updated_at",
-                    (record.call_sid, record.transport, record.started_at, record.ended_at,
-                     record.end_reason, data, self.owner, time.time()))
+                    (*call.row(), self.owner, time.time()))
                 self._db.execute("DELETE FROM turns WHERE call_sid = ? AND turn > ?",
                                  (record.call_sid, len(record.turns)))
                 self._db.executemany(
@@ -179,48 +165,3 @@ class SQLiteCallStore:
                     self._db.execute("ROLLBACK")
                 raise PipelineError(f"{self.path}: cannot write call {record.call_sid}: "
                                     f"{exc}") from exc
-
-
-def _start_ticks(pid: int) -> str:
-    """The process's start time in clock ticks since boot (Linux), "" where unknown: with the
-    pid it names one process, even after the pid is reused."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
-
-
-def process_owner(pid: int | None = None) -> str:
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
-
-
-def owner_alive(owner: str | None) -> bool:
-    """Whether the process an ``owner`` names still runs. Another host's: assumed so (it cannot
-    be told from here). No owner (rows of schema 1): gone, as its writer was an older server."""
-    if not owner:
-        return False
-    host, _, rest = owner.partition(":")
-    pid_s, _, ticks = rest.partition(":")
-    if host != socket.gethostname():
-        return True
-    try:
-        pid = int(pid_s)
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:  # someone else's process: it exists
-        pass
-    return not ticks or _start_ticks(pid) in ("", ticks)
-
-
-def _record(row: tuple, turns: list[str]) -> CallRecord:
-    sid, transport, started_at, ended_at, end_reason, data = row
-    extra = {k: v for k, v in json.loads(data).items() if k in _CALL_FIELDS}
-    record = CallRecord(call_sid=sid, transport=transport, started_at=started_at,
-                        ended_at=ended_at, end_reason=end_reason, **extra)
-    for text in turns:
-        values = {k: v for k, v in json.loads(text).items() if k in _TURN_FIELDS}
-        record.turns.append(TurnRecord(**values))
-    return record

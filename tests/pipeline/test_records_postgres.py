@@ -1,0 +1,173 @@
+"""Call records on a real PostgreSQL server (Debian's postgresql-15, a throw-away cluster started
+here): what one server writes another reads, the writer keeps writes through a database restart,
+the schema migrates once and refuses a newer one, orphans are ended, and `parley calls` reads it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import PipelineError
+from pipeline.records import CallRecord, TurnRecord
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+ROOT = Path(__file__).resolve().parents[2]
+
+pytest.importorskip("psycopg")
+pytestmark = pytest.mark.skipif(not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None,
+                                reason="PostgreSQL 15 is not installed (apt-get install postgresql-15)")
+
+
+def _as_postgres(*cmd: str) -> list[str]:
+    return list(cmd) if os.getuid() != 0 else ["runuser", "-u", "postgres", "--", *cmd]
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="parley-pg-"))
+        if os.getuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        with socket.socket() as s:       # pg_ctl takes a port number: the one free a moment ago
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        subprocess.run(_as_postgres(str(PG_BIN / "initdb"), "-D", str(self.dir / "data"), "-A", "trust",
+                                    "-U", "postgres"), check=True, capture_output=True)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        subprocess.run(_as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-l",
+                                    str(self.dir / "log"), "-w", "-o",
+                                    f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "start"),
+                       check=True, capture_output=True)
+
+    def stop(self) -> None:
+        subprocess.run(_as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w",
+                                    "stop"), capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster()
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(c.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def db(cluster):
+    """A fresh database for the test."""
+    import psycopg
+
+    name = f"t{time.monotonic_ns()}"
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return cluster.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _record(sid: str, turns: int = 2, **kwargs) -> CallRecord:
+    record = CallRecord(call_sid=sid, transport="twilio", params={"from": "+1555"}, greeting="Hello.", **kwargs)
+    for i in range(turns):
+        record.turns.append(TurnRecord(turn=i + 1, user_text=f"question {i}", agent_text=f"answer {i}",
+                                       latency_ms={"transport_first_byte": 300.0 + i},
+                                       events=[{"kind": "slot", "data": {"name": "n", "value": i}}]))
+    return record
+
+
+def test_what_one_server_writes_another_reads(db):
+    from pipeline.records_postgres import PostgresCallStore
+
+    a = PostgresCallStore(db, owner="host-a:1:1")
+    b = PostgresCallStore(db, owner="host-b:2:2")    # a second server: migrations ran once
+    try:
+        record = _record("CA1")
+        a.open(record)
+        record.turns.append(TurnRecord(turn=3, user_text="bye"))
+        record.ended_at, record.end_reason = time.time(), "caller hung up"
+        a.update(record)
+        assert a.get("CA1").turns[-1].user_text == "bye"       # its own, before the writer commits
+        assert a.flush()
+        got = b.get("CA1")
+        assert got == record
+        b.open(_record("CA2", turns=0, started_at=record.started_at + 1))
+        assert b.flush()
+        assert [r.call_sid for r in a.list()] == ["CA1", "CA2"]
+        assert [r.call_sid for r in a.list(limit=1)] == ["CA2"]
+        record.turns = record.turns[:1]                          # turns removed are removed there too
+        a.update(record)
+        assert a.flush() and len(b.get("CA1").turns) == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_writes_wait_out_a_database_restart_and_nothing_is_lost(cluster, db):
+    from pipeline.records_postgres import PostgresCallStore
+
+    store = PostgresCallStore(db)
+    try:
+        cluster.stop()
+        record = _record("CA-restart")
+        store.open(record)                       # does not block or raise: queued
+        assert store.get("CA-restart") == record
+        assert not store.flush(timeout_s=1.5)    # the database is down: not written yet
+        cluster.start()
+        assert store.flush(timeout_s=20)         # the writer reconnected and wrote it
+    finally:
+        store.close()
+    reader = PostgresCallStore(db)
+    try:
+        assert reader.get("CA-restart") == record
+    finally:
+        reader.close()
+
+
+def test_a_newer_schema_is_refused_and_orphans_of_a_dead_server_are_ended(db):
+    import psycopg
+
+    from pipeline.records_postgres import PostgresCallStore
+
+    store = PostgresCallStore(db, owner=f"{socket.gethostname()}:999999:1")   # a pid that does not run
+    store.open(_record("CA-orphan"))
+    store.close()
+    survivor = PostgresCallStore(db)
+    try:
+        assert survivor.close_orphans() == 1
+        orphan = survivor.get("CA-orphan")
+        assert orphan.ended and orphan.end_reason == "server stopped"
+    finally:
+        survivor.close()
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO parley_schema (version) VALUES (99)")
+    with pytest.raises(PipelineError, match="newer schema"):
+        PostgresCallStore(db)
+
+
+def test_parley_calls_reads_postgres_and_a_bad_url_is_one_line(db):
+    from pipeline.records_postgres import PostgresCallStore
+
+    store = PostgresCallStore(db)
+    store.open(_record("CA-cli"))
+    store.close()
+    env = {**os.environ, "PARLEY_DB": db}
+    shown = subprocess.run([sys.executable, "-m", "deploy.cli", "calls", "list"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "CA-cli" in shown.stdout, shown.stderr[-2000:]
+    bad = subprocess.run([sys.executable, "-m", "deploy.cli", "calls", "list"], cwd=ROOT, timeout=120,
+                         env={**os.environ, "PARLEY_DB": "postgresql://nobody@127.0.0.1:1/none"},
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "cannot open the call records" in bad.stderr
+    assert "Traceback" not in bad.stderr and not Path("postgresql:").exists()
