@@ -6,7 +6,8 @@ parley's bot, written from the AudioHook protocol ("2", the bot variant).
   tests of refusals).
 - ``open`` (PCMU 8 kHz, the ``external`` channel, the caller's ani/dnis, ``input_variables``);
   ``opened`` must choose one of the offers.
-- Sends the caller's audio as binary PCMU, 200 ms a message on an absolute clock: silence, or the
+- Sends the caller's audio as binary PCMU, 200 ms a message on an absolute clock (each at the end of
+  the 200 ms it holds, as a live source can): silence, or the
   script's utterances (flite) one after the other, each after the agent's previous reply has
   finished (no agent audio for ``quiet_s``), or ``barge_in_s`` into it; ``dtmf`` steps send
   ``dtmf`` messages. A ``ping`` each ``ping_s``; each ``pong`` must carry the ping's seq.
@@ -15,7 +16,8 @@ parley's bot, written from the AudioHook protocol ("2", the bot variant).
   (reason ``end``); either way it waits for ``closed`` and closes the socket.
 
 The report holds what the server sent: the agent's audio (seconds per turn), voice-to-voice per
-utterance (the end of its speech, as sent at real time, to the first agent audio after it), events (``barge_in``),
+utterance (when its speech ended in real time, inside the last message that held it, to the first
+agent audio after it), events (``barge_in``),
 the ``disconnect`` (reason, ``outputVariables``), whether ``closed`` came, and protocol faults.
 """
 
@@ -215,10 +217,12 @@ class GenesysCaller:
         n = 0
         next_ping = start + self.cfg.ping_s
         while not ws.closed:
+            # a message leaves once its 200 ms have been "captured": at the end of its window
+            await asyncio.sleep(max(0.0, start + (n + 1) * MESSAGE_S - time.monotonic()))
             chunk, self._speaking = self._speaking[:MESSAGE_BYTES], self._speaking[MESSAGE_BYTES:]
             await ws.send_bytes(chunk.ljust(MESSAGE_BYTES, bytes([ULAW_SILENCE])))
-            if chunk and not self._speaking:     # the speech in this message ends len(chunk) samples in
-                self._speech_end = time.monotonic() + len(chunk) / 8000
+            if chunk and not self._speaking:     # the speech ended len(chunk) samples into this window
+                self._speech_end = start + n * MESSAGE_S + len(chunk) / 8000
             self._position_s += MESSAGE_S
             n += 1
             if time.monotonic() >= next_ping:
@@ -226,7 +230,6 @@ class GenesysCaller:
                 self._pings[self._seq] = time.monotonic()
                 await ws.send_str(message)
                 next_ping += self.cfg.ping_s
-            await asyncio.sleep(max(0.0, start + n * MESSAGE_S - time.monotonic()))
 
     async def _reply_over(self, barge_in: bool, after_s: float | None = None) -> None:
         """Wait for the agent's reply to start, then to end (or ``after_s`` into it, by default
