@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
 FINAL_TIMEOUT_S = 3.0
+BATCH_BYTES = 32_000
+"""Audio that waited (a replay, a slow connect) goes in messages of up to 1 s at 16 kHz: the
+server takes 64 KB a message and refuses a client thousands of messages ahead."""
 
 
 class RemoteRecognizerEngine:
@@ -177,9 +180,14 @@ class RemoteRecognizerUtterance:
                                               "phrases": list(self._hints.phrases)}))
             sent, finalized = 0, False
             while not reader.done():
-                while sent < len(self._audio):
-                    await ws.send_bytes(self._audio[sent])
-                    sent += 1
+                while sent < len(self._audio):      # what came meanwhile (a replay: all of it) in one message
+                    batch: list[bytes] = []
+                    size = 0
+                    while sent < len(self._audio) and (not batch or size + len(self._audio[sent]) <= BATCH_BYTES):
+                        batch.append(self._audio[sent])
+                        size += len(self._audio[sent])
+                        sent += 1
+                    await ws.send_bytes(b"".join(batch))
                 if self._finishing and not finalized:
                     await ws.send_str("finalize")
                     finalized = True
