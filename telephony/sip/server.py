@@ -342,6 +342,11 @@ class SipServer(asyncio.DatagramProtocol):
                 call.on_reinvite(req, addr)
             else:
                 self._on_invite(req, addr)
+        elif method == "OPTIONS" and (self.draining or (self.admit is not None and self.admit() == "draining")):
+            # a dispatcher's keep-alive (Kamailio's ds_ping): a draining server answers 503, so the
+            # dispatcher marks it inactive and sends new calls elsewhere while its live ones finish
+            self.respond(req, addr, 503, headers=(("Retry-After", str(RETRY_AFTER_S)), ("Allow", ALLOW),
+                                                  *warning("draining: not taking new calls")))
         elif method == "OPTIONS":
             self.respond(req, addr, 200, headers=(("Allow", ALLOW), ("Accept", "application/sdp"),
                                                   ("Accept-Encoding", "identity"), ("Accept-Language", "en")))
