@@ -59,7 +59,8 @@ from telephony.twilio.rest import TwilioCallControl, handoff_twiml
 from telephony.handoff import handoff_of
 from pipeline.frames import TransferCallFrame
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
-from telephony.twilio.signature import SIGNATURE_HEADER, verify_signature
+from telephony.twilio.signature import (ANSWER_PARAM, SIGNATURE_HEADER, answer_token, check_answer_token,
+                                        verify_signature)
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class CallServer:
         self.store = store or MemoryCallStore()
         self.live: dict[str, CallSupervisor] = {}  # Twilio and browser calls
         self._answered: OrderedDict[str, float] = OrderedDict()  # CallSid -> when the webhook answered it
+        self._tokens_seen: OrderedDict[str, float] = OrderedDict()  # answer tokens taken (once each)
         # CallSid -> the hand-off its agent asked for, answered on Twilio's <Connect action> callback
         self._handoffs: OrderedDict[str, TransferCallFrame] = OrderedDict()
         self._streams_starting = 0  # sockets upgraded, their 'start' not read yet
@@ -325,6 +327,20 @@ class CallServer:
         log.info("[%s] handed to %s:%s on the stream's action callback", call_sid, transfer.kind, transfer.target)
         return web.Response(text='<?xml version="1.0" encoding="UTF-8"?>' + twiml, content_type="application/xml")
 
+    def _answered_elsewhere(self, start) -> bool:
+        """The stream carries a valid answer token: a server of this deployment (another one,
+        behind the same proxy) answered its webhook within ``ANSWERED_TTL_S``; each token once here."""
+        token = start.custom_parameters.get(ANSWER_PARAM, "")
+        if not self.config.auth_token or not check_answer_token(self.config.auth_token, start.call_sid, token,
+                                                                time.time(), ANSWERED_TTL_S):
+            return False
+        if token in self._tokens_seen:
+            return False
+        self._tokens_seen[token] = time.monotonic()
+        while self._tokens_seen and time.monotonic() - next(iter(self._tokens_seen.values())) > ANSWERED_TTL_S:
+            self._tokens_seen.popitem(last=False)
+        return True
+
     def handoff(self, call_sid: str, transfer: TransferCallFrame) -> None:
         """Keep ``transfer`` for the call's ``<Connect action>`` callback (a few minutes at most)."""
         self._handoffs[call_sid] = transfer
@@ -344,7 +360,9 @@ class CallServer:
             self._answered.move_to_end(call_sid)
         stream_url = self._public(request, websocket=True).split("?")[0].removesuffix("/twilio/voice")
         stream_url += "/twilio/stream"
-        forward = {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
+        forward: dict[str, str] = {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
+        if call_sid and self.config.auth_token:  # the stream may reach another server: it checks this
+            forward[ANSWER_PARAM] = answer_token(self.config.auth_token, call_sid, time.time())
         parameters = "".join(
             f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in forward.items()
         )
@@ -392,7 +410,8 @@ class CallServer:
             await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"this CallSid has a live stream")
             return ws
         self._forget_answered()
-        if self._answered.pop(start.call_sid, None) is None:
+        answered_here = self._answered.pop(start.call_sid, None) is not None
+        if not answered_here and not self._answered_elsewhere(start):
             if self._log_once_a_minute(f"unanswered:{peer}"):  # a replayed upgrade header, maybe: bounded
                 log.warning("[%s] stream from %s refused: /twilio/voice did not answer this CallSid in the "
                             "last %.0f s (or its stream came already)", start.call_sid[:64], peer, ANSWERED_TTL_S)

@@ -42,6 +42,7 @@ import asyncio
 import collections
 import logging
 import secrets
+from xml.etree import ElementTree
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,7 @@ class TwilioCaller:
         self.stream_sid = _new_sid("MZ")
         self.account_sid = _new_sid("AC")
         self._ws: ClientConnection | None = None
+        self._twiml_params: dict[str, str] = {}
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._clock_done = asyncio.Event()
@@ -152,6 +154,11 @@ class TwilioCaller:
             raise CallerError(f"the voice webhook {url} answered HTTP {resp.status}: {body.strip()[:200]}")
         if "<Reject" in body:
             raise CallerError(f"the server rejected the call: {body.strip()[:200]}")
+        try:   # Twilio hands the <Stream>'s <Parameter>s to the stream as its customParameters
+            twiml = ElementTree.fromstring(body)
+        except ElementTree.ParseError as exc:
+            raise CallerError(f"the voice webhook answered something that is not TwiML: {exc}") from exc
+        self._twiml_params = {p.get("name", ""): p.get("value", "") for p in twiml.iter("Parameter")}
 
     async def _call(self, audio: list[bytes | None]) -> None:
         cfg = self._cfg
@@ -173,7 +180,8 @@ class TwilioCaller:
             self._ws = ws
             await self._send(Connected())
             sids = (self.stream_sid, self.account_sid, self.call_sid)
-            await self._send(Start(self._next_seq(), *sids, ("inbound",), dict(cfg.params)))
+            params = {**self._twiml_params, **cfg.params}
+            await self._send(Start(self._next_seq(), *sids, ("inbound",), params))
             try:
                 async with asyncio.TaskGroup() as tg:
                     tg.create_task(self._clock_loop(), name="caller-clock")

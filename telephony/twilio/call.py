@@ -23,6 +23,7 @@ from telephony.core.supervisor import CallSupervisor
 from telephony.errors import HandshakeError, ProtocolError, TelephonyError
 from telephony.metrics import Metrics
 from telephony.twilio.messages import Connected, MediaFormat, Start, parse_twilio
+from telephony.twilio.signature import ANSWER_PARAM
 from telephony.twilio.transport import TwilioTransport, drain_playout
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ class TwilioCall(CallSupervisor):
         super().__init__(call_id=start.call_sid, transport=transport, tracker=link.tracker,
                          frames=link.stats.frames, stats=link.stats.as_dict, agent_factory=agent_factory,
                          pipeline_config=pipeline_config, store=store, metrics=metrics,
-                         params=dict(start.custom_parameters), reraise=reraise)
+                         params={k: v for k, v in start.custom_parameters.items() if k != ANSWER_PARAM},
+                         reraise=reraise)
 
     @property
     def link(self):

@@ -11,6 +11,8 @@ constant time and also accepts the URL with or without its default port, as Twil
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Mapping
 
 from twilio.request_validator import RequestValidator
@@ -32,3 +34,22 @@ def verify_signature(
     if not auth_token or not signature:
         return False
     return bool(RequestValidator(auth_token).validate(url, dict(params or {}), signature))
+
+
+ANSWER_PARAM = "parley_answered"
+"""The ``<Stream>`` parameter by which a server that answered a call's webhook vouches for its
+stream, wherever it lands: ``<unix seconds>.<HMAC-SHA256(auth token, CallSid|seconds)>``."""
+
+
+def answer_token(auth_token: str, call_sid: str, now_s: float) -> str:
+    ts = str(int(now_s))
+    mac = hmac.new(auth_token.encode(), f"{call_sid}|{ts}".encode(), hashlib.sha256).hexdigest()
+    return f"{ts}.{mac}"
+
+
+def check_answer_token(auth_token: str, call_sid: str, token: str, now_s: float, ttl_s: float) -> bool:
+    """Whether ``token`` vouches for ``call_sid`` and is at most ``ttl_s`` old."""
+    ts, _, mac = token.partition(".")
+    if not ts.isdigit() or not 0 <= now_s - int(ts) <= ttl_s:
+        return False
+    return hmac.compare_digest(answer_token(auth_token, call_sid, int(ts)), token)
