@@ -1,0 +1,138 @@
+"""The call tier on more than one machine's worth of processes: two `parley serve` behind a real
+haproxy (HTTP and WebSocket, health-checked on /healthz), their call records in one PostgreSQL.
+The webhook and the stream of one Twilio call land on different servers and the call goes on; the
+server holding a live call is drained (SIGTERM): haproxy takes it out, new calls go to the other
+server, the live call finishes there, and every record is complete in the shared database."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
+from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening
+from tests.pipeline.test_records_postgres import PG_BIN, Cluster
+
+pytest.importorskip("psycopg")
+pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None or not (PG_BIN / "initdb").exists()
+                                or shutil.which("flite") is None,
+                                reason="haproxy, PostgreSQL 15 and flite are needed (scripts/install-system-deps)")
+
+HAPROXY_CFG = """global
+    log stderr format raw local0 info
+defaults
+    mode http
+    log global
+    option httplog
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout tunnel 1h
+frontend calls
+    bind 127.0.0.1:{port}
+    default_backend parley
+backend parley
+    balance roundrobin
+    option httpchk GET /healthz
+    http-check expect status 200
+    default-server inter 300ms fall 1 rise 2
+    server a 127.0.0.1:{a} check
+    server b 127.0.0.1:{b} check
+"""
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    cluster = Cluster()
+    cluster.start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.dir, ignore_errors=True)
+
+
+def _haproxy(cfg: Path) -> subprocess.Popen:
+    return subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _owner_pid(url: str, call_sid: str) -> int | None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT owner FROM calls WHERE call_sid = %s", (call_sid,)).fetchone()
+    return int(row[0].split(":")[1]) if row and row[0] else None
+
+
+async def test_two_servers_behind_haproxy_share_records_and_one_drains_mid_call(postgres, tmp_path):
+    from pipeline.records_postgres import PostgresCallStore
+
+    ports = [_free_port(), _free_port()]
+    servers = [_serve(p, tmp_path / "unused.db", "--db", postgres, "--stt", "sphinx", "--stt-warm", "2:0",
+                      "--stt-procs", "0", "--tts", "espeak", "--drain-s", "60") for p in ports]
+    proxy_port = _free_port()
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(HAPROXY_CFG.format(port=proxy_port, a=ports[0], b=ports[1]))
+    haproxy = _haproxy(cfg)
+    calls = []
+    try:
+        for port, proc in zip(ports, servers):
+            await _wait_listening(port, proc)
+        await _wait_listening(proxy_port, haproxy)
+        await asyncio.sleep(1.5)                         # both servers pass haproxy's health check
+
+        def call(*said: str):
+            return asyncio.create_task(run_call(CallerConfig(
+                url=f"ws://127.0.0.1:{proxy_port}/twilio/stream", auth_token=TOKEN, timeout_s=90,
+                calls_base_url=f"http://127.0.0.1:{proxy_port}",
+                utterances=tuple(CallerUtterance(text=t) for t in said))))
+
+        first = call("hello how are you", "i would like to check my order", "thank you very much")
+        sid = None
+        for _ in range(150):                             # until its record is in the shared database
+            await asyncio.sleep(0.1)
+            store = PostgresCallStore(postgres)
+            try:
+                live = [r for r in store.list() if not r.ended]
+            finally:
+                store.close()
+            if live:
+                sid = live[0].call_sid
+                break
+        assert sid is not None
+        holder = next(p for p in servers if p.pid == _owner_pid(postgres, sid))
+        other = next(p for p in servers if p is not holder)
+        holder.send_signal(signal.SIGTERM)               # drain: its live call goes on
+        await asyncio.sleep(1.5)                         # /healthz 503: haproxy takes it out
+        second = await call("hello are you there")
+        calls.append(second)
+        assert second.turns and second.turns[0].agent_audio_bytes > 0
+        assert _owner_pid(postgres, second.call_sid) == other.pid      # the new call went to the other
+        report = await asyncio.wait_for(first, 120)
+        calls.append(report)
+        assert len(report.turns) == 3 and all(t.agent_audio_bytes > 0 for t in report.turns)
+        assert not report.connection_lost                # the drained server let it finish
+        assert await asyncio.to_thread(holder.wait, 30) == 0
+        assert other.poll() is None
+    finally:
+        for proc in servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+            proc.stderr.close()
+        haproxy.terminate()
+        haproxy.wait(10)
+    store = PostgresCallStore(postgres)
+    try:
+        records = {r.call_sid: r for r in store.list()}
+    finally:
+        store.close()
+    for report in calls:
+        record = records[report.call_sid]
+        assert record.ended and record.end_reason == "caller hung up (stop)"
+        assert len(record.turns) == len(report.turns) and all(t.user_text for t in record.turns)
