@@ -54,7 +54,10 @@ async def test_call_is_heard_and_answered(webrtc_server, speech):
     assert result.audio_sample_rate_hz == 48000
     assert np.abs(audio.astype(np.int32)).max() > 3000
     agent = result.transcripts("agent")
-    assert agent[0].startswith("Hello this is parley"), agent  # word timestamps drop punctuation
+    # word timestamps drop punctuation; under load the greeting's first phrase can play out before
+    # the next is made, and the page then gets it as a final of its own first ("Hello this", seen
+    # once in a full `make test`): the whole greeting still follows
+    assert any(t.startswith("Hello this is parley") for t in agent[:2]), agent
     assert any(t.startswith("You said") for t in agent), agent
 
     # per-turn latency came with the turn
