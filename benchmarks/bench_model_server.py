@@ -130,13 +130,17 @@ async def first_audio_ms(engine, text: str) -> float:
         await gen.aclose()
 
 
-async def final_ms(engine, pcm: np.ndarray, paced: bool = True) -> tuple[float, str]:
+async def final_ms(engine, pcm: np.ndarray, paced: bool = True, on_frame=None) -> tuple[float, str]:
+    """Stream ``pcm`` (at real time when ``paced``), then finish: -> (final latency ms, its text).
+    ``on_frame(k, utt)`` runs after the k-th 20 ms frame (the failover trials kill a replica there)."""
     utt = engine.open(RATE)
     start = time.perf_counter()
     for k, i in enumerate(range(0, len(pcm), 160)):
         fut = utt.push(pcm[i:i + 160].tobytes())
         if fut is not None:
             await utt.take_async(fut)
+        if on_frame is not None:
+            on_frame(k, utt)
         if paced:
             await asyncio.sleep(max(0.0, start + (k + 1) * 0.02 - time.perf_counter()))
     t0 = time.perf_counter()
@@ -286,21 +290,15 @@ async def failover(log_dir: Path, local_voice, local_stt, speech, n: int) -> dic
             pcm = speech[trial % len(speech)]
             whole_ms, whole = await final_ms(local_stt, pcm)
             stt = RemoteRecognizerEngine(Replicas((victim2.url, alive.url)))
-            utt = stt.open(RATE)
-            start = time.perf_counter()
-            for k, i in enumerate(range(0, len(pcm), 160)):
-                fut = utt.push(pcm[i:i + 160].tobytes())
-                if fut is not None:
-                    await utt.take_async(fut)
-                if k == len(pcm) // 320:
-                    next(s for s in (victim2, alive) if s.url == utt.url).kill()
-                await asyncio.sleep(max(0.0, start + (k + 1) * 0.02 - time.perf_counter()))
-            t0 = time.perf_counter()
-            for fut in utt.finish():
-                await utt.take_async(fut)
-            stt_rows.append({"final_ms": round((time.perf_counter() - t0) * 1000, 1),
+            half = len(pcm) // 320
+
+            def kill_halfway(k: int, utt, servers=(victim2, alive), half=half) -> None:
+                if k == half:
+                    next(s for s in servers if s.url == utt.url).kill()
+            failed_ms, heard = await final_ms(stt, pcm, on_frame=kill_halfway)
+            stt_rows.append({"final_ms": round(failed_ms, 1),
                              "local_final_ms": round(whole_ms, 1), "failovers": stt.failovers,
-                             "wer_vs_one_replica": round(wer([normalize_text(whole)], [normalize_text(utt.text)]), 3)})
+                             "wer_vs_one_replica": round(wer([normalize_text(whole)], [normalize_text(heard)]), 3)})
             await stt.close()
             victim2.stop()
         finally:

@@ -229,12 +229,22 @@ class Proxy:
 async def kamailio_proxy(target_port: int, workdir: Path):
     """A real Kamailio SIP proxy on 127.0.0.1 that Record-Routes INVITEs (loose routing) and
     forwards, statelessly, to ``target_port``; its log says what it loose-routed."""
-    if shutil.which("kamailio") is None or not KAMAILIO_MODULES.is_dir():
-        pytest.skip("kamailio not installed (scripts/install-system-deps installs it)")
-    workdir.mkdir(parents=True, exist_ok=True)
     port = free_udp_port()
+    async with kamailio(KAMAILIO_CFG.format(port=port, target=target_port, modules=f"{KAMAILIO_MODULES}/"),
+                        workdir) as log_path:
+        yield Proxy(port, log_path)
+
+
+@contextlib.asynccontextmanager
+async def kamailio(config: str, workdir: Path, *, needs: tuple[str, ...] = ()):
+    """Kamailio running ``config`` (written to ``workdir``) until the block ends; yields its log's
+    path once it listens. Skips the test when Kamailio or a module in ``needs`` is missing."""
+    if shutil.which("kamailio") is None or not KAMAILIO_MODULES.is_dir() or \
+            any(not (KAMAILIO_MODULES / m).exists() for m in needs):
+        pytest.skip("kamailio (or a module it needs) is not installed (scripts/install-system-deps)")
+    workdir.mkdir(parents=True, exist_ok=True)
     cfg = workdir / "kamailio.cfg"
-    cfg.write_text(KAMAILIO_CFG.format(port=port, target=target_port, modules=f"{KAMAILIO_MODULES}/"))
+    cfg.write_text(config)
     log_path = workdir / "kamailio.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
@@ -246,7 +256,7 @@ async def kamailio_proxy(target_port: int, workdir: Path):
                 assert proc.returncode is None, log_path.read_text(errors="replace")[-2000:]
                 await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)  # its worker processes start after it lists its sockets
-        yield Proxy(port, log_path)
+        yield log_path
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
-import signal
-import subprocess
 from pathlib import Path
 
-import pytest
 
 from telephony.sip.message import SipResponse
 
-from .conftest import KAMAILIO_MODULES, UdpPeer, free_udp_port, hang_up, in_dialog, invite
+from .conftest import KAMAILIO_MODULES, UdpPeer, free_udp_port, hang_up, in_dialog, invite, kamailio
 
 DISPATCHER_CFG = """#!KAMAILIO
 debug=2
@@ -60,30 +55,13 @@ request_route {{
 
 @contextlib.asynccontextmanager
 async def dispatcher(ports: list[int], workdir: Path):
-    if shutil.which("kamailio") is None or not (KAMAILIO_MODULES / "dispatcher.so").exists():
-        pytest.skip("kamailio with its dispatcher module is not installed")
+    """Kamailio's dispatcher in front of ``ports`` -> (its port, its log's path)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_udp_port()
     (workdir / "dispatcher.list").write_text("".join(f"1 sip:127.0.0.1:{p}\n" for p in ports))
-    cfg = workdir / "kamailio.cfg"
-    cfg.write_text(DISPATCHER_CFG.format(port=port, modules=f"{KAMAILIO_MODULES}/", workdir=workdir))
-    log_path = workdir / "kamailio.log"
-    with log_path.open("wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            "kamailio", "-f", str(cfg), "-DD", "-E", "-Y", str(workdir), "-w", str(workdir),
-            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        async with asyncio.timeout(15):
-            while "Listening on" not in log_path.read_text(errors="replace"):
-                assert proc.returncode is None, log_path.read_text(errors="replace")[-2000:]
-                await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)
+    config = DISPATCHER_CFG.format(port=port, modules=f"{KAMAILIO_MODULES}/", workdir=workdir)
+    async with kamailio(config, workdir, needs=("dispatcher.so",)) as log_path:
         yield port, log_path
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        async with asyncio.timeout(10):
-            await proc.wait()
 
 
 async def _call(peer: UdpPeer, proxy_port: int, call_id: str, servers) -> tuple[object, SipResponse]:
