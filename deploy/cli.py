@@ -439,6 +439,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
     from ssm_engine.stt.cli import register_cli as register_stt
+    from deploy.aws.cli import register_cli as register_deploy
     from deploy.model_server.cli import register_cli as register_model_server
     from ssm_engine.tts.cli import register_cli as register_tts
 
@@ -455,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_stt(sub)  # parley data stt, parley train stt
     register_tts(sub)  # parley data tts, parley train tts
     register_model_server(sub)  # parley model-server (the model tier)
+    register_deploy(sub)  # parley deploy (SageMaker endpoints)
     _register_plugins(sub)  # parley call, parley eval stt|tts (the harness)
     return parser
 
