@@ -315,9 +315,13 @@ class ModelServer:
             await response.write(tts_done(msg.context_id).encode() + b"\n")
         except (PipelineError, SSMEngineError) as exc:
             await response.write(tts_error(msg.context_id, f"the voice failed: {exc}", 500).encode() + b"\n")
+        except ConnectionResetError:   # the client left mid-utterance: its choice, not our fault
+            log.info("an invocation's client left after %.0f ms", (time.perf_counter() - t0) * 1000)
+            return response
         finally:
             utt.cancel()
-        await response.write_eof()
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
         return response
 
     async def _tts_ws(self, request: web.Request) -> web.StreamResponse:

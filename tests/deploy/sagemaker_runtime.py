@@ -69,16 +69,19 @@ class FakeRuntime:
                                                "X-Amzn-SageMaker-Content-Type": "application/jsonlines"})
         await response.prepare(request)
         parts = 0
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{self.upstream}/invocations", data=body,
-                                    headers={"Content-Type": request.content_type}) as upstream:
-                async for piece in upstream.content.iter_any():
-                    if self.fail_after is not None and parts >= self.fail_after:
-                        await response.write(model_stream_error("the model container stopped"))
-                        break
-                    await response.write(payload_part(piece))
-                    parts += 1
-        await response.write_eof()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"{self.upstream}/invocations", data=body,
+                                        headers={"Content-Type": request.content_type}) as upstream:
+                    async for piece in upstream.content.iter_any():
+                        if self.fail_after is not None and parts >= self.fail_after:
+                            await response.write(model_stream_error("the model container stopped"))
+                            break
+                        await response.write(payload_part(piece))
+                        parts += 1
+            await response.write_eof()
+        except ConnectionResetError:   # the client stopped reading (it had the exception event)
+            pass
         return response
 
 

@@ -296,6 +296,32 @@ async def test_invocations_streams_newline_delimited_json_audio(engines):
         await server.stop()
 
 
+async def test_an_invocation_whose_client_leaves_midway_is_one_line_and_the_server_goes_on(engines, caplog):
+    """Regression: a client closing /invocations after its first chunk (SageMaker's runtime does
+    when its own caller goes) made the write raise and aiohttp log a traceback."""
+    server = await _server(engines)
+    await server.warm()
+    url = f"http://127.0.0.1:{server.port}/invocations"
+    long = " ".join(["Your appointment is on Tuesday the fourth at half past three in the afternoon."] * 4)
+    body = {"transcript": long, "output_format": FMT, "voice": {"mode": "id", "id": "x"}}
+    try:
+        with caplog.at_level("INFO", logger="deploy.model_server.server"):
+            for _ in range(3):
+                async with aiohttp.ClientSession() as s:
+                    async with s.post(url, json=body) as r:
+                        assert json.loads(await r.content.readline())["type"] == "chunk"
+                        r.close()                     # leave mid-utterance
+            async with asyncio.timeout(10):
+                while not any("client left" in m for m in caplog.messages):
+                    await asyncio.sleep(0.05)
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url, json={**body, "transcript": "Still here."}) as r:
+                lines = [json.loads(line) for line in (await r.text()).splitlines()]
+        assert lines[-1]["type"] == "done"
+    finally:
+        await server.stop()
+
+
 async def test_drain_tells_live_streams_to_move_serves_them_and_refuses_new_ones(engines):
     server = await _server(engines, grace_s=10.0, max_streams=2)
     await server.warm()
