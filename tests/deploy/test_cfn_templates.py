@@ -1,0 +1,91 @@
+"""The CloudFormation templates under deploy/aws/templates: cfn-lint clean (it checks every
+resource against AWS's schemas, offline), and shaped as the deployment needs: only the call tier
+reaches the models, every AWS service the VPC needs has its endpoint, >= 2 instances, and the
+alarms an update rolls back on are the ones ``parley deploy`` names."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cfnlint.decode import decode
+
+from deploy.aws import requests as rq
+from deploy.aws.spec import load_spec
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "deploy" / "aws" / "templates"
+ALL = sorted(TEMPLATES.glob("*.yaml"))
+
+
+def _load(name: str) -> dict:
+    template, errors = decode(str(TEMPLATES / name))
+    assert not errors, errors
+    return template
+
+
+def test_there_are_templates_and_cfn_lint_passes_on_every_one():
+    assert {p.name for p in ALL} >= {"parley-network.yaml", "parley-models.yaml"}
+    cfn_lint = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which("cfn-lint")
+    assert cfn_lint, "cfn-lint is a test dependency (pip install '.[test]')"
+    result = subprocess.run([cfn_lint, *map(str, ALL)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_broken_template_is_caught_by_the_same_check(tmp_path):
+    """The lint is not a check that cannot fail: a typo in a property is reported."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text((TEMPLATES / "parley-network.yaml").read_text().replace("EnableDnsHostnames", "EnableDnsHostname"))
+    cfn_lint = shutil.which("cfn-lint", path=str(Path(sys.executable).parent)) or shutil.which("cfn-lint")
+    result = subprocess.run([cfn_lint, str(broken)], capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "EnableDnsHostname" in result.stdout
+
+
+def test_the_network_lets_only_the_call_tier_reach_the_models_and_needs_no_internet():
+    res = _load("parley-network.yaml")["Resources"]
+    endpoints = {r["Properties"]["ServiceName"]["Fn::Sub"].split("}.", 1)[1]: r["Properties"]
+                 for r in res.values() if r["Type"] == "AWS::EC2::VPCEndpoint"}
+    assert sorted(endpoints) == ["ecr.api", "ecr.dkr", "logs", "monitoring", "s3", "sagemaker.api",
+                                 "sagemaker.runtime", "sts"]
+    assert endpoints["s3"]["VpcEndpointType"] == "Gateway"
+    assert all(e["PrivateDnsEnabled"] for k, e in endpoints.items() if k != "s3")
+    runtime_groups = [g["Ref"] for g in endpoints["sagemaker.runtime"]["SecurityGroupIds"]]
+    for group in runtime_groups + ["ModelGroup"]:
+        rules = res[group]["Properties"]["SecurityGroupIngress"]
+        assert rules and all(r["SourceSecurityGroupId"] == {"Fn::GetAtt": ["CallTierGroup", "GroupId"]}
+                             for r in rules), group
+    assert not any(r["Type"] in ("AWS::EC2::InternetGateway", "AWS::EC2::NatGateway") for r in res.values())
+    zones = {str(r["Properties"]["AvailabilityZone"]) for r in res.values() if r["Type"] == "AWS::EC2::Subnet"}
+    assert len(zones) == 1                                  # one zone: the tightest path
+    assert res["CallTierPlacement"]["Properties"]["Strategy"] == "cluster"
+    assert res["CallBalancer"]["Properties"]["Scheme"] == "internal"
+    assert res["WeightsAccessPoint"]["Properties"]["RootDirectory"]["Path"] == "/parley-models"
+
+
+def test_the_models_template_matches_what_parley_deploy_creates():
+    template = _load("parley-models.yaml")
+    res, params = template["Resources"], template["Parameters"]
+    assert params["InstanceCount"]["Default"] >= 2 and params["InstanceCount"]["MinValue"] == 2
+    variant = res["EndpointConfig"]["Properties"]["ProductionVariants"][0]
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    spec = load_spec(Path(__file__).resolve().parents[2] / "deploy" / "aws" / "examples" / "parley-model-server.toml")
+    deploy_alarms = {a["MetricName"]: a for a in rq.alarm_requests(spec)}
+    for key in ("FirstByteAlarm", "ModelLatencyAlarm", "ErrorsAlarm"):
+        alarm = res[key]["Properties"]
+        ours = deploy_alarms[alarm["MetricName"]]
+        assert alarm["Namespace"] == ours["Namespace"]
+        assert alarm["AlarmName"]["Fn::Sub"] == ours["AlarmName"].replace(spec.name, "${EndpointName}")
+        assert [d["Name"] for d in alarm["Dimensions"]] == [d["Name"] for d in ours["Dimensions"]]
+    rollback = res["Endpoint"]["Properties"]["DeploymentConfig"]
+    assert [a["AlarmName"]["Ref"] for a in rollback["AutoRollbackConfiguration"]["Alarms"]] == \
+        ["FirstByteAlarm", "ModelLatencyAlarm", "ErrorsAlarm"]
+    assert rollback["RollingUpdatePolicy"] == rq.deployment_config(spec)["RollingUpdatePolicy"]
+    policy = res["StreamsPolicy"]["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["PredefinedMetricSpecification"]["PredefinedMetricType"] == rq.SCALING_METRIC
+
+
+@pytest.mark.parametrize("name", [p.name for p in ALL])
+def test_every_template_says_what_it_is(name):
+    assert len(_load(name)["Description"]) > 80
