@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, get_args
 from pipeline.options import Aggregation, SttDecoder, SttKind, TtsKind, TurnKind, VadKind
 
 if TYPE_CHECKING:  # the engines load only when a command needs them
+    from telephony.emf import EmfPublisher
+    from telephony.metrics import Metrics
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
 
@@ -172,6 +174,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="RTP port range (default %(default)s)")
     p.add_argument("--sip-allow", action="append", metavar="CIDR",
                    help="source networks allowed to call (repeatable; default loopback only)")
+    p.add_argument("--emf", metavar="PATH", default=None,
+                   help="write the call tier's CloudWatch metrics (first byte per turn, live calls, dropped "
+                   "frames) as Embedded Metric Format lines to PATH ('-': stdout) every --emf-interval-s; "
+                   "parley deploy's alarms and dashboard read them")
+    p.add_argument("--emf-deployment", default="parley-voice", metavar="NAME",
+                   help="the Deployment dimension of those metrics: the endpoint name (default %(default)s)")
+    p.add_argument("--emf-interval-s", type=float, default=60.0, help="(default %(default)s)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_serve)
 
@@ -414,8 +423,9 @@ def _serve(args: argparse.Namespace) -> int:
     _register_engines(server.metrics, sphinx_procs, voice_proc,
                       ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
     sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
+    emf = _emf(args, server.metrics)
     try:
-        asyncio.run(serve_forever(server, sip=sip))
+        asyncio.run(serve_forever(server, sip=sip, emf=emf))
     except KeyboardInterrupt:
         pass
     finally:
@@ -425,6 +435,28 @@ def _serve(args: argparse.Namespace) -> int:
         if voice_proc is not None:
             voice_proc.close()
     return 0
+
+
+def _emf(args: argparse.Namespace, metrics: "Metrics") -> "EmfPublisher | None":
+    """``--emf PATH``: the call tier's CloudWatch metrics as EMF lines (telephony.emf)."""
+    if args.emf is None:
+        return None
+    from telephony.emf import EmfPublisher
+
+    if args.emf == "-":
+        def write(line: str) -> None:
+            print(line, flush=True)
+    else:
+        try:
+            out = open(args.emf, "a", buffering=1)  # noqa: SIM115 - open for the process's life
+        except OSError as exc:
+            from pipeline.errors import ConfigError
+
+            raise ConfigError(f"--emf {args.emf}: {exc.strerror or exc}") from None
+
+        def write(line: str) -> None:
+            out.write(line + "\n")
+    return EmfPublisher(metrics, args.emf_deployment, write, interval_s=args.emf_interval_s)
 
 
 def _version() -> str:

@@ -75,6 +75,7 @@ class Metrics:
         self._frames_live: dict[int, tuple[str, FrameCounts]] = {}
         self._engines: dict[str, tuple[Callable[[], int], Callable[[], int]]] = {}
         self._gc: GcPauses | None = None
+        self._turn_listeners: list[Callable[[str, dict[str, float | None]], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_ScrapeCollector(self))
         self._latency = Histogram("parley_turn_latency_ms",
@@ -125,7 +126,13 @@ class Metrics:
         with self._lock:
             self.refused[reason] += 1
 
+    def add_turn_listener(self, listener: Callable[[str, dict[str, float | None]], None]) -> None:
+        """Also hand each turn's latencies to ``listener`` (telephony.emf's CloudWatch lines)."""
+        self._turn_listeners.append(listener)
+
     def observe_turn(self, transport: str, latency_ms: dict[str, float | None]) -> None:
+        for listener in self._turn_listeners:
+            listener(transport, latency_ms)
         for mark in MARKS:
             value = latency_ms.get(mark)
             if value is not None:

@@ -49,6 +49,7 @@ from telephony.errors import ProtocolError, TelephonyError
 from telephony.log_limit import LogLimiter
 from telephony.loop_lag import LoopLagProbe
 from telephony.metrics import Metrics
+from telephony.emf import EmfPublisher
 from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.calls import AgentFactory
@@ -431,9 +432,12 @@ class CallServer:
         return ws
 
 
-async def serve_forever(server: CallServer, sip: "SipServer | None" = None) -> None:
-    """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given."""
+async def serve_forever(server: CallServer, sip: SipServer | None = None,
+                        emf: EmfPublisher | None = None) -> None:
+    """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given; the
+    call tier's CloudWatch metrics as EMF lines when ``emf`` is given."""
     await server.start()
+    emf_task = asyncio.create_task(emf.run(), name="emf") if emf is not None else None
     if sip is not None:
         server.sip = sip
         sip.admit = server.admission  # one max_calls for every transport
@@ -472,3 +476,6 @@ async def serve_forever(server: CallServer, sip: "SipServer | None" = None) -> N
         if sip is not None:
             await sip.stop()
         await server.stop()
+        if emf_task is not None:        # after the calls ended: their last turns are in the flush
+            emf_task.cancel()
+            await asyncio.gather(emf_task, return_exceptions=True)

@@ -194,3 +194,29 @@ async def test_without_a_cxx_compiler_the_recognizer_serves_eagerly_and_says_why
         proc.stderr.close()
     assert "the compiled step is unavailable" in log and "No working C++ compiler" in log, log[-3000:]
     assert "running it eagerly instead" in log
+
+
+async def test_emf_lines_carry_each_turns_first_byte_and_the_live_calls_for_cloudwatch(tmp_path):
+    """`parley serve --emf FILE`: a real call's turns reach the file as CloudWatch EMF lines, the
+    last interval flushed when SIGTERM ends the server."""
+    port, db, emf = _free_port(), tmp_path / "calls.db", tmp_path / "emf.jsonl"
+    proc = _serve(port, db, "--emf", str(emf), "--emf-deployment", "voice-test", "--emf-interval-s", "0.5")
+    try:
+        await _wait_listening(port, proc)
+        report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
+                                             timeout_s=60, utterances=(CallerUtterance(text="hello how are you"),
+                                                                       CallerUtterance(text="goodbye"))))
+        assert report.call_sid
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stderr.close()
+    docs = [json.loads(line) for line in emf.read_text().splitlines()]
+    assert docs and all(d["Deployment"] == "voice-test" and d["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Parley"
+                        for d in docs)
+    first_bytes = [v for d in docs for v in d.get("FirstByteMs", [])]
+    assert first_bytes and all(0 < v < 5000 for v in first_bytes)
+    assert max(d.get("LiveCalls", 0) for d in docs) == 1 and docs[-1]["LiveCalls"] == 0
