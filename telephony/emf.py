@@ -30,7 +30,6 @@ FIRST_BYTE = "FirstByteMs"
 LIVE_CALLS = "LiveCalls"
 DROPPED_FRAMES = "DroppedFrames"
 MAX_VALUES = 100                      # EMF's limit of values per metric per line
-DROPPED_FIELDS = ("in_lost", "in_late", "out_underrun", "out_late")
 
 
 class EmfPublisher:
@@ -45,7 +44,7 @@ class EmfPublisher:
         self.clock = clock
         self._lock = threading.Lock()
         self._first_byte_ms: list[float] = []
-        self._dropped_before = self._dropped_total()
+        self._dropped_before = metrics.missed_frames()
         metrics.add_turn_listener(self._on_turn)
 
     def _on_turn(self, _transport: str, latency_ms: dict[str, float | None]) -> None:
@@ -54,19 +53,13 @@ class EmfPublisher:
             with self._lock:
                 self._first_byte_ms.append(round(float(value), 1))
 
-    def _dropped_total(self) -> int:
-        with self.metrics._lock:
-            transports = {t for t, _ in self.metrics._frames_live.values()} | set(self.metrics._frames_done)
-            return sum(getattr(self.metrics._frames(t), f) for t in transports for f in DROPPED_FIELDS)
-
     def flush(self) -> list[str]:
         """The lines of the interval just ended, written and returned."""
         with self._lock:
             values, self._first_byte_ms = self._first_byte_ms, []
-        dropped_now = self._dropped_total()
+        dropped_now = self.metrics.missed_frames()
         dropped, self._dropped_before = dropped_now - self._dropped_before, dropped_now
-        with self.metrics._lock:
-            live = sum(self.metrics.live.values())
+        live = self.metrics.live_calls()
         stamp = int(self.clock() * 1000)
         batches = [values[i:i + MAX_VALUES] for i in range(0, len(values), MAX_VALUES)] or [[]]
         lines = []

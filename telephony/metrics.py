@@ -114,6 +114,18 @@ class Metrics:
         with self._lock:
             return self._frames(transport)
 
+    def live_calls(self) -> int:
+        """Calls in progress, every transport together."""
+        with self._lock:
+            return sum(self.live.values())
+
+    def missed_frames(self) -> int:
+        """Frames not delivered on time so far (lost, late, underrun), every transport and call."""
+        missed = [name for (_, reason), name in FRAME_SERIES.items() if reason is not None]
+        with self._lock:
+            transports = {t for t, _ in self._frames_live.values()} | set(self._frames_done)
+            return sum(getattr(self._frames(t), name) for t in transports for name in missed)
+
     def _frames(self, transport: str) -> FrameCounts:
         total = FrameCounts(**vars(self._frames_done.get(transport, FrameCounts())))
         for t, live in self._frames_live.values():

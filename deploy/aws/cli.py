@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import wave
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,34 +103,24 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def _spec(args: argparse.Namespace) -> DeploymentSpec:
-    """The deployment: the file with the flags laid over it, or the flags alone."""
-    if getattr(args, "efs", None):
+    """The deployment (plan, create, update): the file with the flags laid over it, or the flags alone."""
+    if args.efs:
         raise DeploymentSpecError(f"--efs {args.efs}: SageMaker endpoints cannot mount EFS or FSx; their weights "
                                   f"come from S3 (--model-data s3://bucket/prefix/, copied at start; an uncompressed "
                                   f"prefix starts fastest) or from the image. EFS is for the call tier's hosts "
                                   f"(deploy/aws/templates/parley-network.yaml)")
-    csv = lambda v: tuple(x for x in v.split(",") if x) if v else None  # noqa: E731
-    flags: dict[str, Any] = {
-        "name": args.name, "region": args.region, "role_arn": getattr(args, "role_arn", None),
-        "model_package_arn": getattr(args, "model_package_arn", None), "image": getattr(args, "image", None),
-        "model_data": getattr(args, "model_data", None), "instance_type": getattr(args, "instance_type", None),
-        "instances": getattr(args, "instances", None)}
+    flags: dict[str, Any] = {name: getattr(args, name) for name in (
+        "name", "region", "role_arn", "model_package_arn", "image", "model_data", "instance_type", "instances")}
+    network = {key: tuple(x for x in value.split(",") if x) for key, value in
+               (("subnets", args.subnets), ("security_groups", args.security_groups)) if value}
     if args.file:
-        spec = load_spec(args.file)
-        spec = spec.with_overrides(**flags)
-        subnets, groups = csv(getattr(args, "subnets", None)), csv(getattr(args, "security_groups", None))
-        if subnets or groups:
-            from dataclasses import replace
-
-            spec = replace(spec, network=replace(spec.network, **{k: v for k, v in
-                                                                   (("subnets", subnets), ("security_groups", groups))
-                                                                   if v}))
-        return spec
-    raw: dict[str, Any] = {k: v for k, v in flags.items() if v is not None and k not in
-                           ("model_package_arn", "image", "model_data")}
-    raw["source"] = {k: flags[k] for k in ("model_package_arn", "image", "model_data") if flags[k]}
-    if getattr(args, "subnets", None) or getattr(args, "security_groups", None):
-        raw["network"] = {"subnets": list(csv(args.subnets) or ()), "security_groups": list(csv(args.security_groups) or ())}
+        spec = load_spec(args.file).with_overrides(**flags)
+        return replace(spec, network=replace(spec.network, **network)) if network else spec
+    source = ("model_package_arn", "image", "model_data")
+    raw: dict[str, Any] = {k: v for k, v in flags.items() if v is not None and k not in source}
+    raw["source"] = {k: flags[k] for k in source if flags[k]}
+    if network:
+        raw["network"] = {key: list(value) for key, value in network.items()}
     return spec_from_dict(raw)
 
 
@@ -173,8 +164,6 @@ def _run(args: argparse.Namespace) -> int:
             status = deployer.status(name)
             print(json.dumps(status, indent=2, default=str) if args.json else _status_text(status))
         elif args.step == "scale":
-            from dataclasses import replace
-
             a = replace(scaling, **{k: v for k, v in (("min", args.min), ("max", args.max),
                                                        ("target_concurrency", args.target_concurrency))
                                     if v is not None})
@@ -232,7 +221,7 @@ def _plan(deployer: Any, spec: DeploymentSpec, revision: str, as_json: bool) -> 
         print(f"  the endpoint exists ({existing['EndpointStatus']}): create would refuse; update changes it")
     print("create would send:")
     for i, call in enumerate(calls, 1):
-        print(f"  {i}. {call.as_json()['operation']:<26} {call.why}")
+        print(f"  {i}. {call.name:<26} {call.why}")
     a = spec.autoscaling
     print(f"then: {spec.instances} x {spec.instance_type}, autoscaling {a.min}..{a.max} at {a.target_concurrency} "
           f"streams per instance; rolling updates {spec.rollout.batch_instances} instance(s) at a time, "

@@ -35,11 +35,19 @@ class Call:
     request: dict[str, Any]
     why: str
 
+    @property
+    def name(self) -> str:
+        """The operation as AWS's API reference names it: ``create_model`` -> ``CreateModel``."""
+        return api_name(self.operation)
+
     def as_json(self) -> dict[str, Any]:
-        """The request as AWS's API reference writes it (``CreateModel``), bytes as text."""
-        name = "".join(part.title() for part in self.operation.split("_"))
+        """The request as AWS's API reference writes it, bytes as text."""
         request = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in self.request.items()}
-        return {"service": self.service, "operation": name, "request": request, "why": self.why}
+        return {"service": self.service, "operation": self.name, "request": request, "why": self.why}
+
+
+def api_name(operation: str) -> str:
+    return "".join(part.title() for part in operation.split("_"))
 
 
 @dataclass(slots=True)
@@ -115,15 +123,15 @@ class Deployer:
         self.done.append(call)
         if self.dry_run:
             return {}
-        self.say(f"  {call.as_json()['operation']:<28} {call.why}")
+        self.say(f"  {call.name:<28} {call.why}")
         client = getattr(self.clients, call.service)
-        with aws(call.as_json()["operation"]):
+        with aws(call.name):
             return dict(getattr(client, call.operation)(**call.request))
 
     def _read(self, service: str, operation: str, **request: Any) -> dict[str, Any]:
         """A read-only request: made in a dry run too (it changes nothing)."""
         client = getattr(self.clients, service)
-        with aws("".join(p.title() for p in operation.split("_"))):
+        with aws(api_name(operation)):
             return dict(getattr(client, operation)(**request))
 
     def describe_endpoint(self, name: str) -> dict[str, Any] | None:
@@ -271,14 +279,12 @@ class Deployer:
         calls += [Call("cloudwatch", "put_metric_alarm", a, "alarm: " + a["AlarmName"]) for a in rq.alarm_requests(spec)]
         if pause_scaling:
             calls += [Call("autoscaling", "delete_scaling_policy",
-                           {"PolicyName": rq.scaling_policy_name(spec.name), "ServiceNamespace": "sagemaker",
-                            "ResourceId": rq.resource_id(spec.name, spec.variant),
-                            "ScalableDimension": rq.SCALABLE_DIMENSION},
+                           {"PolicyName": rq.scaling_policy_name(spec.name),
+                            **rq.scalable_target_key(spec.name, spec.variant)},
                            f"autoscaling off: the instance type changes ({old_variant.get('InstanceType')} -> "
                            f"{spec.instance_type})"),
                       Call("autoscaling", "deregister_scalable_target",
-                           {"ServiceNamespace": "sagemaker", "ResourceId": rq.resource_id(spec.name, spec.variant),
-                            "ScalableDimension": rq.SCALABLE_DIMENSION}, "(AWS refuses the update otherwise)")]
+                           rq.scalable_target_key(spec.name, spec.variant), "(AWS refuses the update otherwise)")]
         calls.append(Call("sagemaker", "update_endpoint", rq.update_request(spec, revision, retain_counts=same_type),
                           f"rolling update from {old_config}, {spec.rollout.batch_instances} instance(s) at a time"))
         after = self._scaling_calls(spec.name, spec.variant, spec.autoscaling) if pause_scaling else []
@@ -354,8 +360,7 @@ class Deployer:
                 if self._read("autoscaling", "describe_scalable_targets", ServiceNamespace="sagemaker",
                               ResourceIds=[rid])["ScalableTargets"]:
                     calls.append(Call("autoscaling", "deregister_scalable_target",
-                                      {"ServiceNamespace": "sagemaker", "ResourceId": rid,
-                                       "ScalableDimension": rq.SCALABLE_DIMENSION}, "autoscaling off"))
+                                      rq.scalable_target_key(name, v["VariantName"]), "autoscaling off"))
             calls.append(Call("sagemaker", "delete_endpoint", {"EndpointName": name}, "the endpoint (its instances)"))
         configs = self._read("sagemaker", "list_endpoint_configs", NameContains=name, MaxResults=100)["EndpointConfigs"]
         models = self._read("sagemaker", "list_models", NameContains=name, MaxResults=100)["Models"]

@@ -148,9 +148,14 @@ def resource_id(name: str, variant: str) -> str:
     return f"endpoint/{name}/variant/{variant}"
 
 
-def scalable_target_request(name: str, variant: str, a: Autoscaling) -> dict[str, Any]:
+def scalable_target_key(name: str, variant: str) -> dict[str, Any]:
+    """What names a variant's scalable target in every Application Auto Scaling request."""
     return {"ServiceNamespace": "sagemaker", "ResourceId": resource_id(name, variant),
-            "ScalableDimension": SCALABLE_DIMENSION, "MinCapacity": a.min, "MaxCapacity": a.max}
+            "ScalableDimension": SCALABLE_DIMENSION}
+
+
+def scalable_target_request(name: str, variant: str, a: Autoscaling) -> dict[str, Any]:
+    return {**scalable_target_key(name, variant), "MinCapacity": a.min, "MaxCapacity": a.max}
 
 
 def scaling_policy_name(name: str) -> str:
@@ -160,8 +165,7 @@ def scaling_policy_name(name: str) -> str:
 def scaling_policy_request(name: str, variant: str, a: Autoscaling) -> dict[str, Any]:
     """Target tracking on concurrent requests per model copy, at high resolution (10 s): a
     bidirectional stream is one request for as long as it is open, so this is streams per instance."""
-    return {"PolicyName": scaling_policy_name(name), "ServiceNamespace": "sagemaker",
-            "ResourceId": resource_id(name, variant), "ScalableDimension": SCALABLE_DIMENSION,
+    return {"PolicyName": scaling_policy_name(name), **scalable_target_key(name, variant),
             "PolicyType": "TargetTrackingScaling",
             "TargetTrackingScalingPolicyConfiguration": {
                 "TargetValue": float(a.target_concurrency),

@@ -159,10 +159,6 @@ class DeploymentSpec:
             top.update(image="", model_data="")
         if flags.get("image"):
             top["model_package_arn"] = ""
-        scaling = {k: flags[f"scale_{k}"] for k in ("min", "max", "target_concurrency")
-                   if flags.get(f"scale_{k}") is not None}
-        if scaling:
-            top["autoscaling"] = replace(self.autoscaling, **scaling)
         try:
             return replace(self, **top)
         except TypeError as exc:
