@@ -5,12 +5,25 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# sagemaker:// model URLs: AWS's HTTP/2 streaming client needs Python >= 3.12 (the torch wheel here is
+# for 3.11), so the bridge to SageMaker runs in a venv of its own, without torch
+AWS_VENV  := .venv-aws
+AWS_STAMP := $(AWS_VENV)/.installed
+PYTHON312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 HOST   ?= 127.0.0.1
 PORT   ?= 8765
 
 .PHONY: serve test lint install bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(AWS_STAMP)
+
+$(AWS_STAMP): requirements-aws.txt
+	@test -n "$(PYTHON312)" || { echo "make: no Python 3.12 (python3.12, or pyenv's): sagemaker:// model URLs need it; everything else works without"; exit 1; }
+	test -x $(AWS_VENV)/bin/python || $(PYTHON312) -m venv $(AWS_VENV)
+	$(AWS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AWS_VENV)/bin/python -m pip install -q -r requirements-aws.txt
+	touch $(AWS_STAMP)
 
 $(STAMP): pyproject.toml scripts/install-system-deps
 	scripts/install-system-deps
@@ -25,11 +38,11 @@ $(STAMP): pyproject.toml scripts/install-system-deps
 	touch $(STAMP)
 
 # Without TWILIO_AUTH_TOKEN the server runs with --insecure-dev (signatures not checked, loudly logged).
-serve: $(STAMP)
+serve: $(STAMP) $(AWS_STAMP)
 	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) $(if $(TWILIO_AUTH_TOKEN),,--insecure-dev)
 
 # the house rules first (seconds): layers and no import circles, then the lint rules
-lint: $(STAMP)
+lint: $(STAMP) $(AWS_STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -41,4 +54,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_call.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(AWS_VENV) .pytest_cache

@@ -127,8 +127,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "model tier (--model-url) (default %(default)s)")
     p.add_argument("--model-url", default="", metavar="URL[,URL...]",
                    help="with --stt remote / --tts remote: the model servers (`parley model-server`), "
-                   "ws://HOST:PORT each; a stream that breaks, stalls or is told to move goes on on "
-                   "another with no word lost")
+                   "ws://HOST:PORT each, or SageMaker endpoints serving it (`parley deploy`), "
+                   "sagemaker://ENDPOINT[?region=R] each, reached by AWS's HTTP/2 streaming client "
+                   "in a helper process (.venv-aws, made by make install; credentials as for the "
+                   "AWS CLI); a stream that breaks, stalls or is told to move goes on on another "
+                   "(on an endpoint: a new stream, which SageMaker routes to a live instance) with "
+                   "no word lost")
     p.add_argument("--tts-procs", type=int, choices=(0, 1), default=1,
                    help="1 runs the SSM voice in a process of its own, so its model steps never "
                    "wait for Python's GIL behind the calls' event loop; 0 runs it on a thread of "
@@ -373,6 +377,11 @@ def _serve(args: argparse.Namespace) -> int:
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
     token = os.environ.get("TWILIO_AUTH_TOKEN")
     model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())
+    bridge = None
+    if "remote" in (args.stt, args.tts):  # sagemaker://ENDPOINT: streams go through the bridge process
+        from deploy.sagemaker_stream.launcher import bridge_for
+
+        bridge, model_urls = bridge_for(model_urls)
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -430,6 +439,8 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     finally:
         store.close()
+        if bridge is not None:
+            bridge.close()
         if sphinx_procs is not None:
             sphinx_procs.close()
         if voice_proc is not None:
@@ -520,11 +531,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except Exception as exc:  # the command line's edge: one clear line, not a traceback
         from agent.errors import AgentError
+        from deploy.errors import DeployError
         from pipeline.errors import PipelineError
         from ssm_engine.errors import SSMEngineError
         from telephony.errors import TelephonyError
 
-        if isinstance(exc, (TelephonyError, PipelineError, AgentError, SSMEngineError)):
+        if isinstance(exc, (TelephonyError, PipelineError, AgentError, SSMEngineError, DeployError)):
             print(f"parley {args.command}: {exc}", file=sys.stderr)
             return 2
         raise

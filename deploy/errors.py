@@ -10,8 +10,10 @@ Hierarchy::
     ├── InstanceTypeError        an instance type the model package does not support
     ├── NetworkError             a VPC the endpoint cannot be reached in (no SageMaker runtime endpoint)
     ├── DeploymentFailedError    an endpoint that ended Failed, or an update that could not roll back
-    └── RolledBackError          an update that SageMaker rolled back (an alarm fired); the old
-                                 version still serves
+    ├── RolledBackError          an update that SageMaker rolled back (an alarm fired); the old
+    │                            version still serves
+    ├── ModelUrlError            a --model-url that names no model tier (sagemaker://ENDPOINT?...)
+    └── BridgeError              the sagemaker:// bridge process could not start
 
 botocore's exceptions are translated once, in :mod:`deploy.aws.operations`, with ``raise ... from
 exc``: the command line prints one line, never a botocore traceback.
@@ -58,3 +60,12 @@ class DeploymentFailedError(DeployError):
 
 class RolledBackError(DeployError):
     """An update SageMaker rolled back: an alarm fired during the rollout. The old version serves."""
+
+
+class ModelUrlError(DeployError, ValueError):
+    """A ``--model-url`` that cannot name a model tier (``sagemaker://ENDPOINT?region=...``)."""
+
+
+class BridgeError(DeployError):
+    """The ``sagemaker://`` bridge process could not start (no Python 3.12 venv, no credentials,
+    no Region); the message says which and how to fix it."""

@@ -252,34 +252,6 @@ def test_replica_urls_are_checked_at_start():
     assert PipelineConfig(stt="remote", tts="remote", model_urls=("ws://a:8080", "ws://b:8080")).model_urls
 
 
-@pytest.fixture(scope="module")
-def engines_local():
-    """The in-process engines on the same models: what the remote ones must match."""
-    from pipeline.engines.ssm_voice import SSMVoiceEngine
-    from pipeline.services.ssm_stt import SSMSTTEngine
-
-    class Local:
-        voice = SSMVoiceEngine(ROOT / "models" / "tts")
-        recogniser = SSMSTTEngine(ROOT / "models" / "stt", compile=False)
-        seconds: dict[str, float] = {}
-
-        async def audio(self, text: str) -> np.ndarray:
-            pcm = np.concatenate([c.pcm async for c in self.voice.open(8000).speak(text)])
-            self.seconds[text] = len(pcm) / 8000
-            return pcm
-
-        async def speak_words(self, text: str) -> list[list[str]]:
-            chunks = [c async for c in self.voice.open(8000).speak(text)]
-            self.seconds[text] = sum(len(c.pcm) for c in chunks) / 8000
-            return [[w for w, _ in c.words] for c in chunks]
-
-    local = Local()
-    yield local
-    local.voice.close()
-    local.recogniser.close()
-
-
-
 async def test_a_call_on_the_model_tier_survives_a_replica_killed_mid_call(two_servers, tmp_path):
     """`parley serve --stt remote --tts remote` with two model servers; one is SIGKILLed once the
     first reply has played: every turn of the call is still heard and answered, whole."""

@@ -1,0 +1,37 @@
+"""Fixtures shared by the model tier's tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def engines_local():
+    """The in-process engines on the same models: what the remote ones must match."""
+    from pipeline.engines.ssm_voice import SSMVoiceEngine
+    from pipeline.services.ssm_stt import SSMSTTEngine
+
+    class Local:
+        voice = SSMVoiceEngine(ROOT / "models" / "tts")
+        recogniser = SSMSTTEngine(ROOT / "models" / "stt", compile=False)
+        seconds: dict[str, float] = {}
+
+        async def audio(self, text: str) -> np.ndarray:
+            pcm = np.concatenate([c.pcm async for c in self.voice.open(8000).speak(text)])
+            self.seconds[text] = len(pcm) / 8000
+            return pcm
+
+        async def speak_words(self, text: str) -> list[list[str]]:
+            chunks = [c async for c in self.voice.open(8000).speak(text)]
+            self.seconds[text] = sum(len(c.pcm) for c in chunks) / 8000
+            return [[w for w, _ in c.words] for c in chunks]
+
+    local = Local()
+    yield local
+    local.voice.close()
+    local.recogniser.close()
