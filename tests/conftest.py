@@ -49,6 +49,21 @@ def no_request_tracebacks():
                     f"{record.getMessage()}: {type(exc).__name__}: {exc}")
 
 
+# A test that runs `parley ...` in process (deploy.cli.main) points the root logger at the stderr
+# pytest captured for it (logging.basicConfig(force=True)); once that capture is closed, a later
+# test's log lines would fail with "--- Logging error ---". Each test gets the root logger back as
+# it found it.
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
 # Real speech from flite, cached per session (the pipeline's and the model server's tests).
 import shutil  # noqa: E402
 import subprocess  # noqa: E402

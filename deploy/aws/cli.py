@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.errors import DeployError, DeploymentSpecError, RolledBackError
+from deploy.sagemaker_stream.targets import Target
 
 from .requests import revision_now
 from .spec import Autoscaling, DeploymentSpec, load_spec, spec_from_dict
@@ -162,6 +163,7 @@ def _run(args: argparse.Namespace) -> int:
         deployer = ops.Deployer(clients, say=say, dry_run=getattr(args, "dry_run", False))
         if args.step == "status":
             status = deployer.status(name)
+            status["model_url"] = Target(name, region).url()   # what the call tier's --model-url is
             print(json.dumps(status, indent=2, default=str) if args.json else _status_text(status))
         elif args.step == "scale":
             a = replace(scaling, **{k: v for k, v in (("min", args.min), ("max", args.max),
@@ -244,4 +246,6 @@ def _status_text(s: dict[str, Any]) -> str:
         lines.append("  alarms: " + ", ".join(f"{k} {v}" for k, v in sorted(s["alarms"].items())))
     else:
         lines.append("  alarms: none found")
+    lines.append(f"  call tier: parley serve --stt remote --tts remote --model-url '{s['model_url']}' "
+                 "(parley's model-server image: its bidirectional streams)")
     return "\n".join(lines)

@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -133,6 +134,47 @@ class Endpoint:
             bytes_=data, data_type="UTF8" if text else "BINARY"))
 
 
+def no_nagle() -> int:
+    """Set TCP_NODELAY on this process's TCP sockets that lack it; how many were set.
+
+    awscrt (0.32) leaves Nagle's algorithm on for its connections, so an event written while the
+    one before it is unacknowledged waits for that ACK, which the runtime may delay by 40 ms: a
+    reply asked for just after a barge-in's cancel started ~40 ms late (benchmarks/RESULTS.md).
+    awscrt has no option for it, so the bridge sets it on the socket itself (Linux: /proc)."""
+    count = 0
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue
+        with sock:
+            try:
+                if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                    continue
+                if not sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """awscrt's own body-writer task fails with STREAM_HAS_COMPLETED when a stream ends before its
+    last write (the runtime or the engine closed it): expected, one debug line, no traceback."""
+    exc = context.get("exception")
+    if isinstance(exc, RuntimeError) and "AWS_ERROR_HTTP_STREAM_HAS_COMPLETED" in str(exc):
+        log.debug("a stream ended before awscrt's last write: %s", exc)
+        return
+    loop.default_exception_handler(context)
+
+
 def _reason(exc: BaseException) -> str:
     """A stream failure in one line (an AWS error's code and message; otherwise the exception)."""
     code = getattr(exc, "error_code", None) or getattr(exc, "code", None) or type(exc).__name__
@@ -182,6 +224,8 @@ class Bridge:
             stream = await endpoint.client.invoke_endpoint_with_bidirectional_stream(endpoint.request(path, query))
         except endpoint.sdk.errors as exc:  # not found, throttled, unsigned, unreachable: each one line
             return f"the stream was refused: {_reason(exc)}"
+        if (fixed := no_nagle()) and log.isEnabledFor(logging.DEBUG):
+            log.debug("TCP_NODELAY set on %d new connection(s)", fixed)
         pump = asyncio.create_task(self._engine_to_aws(endpoint, ws, stream))
         try:
             try:
@@ -265,6 +309,7 @@ async def run(targets: Sequence[Target], host: str, port: int, parent_pid: int |
                       "targets": [{"url": e.target.url(), "region": e.region} for e in endpoints]}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_loop_error)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     watcher = asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None

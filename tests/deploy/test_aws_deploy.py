@@ -21,6 +21,7 @@ from deploy.aws import operations as ops
 from deploy.aws import requests as rq
 from deploy.aws.spec import Autoscaling, load_spec
 from deploy.cli import main
+from deploy.sagemaker_stream.targets import Target
 from deploy.errors import DeploymentSpecError, InstanceTypeError, NetworkError, NotSubscribedError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "aws" / "examples"
@@ -189,8 +190,11 @@ def test_cli_status_prints_a_summary_and_json(moto_aws, monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "parley-voice: InService" in text and "2/2 x ml.g4dn.xlarge" in text
     assert "autoscaling 2..8 at 24.0 streams/instance" in text
+    assert f"--model-url 'sagemaker://parley-voice?region={REGION}'" in text   # the call tier's next step
     assert main(["deploy", "status", "--name", "parley-voice", "--region", REGION, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["variants"][0]["desired"] == 2
+    status = json.loads(capsys.readouterr().out)
+    assert status["variants"][0]["desired"] == 2
+    assert Target.parse(status["model_url"]) == Target("parley-voice", REGION)
     assert main(["deploy", "status", "--name", "nope", "--region", REGION]) == 2
     assert "no endpoint nope" in capsys.readouterr().err
 
@@ -417,7 +421,7 @@ def model_server_upstream():
     from deploy.model_server import ModelServer, ModelServerConfig
     from pipeline.engines.ssm_voice import SSMVoiceEngine
     from pipeline.services.ssm_stt import SSMSTTEngine
-    from tests.deploy.sagemaker_runtime import LoopThread
+    from harness.aws.sagemaker_runtime import LoopThread
 
     models = Path(__file__).resolve().parents[2] / "models"
     voice = SSMVoiceEngine(models / "tts")
@@ -438,7 +442,7 @@ def model_server_upstream():
 
 
 def _runtime(model_server_upstream, **kw):
-    from tests.deploy.sagemaker_runtime import FakeRuntime, start_runtime
+    from harness.aws.sagemaker_runtime import FakeRuntime, start_runtime
 
     loop, upstream = model_server_upstream
     runtime = FakeRuntime(upstream, "parley-voice", **kw)

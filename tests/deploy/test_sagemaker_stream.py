@@ -29,7 +29,7 @@ from pipeline.engines.remote_voice import RemoteVoiceEngine
 from pipeline.engines.replicas import Replicas
 from ssm_engine.stt.decode import wer
 from ssm_engine.stt.text import normalize_text
-from tests.deploy.sagemaker_bidi_runtime import ACCESS_KEY, SECRET_KEY, BidiRuntime, make_certificate
+from harness.aws.sagemaker_bidi_runtime import ACCESS_KEY, SECRET_KEY, BidiRuntime, make_certificate
 from tests.deploy.test_model_tier import LONG_TEXT, ModelServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -315,3 +315,20 @@ def test_serve_refuses_to_start_when_the_endpoint_cannot_be_reached_by_credentia
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("parley serve: sagemaker://parley-models?region=us-east-1: no AWS credentials"), r.stderr
     assert "Traceback" not in r.stderr and r.stderr.count("no AWS credentials") == 1
+
+
+def test_the_bridge_turns_nagle_off_on_sockets_awscrt_leaves_it_on():
+    """awscrt leaves Nagle on (a reply asked for right after a cancel waited ~40 ms for a delayed
+    ACK: benchmarks/RESULTS.md); the bridge sets TCP_NODELAY on its process's TCP sockets."""
+    import socket
+
+    from deploy.sagemaker_stream.bridge import no_nagle
+
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as client:
+        peer, _ = server.accept()
+        with peer:
+            assert client.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0
+            assert no_nagle() >= 2                       # both ends of the pair
+            assert client.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+            assert peer.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1

@@ -32,7 +32,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from tests.deploy.sagemaker_runtime import event_message
+from harness.aws.sagemaker_runtime import event_message
 
 ACCOUNT = "123456789012"
 ACCESS_KEY = "AKIDPARLEYTEST"
