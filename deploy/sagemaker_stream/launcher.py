@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 AWS_PYTHON_ENV = "PARLEY_AWS_PYTHON"
 START_TIMEOUT_S = 30.0
 RESTART_BACKOFF_S = (0.2, 1.0, 5.0, 30.0)
+_RUN_BRIDGE = ("import runpy, sys; sys.path.append(sys.argv.pop(1)); "
+               "runpy.run_module('deploy.sagemaker_stream.bridge', run_name='__main__', alter_sys=True)")
 
 
 def aws_python() -> Path:
@@ -77,9 +79,9 @@ class StreamBridge:
         return self.urls
 
     def _spawn(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        command = [str(self.python), "-m", "deploy.sagemaker_stream.bridge", "--port", str(self.port),
+        # parley's folder goes *after* the bridge venv's own packages: where parley is installed
+        # (not a checkout) that folder is the call server's site-packages, built for its Python
+        command = [str(self.python), "-c", _RUN_BRIDGE, str(ROOT), "--port", str(self.port),
                    "--parent-pid", str(os.getpid()), "--log-level",
                    "DEBUG" if log.isEnabledFor(logging.DEBUG) else "INFO"]
         for t in self.targets:

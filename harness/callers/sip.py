@@ -49,7 +49,7 @@ from pipeline.audio.g711 import ULAW_SILENCE, ulaw_encode
 from harness.callers.rtp_receiver import RtpReceiver, RtpReceiveStats
 from harness.errors import CallerError
 from telephony.sip.errors import SdpParseError, SipParseError
-from telephony.sip.headers import NameAddr, Via
+from telephony.sip.headers import NameAddr, SipUri, Via, split_commas
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to
 from telephony.sip.rtp import DTMF_EVENTS, RtpPacket, TelephoneEvent
 from telephony.sip.sdp import Codec, Connection, MediaDescription, Origin, SessionDescription
@@ -140,6 +140,7 @@ class SipCaller:
         self._tag = os.urandom(6).hex()
         self._remote_tag: str | None = None
         self._remote_target = f"sip:parley@{config.host}:{config.port}"
+        self._routes: list[str] = []    # the dialog's route set (RFC 3261 12.1.2): Route values to send
         self._cseq = 0
         self._sip: asyncio.DatagramTransport | None = None
         self._rtp: asyncio.DatagramTransport | None = None
@@ -213,6 +214,11 @@ class SipCaller:
         if body:
             headers.append(("Content-Type", "application/sdp"))
         uri = self._remote_target if method != "INVITE" else f"sip:parley@{cfg.host}:{cfg.port}"
+        routes = self._routes if method != "INVITE" else []
+        if routes and not SipUri.parse(NameAddr.parse(routes[0]).uri).has_param("lr"):
+            # a strict router: it becomes the Request-URI, the remote target goes last (12.2.1.1)
+            uri, routes = NameAddr.parse(routes[0]).uri, routes[1:] + [f"<{self._remote_target}>"]
+        headers[1:1] = [("Route", r) for r in routes]
         return SipRequest(method=method, uri=uri, headers=tuple(headers), body=body)
 
     def _offer(self) -> bytes:
@@ -226,8 +232,13 @@ class SipCaller:
         return bytes(sdp)
 
     def _send(self, msg: SipRequest | SipResponse) -> None:
+        """To the first hop: the dialog's first route (a proxy that Record-Routed), else the
+        host and port dialled."""
         assert self._sip is not None
-        self._sip.sendto(bytes(msg), (self._cfg.host, self._cfg.port))
+        hop = (self._cfg.host, self._cfg.port)
+        if isinstance(msg, SipRequest) and msg.method != "INVITE" and self._routes:
+            hop = SipUri.parse(NameAddr.parse(self._routes[0]).uri).address
+        self._sip.sendto(bytes(msg), hop)
 
     def _on_sip(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
@@ -301,6 +312,8 @@ class SipCaller:
 
     def _answered(self, resp: SipResponse) -> None:
         self._remote_tag = NameAddr.parse(resp.header("to") or "").tag
+        # a UAC's route set is the 2xx's Record-Route in reverse order
+        self._routes = [r for value in reversed(resp.headers_named("record-route")) for r in reversed(split_commas(value))]
         contact = resp.header("contact")
         if contact:
             self._remote_target = NameAddr.parse(contact).uri

@@ -11,6 +11,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
+def postgres():
+    """A real PostgreSQL 15 cluster (Debian's), for call servers that share their records."""
+    import shutil
+
+    from tests.pipeline.test_records_postgres import Cluster
+
+    cluster = Cluster()
+    cluster.start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
 def engines_local():
     """The in-process engines on the same models: what the remote ones must match."""
     from pipeline.engines.ssm_voice import SSMVoiceEngine

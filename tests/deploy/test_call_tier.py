@@ -16,7 +16,7 @@ import pytest
 
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening
-from tests.pipeline.test_records_postgres import PG_BIN, Cluster
+from tests.pipeline.test_records_postgres import PG_BIN
 
 pytest.importorskip("psycopg")
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None or not (PG_BIN / "initdb").exists()
@@ -44,17 +44,6 @@ backend parley
     server a 127.0.0.1:{a} check
     server b 127.0.0.1:{b} check
 """
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    cluster = Cluster()
-    cluster.start()
-    try:
-        yield cluster.url
-    finally:
-        cluster.stop()
-        shutil.rmtree(cluster.dir, ignore_errors=True)
 
 
 def _haproxy(cfg: Path) -> subprocess.Popen:
@@ -136,3 +125,74 @@ async def test_two_servers_behind_haproxy_share_records_and_one_drains_mid_call(
         record = records[report.call_sid]
         assert record.ended and record.end_reason == "caller hung up (stop)"
         assert len(record.turns) == len(report.turns) and all(t.user_text for t in record.turns)
+
+
+async def test_sip_calls_through_kamailio_reach_two_servers_and_a_drained_one_leaves_the_dispatcher(
+        postgres, tmp_path, flite_speech):
+    """Two `parley serve --sip-port` behind Kamailio's dispatcher (OPTIONS probing), records in one
+    PostgreSQL. Calls go through the dispatcher (signalling Record-Routed through it, RTP straight to
+    the server); the server holding a live call is drained (SIGTERM): its OPTIONS answer 503,
+    Kamailio marks it inactive, new calls go to the other, and the live call finishes where it is."""
+    from harness.callers.sip import SipCaller, SipCallerConfig
+    from pipeline.records_postgres import PostgresCallStore
+    from tests.telephony.sip.test_sip_dispatcher import dispatcher
+
+    http = [_free_port(), _free_port()]
+    sip = [_free_port(), _free_port()]
+    servers = [_serve(h, tmp_path / "unused.db", "--db", postgres, "--sip-port", str(s),
+                      "--sip-rtp-ports", f"{20000 + 1000 * i}-{20999 + 1000 * i}", "--stt", "sphinx",
+                      "--stt-warm", "2:0", "--stt-procs", "0", "--tts", "espeak", "--drain-s", "60",
+                      "--log-level", "INFO")
+               for i, (h, s) in enumerate(zip(http, sip))]
+    said = [flite_speech(t, 8000, "kal") for t in ("hello how are you", "i would like to check my order",
+                                                   "thank you very much")]
+    reports = []
+    try:
+        for port, proc in zip(http, servers):
+            await _wait_listening(port, proc)
+        async with dispatcher(sip, tmp_path / "kamailio") as (proxy_port, kamailio_log):
+            await asyncio.sleep(2.5)                      # both answer OPTIONS: both active
+
+            def caller(*speech):
+                return SipCaller(SipCallerConfig(host="127.0.0.1", port=proxy_port, utterances=tuple(speech),
+                                                 greeting_wait_s=2.0, timeout_s=90))
+
+            first = caller(*said)
+            first_run = asyncio.create_task(first.run())
+            owner = None
+            for _ in range(150):                          # until its record is in the shared database
+                await asyncio.sleep(0.1)
+                owner = _owner_pid(postgres, first.call_id)
+                if owner is not None:
+                    break
+            holder = next(p for p in servers if p.pid == owner)
+            other = next(p for p in servers if p is not holder)
+            holder.send_signal(signal.SIGTERM)            # drain: its live call goes on
+            await asyncio.sleep(2.5)                      # its OPTIONS answer 503: Kamailio marks it inactive
+            for _ in range(2):                            # new calls: all to the other server
+                second = caller(said[0])
+                reports.append(await second.run())
+                assert _owner_pid(postgres, second.call_id) == other.pid
+            report = await asyncio.wait_for(first_run, 120)
+            reports.insert(0, report)
+            log = kamailio_log.read_text(errors="replace")
+        assert len(report.turns) == 3 and all(t.v2v_ms is not None for t in report.turns), report.turns
+        assert not report.timed_out and "bye-200" in report.history    # our BYE went through the proxy
+        assert await asyncio.to_thread(holder.wait, 30) == 0
+        assert other.poll() is None
+        assert f"DISPATCH INVITE {first.call_id}" in log
+    finally:
+        for proc in servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+            proc.stderr.close()
+    store = PostgresCallStore(postgres)
+    try:
+        records = {r.call_sid: r for r in store.list()}
+    finally:
+        store.close()
+    for r in reports:
+        record = records[r.call_id]
+        assert record.ended and record.transport == "sip", record
+        assert len(record.turns) == len(r.turns) and all(t.user_text for t in record.turns)

@@ -89,3 +89,48 @@ def test_the_models_template_matches_what_parley_deploy_creates():
 @pytest.mark.parametrize("name", [p.name for p in ALL])
 def test_every_template_says_what_it_is(name):
     assert len(_load(name)["Description"]) > 80
+
+
+def test_the_call_tier_is_an_ecs_service_that_never_drops_a_live_call():
+    """parley-calls.yaml: >= 2 tasks that an update never reduces, on instances in the network's
+    placement group and zone, behind its NLB target groups (health-checked /healthz), the models
+    through sagemaker://, records in Aurora PostgreSQL reached only by the call tier; a task taken
+    out keeps its calls for the target groups' deregistration delay, then drains within its stop
+    timeout."""
+    calls = _load("parley-calls.yaml")
+    res, params = calls["Resources"], calls["Parameters"]
+    assert params["TaskCount"]["MinValue"] == 2 and params["TaskCount"]["Default"] >= 2
+    service = res["Service"]["Properties"]
+    assert service["DesiredCount"] == {"Ref": "TaskCount"}
+    assert service["DeploymentConfiguration"]["MinimumHealthyPercent"] == 100
+    assert service["DeploymentConfiguration"]["DeploymentCircuitBreaker"] == {"Enable": True, "Rollback": True}
+    assert {lb["TargetGroupArn"]["Ref"]: lb["ContainerPort"] for lb in service["LoadBalancers"]} == \
+        {"WebSocketTargetGroupArn": 8765, "SipTargetGroupArn": 5060}
+    assert res["Instances"]["Properties"]["PlacementGroup"] == {"Ref": "CallTierPlacementGroup"}
+    assert res["Instances"]["Properties"]["VPCZoneIdentifier"] == [{"Ref": "CallSubnetId"}]
+
+    container = res["Task"]["Properties"]["ContainerDefinitions"][0]
+    command = container["Command"]
+    assert command[:2] == ["parley", "serve"]
+    flag = {command[i]: command[i + 1] for i in range(2, len(command) - 1) if str(command[i]).startswith("--")}
+    assert flag["--stt"] == flag["--tts"] == "remote"
+    assert flag["--model-url"]["Fn::Sub"].startswith("sagemaker://${EndpointName}?region=")
+    assert flag["--emf"] == "-" and flag["--port"] == "8765" and flag["--sip-port"] == "5060"
+    # the drain after SIGTERM ends before ECS's SIGKILL; the calls' long wait is the deregistration delay
+    assert params["DrainSeconds"]["MaxValue"] < container["StopTimeout"] <= 120
+    network = _load("parley-network.yaml")
+    assert network["Parameters"]["CallDrainSeconds"]["Default"] == 3600
+    for group in ("WebSocketTargets", "SipTargets"):
+        attrs = {a["Key"]: a["Value"] for a in network["Resources"][group]["Properties"]["TargetGroupAttributes"]}
+        assert attrs["deregistration_delay.timeout_seconds"] == {"Ref": "CallDrainSeconds"}
+        assert network["Resources"][group]["Properties"]["HealthCheckPath"] == "/healthz"
+    assert "/healthz" in " ".join(container["HealthCheck"]["Command"])
+
+    env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    assert env["PARLEY_DB"]["Fn::Sub"].startswith("postgresql://parley@${Database.Endpoint.Address}")
+    assert res["Database"]["Properties"]["Engine"] == "aurora-postgresql"
+    assert res["DatabaseWriter"]["Properties"]["AvailabilityZone"] == {"Ref": "AvailabilityZone"}
+    db_rules = res["DatabaseGroup"]["Properties"]["SecurityGroupIngress"]
+    assert [r["SourceSecurityGroupId"] for r in db_rules] == [{"Ref": "CallTierSecurityGroupId"}]
+    actions = res["TaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]
+    assert "sagemaker:InvokeEndpoint" in actions["Action"] and "endpoint/${EndpointName}" in actions["Resource"]["Fn::Sub"]
