@@ -50,6 +50,25 @@ def _haproxy(cfg: Path) -> subprocess.Popen:
     return subprocess.Popen(["haproxy", "-f", str(cfg), "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _stop(servers: list[subprocess.Popen]) -> None:
+    for proc in servers:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        proc.stderr.close()
+
+
+def _records(url: str) -> dict:
+    """Every call record in the shared database, by call id."""
+    from pipeline.records_postgres import PostgresCallStore
+
+    store = PostgresCallStore(url)
+    try:
+        return {r.call_sid: r for r in store.list()}
+    finally:
+        store.close()
+
+
 def _owner_pid(url: str, call_sid: str) -> int | None:
     import psycopg
 
@@ -109,18 +128,10 @@ async def test_two_servers_behind_haproxy_share_records_and_one_drains_mid_call(
         assert await asyncio.to_thread(holder.wait, 30) == 0
         assert other.poll() is None
     finally:
-        for proc in servers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-            proc.stderr.close()
+        _stop(servers)
         haproxy.terminate()
         haproxy.wait(10)
-    store = PostgresCallStore(postgres)
-    try:
-        records = {r.call_sid: r for r in store.list()}
-    finally:
-        store.close()
+    records = _records(postgres)
     for report in calls:
         record = records[report.call_sid]
         assert record.ended and record.end_reason == "caller hung up (stop)"
@@ -134,7 +145,6 @@ async def test_sip_calls_through_kamailio_reach_two_servers_and_a_drained_one_le
     the server); the server holding a live call is drained (SIGTERM): its OPTIONS answer 503,
     Kamailio marks it inactive, new calls go to the other, and the live call finishes where it is."""
     from harness.callers.sip import SipCaller, SipCallerConfig
-    from pipeline.records_postgres import PostgresCallStore
     from tests.telephony.sip.test_sip_dispatcher import dispatcher
 
     http = [_free_port(), _free_port()]
@@ -182,16 +192,8 @@ async def test_sip_calls_through_kamailio_reach_two_servers_and_a_drained_one_le
         assert other.poll() is None
         assert f"DISPATCH INVITE {first.call_id}" in log
     finally:
-        for proc in servers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-            proc.stderr.close()
-    store = PostgresCallStore(postgres)
-    try:
-        records = {r.call_sid: r for r in store.list()}
-    finally:
-        store.close()
+        _stop(servers)
+    records = _records(postgres)
     for r in reports:
         record = records[r.call_id]
         assert record.ended and record.transport == "sip", record
