@@ -178,6 +178,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="RTP port range (default %(default)s)")
     p.add_argument("--sip-allow", action="append", metavar="CIDR",
                    help="source networks allowed to call (repeatable; default loopback only)")
+    p.add_argument("--sip-rtp-timeout-s", type=float, default=30.0, metavar="S",
+                   help="end a SIP call whose caller has sent no RTP for S seconds: a PBX that crashed "
+                   "or a network that went sends no BYE (0: never; on hold with no media: 300 s; "
+                   "default %(default)s)")
     p.add_argument("--emf", metavar="PATH", default=None,
                    help="write the call tier's CloudWatch metrics (first byte per turn, live calls, dropped "
                    "frames) as Embedded Metric Format lines to PATH ('-': stdout) every --emf-interval-s; "
@@ -244,6 +248,7 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
         allowed_networks=tuple(args.sip_allow) if args.sip_allow else SipConfig().allowed_networks,
         max_calls=args.max_calls or SipConfig().max_calls,
         credentials=((user, password),) if user and password else (),
+        rtp_timeout_s=args.sip_rtp_timeout_s,
     )
     return SipServer(config, agent_factory, store=server.store, pipeline_config=server.config.pipeline,
                      metrics=server.metrics)

@@ -84,6 +84,11 @@ class SipCallerConfig:
     timeout_s: float = 60.0
     io_timeout_s: float = 5.0
     keys: str = ""  # pressed (RFC 4733) after the greeting, before the first utterance
+    # a bad network, both ways, on RTP (tc netem where the kernel has it; this works anywhere):
+    # each packet lost with probability ``loss``, the rest delayed by 0..``jitter_ms`` (uniform)
+    loss: float = 0.0
+    jitter_ms: float = 0.0
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -98,6 +103,8 @@ class SipCallerConfig:
             raise ValueError("reply_quiet_ms must be positive and gap_ms >= 0")
         if any(k not in DTMF_EVENTS for k in self.keys):
             raise ValueError(f"keys must be of {DTMF_EVENTS}, got {self.keys!r}")
+        if not 0.0 <= self.loss < 1.0 or self.jitter_ms < 0:
+            raise ValueError("loss must be in [0, 1) and jitter_ms >= 0")
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,8 @@ class SipCaller:
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._responses: dict[str, asyncio.Queue[SipResponse]] = {}
+        self._net = random.Random(config.seed)   # the impaired network's dice
+        self.lost_by_network = 0                 # packets the impairment dropped, both ways
         self._rx = RtpReceiver(self._changed, late_after_ms=config.late_after_ms,
                                energy_threshold=config.energy_threshold)
         self._tx = bytearray()
@@ -171,7 +180,8 @@ class SipCaller:
         self._sip, _ = await loop.create_datagram_endpoint(
             lambda: _Udp(self._on_sip), local_addr=(cfg.local_host, 0))
         self._rtp, _ = await loop.create_datagram_endpoint(
-            lambda: _Udp(lambda d, _a: self._rx.on_packet(d, loop.time())), local_addr=(cfg.local_host, 0))
+            lambda: _Udp(lambda d, _a: self._impaired(lambda: self._rx.on_packet(d, loop.time()))),
+            local_addr=(cfg.local_host, 0))
         self._sip_port = self._sip.get_extra_info("sockname")[1]
         self._rtp_port = self._rtp.get_extra_info("sockname")[1]
         turns: list[SipTurn] = []
@@ -337,6 +347,26 @@ class SipCaller:
 
     # --- media out ----------------------------------------------------------------------------
 
+    def _impaired(self, deliver) -> None:
+        """``deliver()`` now, later (jitter) or never (loss), as the configured network would."""
+        cfg = self._cfg
+        if cfg.loss and self._net.random() < cfg.loss:
+            self.lost_by_network += 1
+            return
+        if cfg.jitter_ms:
+            asyncio.get_running_loop().call_later(self._net.uniform(0.0, cfg.jitter_ms) / 1000, deliver)
+        else:
+            deliver()
+
+    def _send_rtp(self, data: bytes) -> None:
+        rtp, remote = self._rtp, self._rtp_remote
+        assert rtp is not None and remote is not None
+
+        def send() -> None:
+            if not rtp.is_closing():
+                rtp.sendto(data, remote)
+        self._impaired(send)
+
     async def _clock_loop(self) -> None:
         loop = asyncio.get_running_loop()
         ssrc = random.getrandbits(32)
@@ -363,7 +393,7 @@ class SipCaller:
                                     timestamp=(ts0 + first * PACKET_SAMPLES) & 0xFFFFFFFF, ssrc=ssrc,
                                     payload=bytes(tone), marker=k == 0)
                     if self._rtp is not None and self._rtp_remote is not None:
-                        self._rtp.sendto(bytes(pkt), self._rtp_remote)
+                        self._send_rtp(bytes(pkt))
                         self._sent += 1
                     n += 1
                     continue
@@ -379,7 +409,7 @@ class SipCaller:
                             timestamp=(ts0 + n * PACKET_SAMPLES) & 0xFFFFFFFF, ssrc=ssrc, payload=payload,
                             marker=speech and not talking)
             if self._rtp is not None and self._rtp_remote is not None:
-                self._rtp.sendto(bytes(pkt), self._rtp_remote)
+                self._send_rtp(bytes(pkt))
                 self._sent += 1
             if speech and not talking:
                 self._tx_start_t = loop.time()

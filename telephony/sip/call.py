@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from urllib.parse import urlencode
 from enum import Enum
 
@@ -134,7 +135,26 @@ class SipCall(CallSupervisor):
             self._send_answer(self.invite, self._offer)
         self.state = CallState.ANSWERED
         self._step("answered")
+        self._spawn(self._watch_rtp())
         return True
+
+    async def _watch_rtp(self) -> None:
+        """End the call when the caller has sent no RTP for ``rtp_timeout_s`` (no BYE will come
+        from a peer that vanished); on hold with no media, after ``rtp_hold_timeout_s``."""
+        since, was_held = time.monotonic(), False
+        while self.state is CallState.ANSWERED:
+            media = self.session.media
+            held = media.direction == "inactive" or media.remote_address is None
+            if held != was_held:          # put on hold, or taken off it: the clock starts again
+                since, was_held = time.monotonic(), held
+            limit = self.config.rtp_hold_timeout_s if held else self.config.rtp_timeout_s
+            last = max(since, self.session.last_packet_s or since)
+            if limit and time.monotonic() - last >= limit:
+                reason = f"no RTP from the caller for {limit:.0f} s"
+                log.info("[%s] %s: ending the call", self.call_id, reason)
+                await self.hang_up(reason)
+                return
+            await asyncio.sleep(min(1.0, limit / 4) if limit else 1.0)
 
     async def _on_hang_up(self, reason: str) -> None:
         if self.state is CallState.RINGING:

@@ -58,6 +58,11 @@ class SipConfig:
     jitter_depth_packets: int = 3
     max_calls: int = 50
     no_ack_timeout_s: float = 32.0
+    # a caller that sends no RTP for this long has gone (a crashed PBX, a lost network) and no BYE
+    # will come: the call is ended (BYE sent, record kept). On hold with no media flowing
+    # (``a=inactive``, or a zero address) the wait is ``rtp_hold_timeout_s``. 0 turns either off.
+    rtp_timeout_s: float = 30.0
+    rtp_hold_timeout_s: float = 300.0
     request_timeout_s: float = 5.0  # our BYE / REFER / NOTIFY transactions
     transfer_timeout_s: float = 15.0  # REFER accepted -> the NOTIFY saying the transfer finished
     registration: RegistrationConfig | None = None
@@ -77,6 +82,10 @@ class SipConfig:
             raise SipConfigError(f"codecs must be PCMU and/or PCMA, not {self.codecs}")
         if ipaddress.ip_address(self.host).is_unspecified and not self.advertised_ip:
             raise SipConfigError(f"host {self.host} needs advertised_ip (the address callers reach)")
+        for name in ("rtp_timeout_s", "rtp_hold_timeout_s"):
+            value = getattr(self, name)
+            if value != 0 and not 2 <= value <= 3600:
+                raise SipConfigError(f"{name} {value}: 0 (off) or 2..3600 s")
         if not 0 <= self.ring_s <= 60 or not 0 <= self.jitter_depth_packets <= 50 or self.max_calls < 1:
             raise SipConfigError("ring_s, jitter_depth_packets or max_calls out of range")
         for pair in self.credentials:

@@ -106,6 +106,7 @@ class RtpSession(asyncio.DatagramProtocol):
         self._last_samples = SAMPLES_PER_PACKET
         self._sending = False
         self._held: deque[RtpPacket] = deque(maxlen=MAX_HELD)
+        self.last_packet_s: float | None = None   # monotonic time of the caller's last packet
         self._update_allowed(media)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class RtpSession(asyncio.DatagramProtocol):
         if addr[0] not in self.allowed_sources:
             self.stats.foreign_packets += 1
             return
+        self.last_packet_s = time.monotonic()
         try:
             pkt = RtpPacket.parse(data)
         except RtpParseError:
