@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AWS_PYTHON_ENV = "PARLEY_AWS_PYTHON"
 START_TIMEOUT_S = 30.0
 RESTART_BACKOFF_S = (0.2, 1.0, 5.0, 30.0)
+YOUNG_S = 10.0          # a bridge that dies sooner than this after starting is restarted more slowly
 _RUN_BRIDGE = ("import runpy, sys; sys.path.append(sys.argv.pop(1)); "
                "runpy.run_module('deploy.sagemaker_stream.bridge', run_name='__main__', alter_sys=True)")
 
@@ -61,6 +62,7 @@ class StreamBridge:
         self._proc: subprocess.Popen[str] | None = None
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._started_at = 0.0
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -86,6 +88,7 @@ class StreamBridge:
                    "DEBUG" if log.isEnabledFor(logging.DEBUG) else "INFO"]
         for t in self.targets:
             command += ["--target", t.url()]
+        self._started_at = time.monotonic()
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 text=True)
         self._proc = proc
@@ -106,6 +109,8 @@ class StreamBridge:
         threading.Thread(target=_copy_lines, args=(proc,), name="sagemaker-bridge-log", daemon=True).start()
 
     def _watch(self) -> None:
+        """Restart the bridge when it dies: at once the first time, then 1, 5, 30 s apart while it
+        keeps dying young (within ``YOUNG_S`` of its start) or failing to start."""
         failures = 0
         while not self._closing.is_set():
             proc = self._proc
@@ -115,20 +120,18 @@ class StreamBridge:
                 proc.stdout.close()
             if self._closing.is_set():
                 return
+            failures = failures + 1 if time.monotonic() - self._started_at < YOUNG_S else 0
             delay = RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
             log.warning("sagemaker:// bridge exited (%s); starting it again on port %d in %.1f s",
                         code, self.port, delay)
             if self._closing.wait(delay):
                 return
-            started = time.monotonic()
             try:
                 self._spawn()
-            except BridgeError as exc:
-                failures += 1
+            except BridgeError as exc:   # the dead process is waited on again: the next delay is longer
                 log.warning("sagemaker:// bridge: %s", exc)
                 continue
             self.restarts += 1
-            failures = 0 if time.monotonic() - started < self.start_timeout_s else failures + 1
 
     def close(self) -> None:
         self._closing.set()

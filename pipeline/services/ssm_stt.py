@@ -26,6 +26,11 @@ the flush frames and the sentence end remain. It runs on the event loop as each 
 0.14 ms a frame on average (1.5 ms the worst seen), less than handing it to a thread costs
 (``benchmarks/bench_vad_dispatch.py`` measures such a hand-off at ~0.27 ms of CPU a frame, and
 waits of 5 ms p50 under 16 calls). ``decoder="greedy"`` turns it off.
+
+A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
+restarted, and an utterance whose stream it took with it waits for the replacement (up to
+``RECOVER_TIMEOUT_S``) and replays its audio so far (up to ``REPLAY_MAX_S``) into a new stream:
+the caller's words are heard whole, one line is logged, and no error reaches the pipeline.
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
 SUPPORTED_RATES_HZ = (8000, 16000)
+REPLAY_MAX_S = 60.0        # an utterance's audio kept for a replay onto a restarted runner
+RECOVER_TIMEOUT_S = 20.0   # how long a lost utterance waits for its runner to come back
+RECOVER_POLL_S = 0.2
 Decoder = SttDecoder
 """How finals are decoded (``pipeline.options.SttDecoder``)."""
 DEFAULT_STRIDE = 5
@@ -126,8 +134,47 @@ class RecognizerUtterance:
         self._resampler = (soxr.ResampleStream(sample_rate_hz, model_rate, 1, dtype="float32",
                                                quality="HQ")
                            if sample_rate_hz != model_rate else None)
-        self._stream = RecognizerStream(engine.runner, engine.model.config, flush_s=engine.flush_s,
-                                        beam=engine.beam, stride=engine.stride, hints=hints)
+        self._engine, self._hints = engine, hints
+        self._stream = self._new_stream()
+        # the utterance's audio at the model's rate, for a replay onto a restarted runner
+        self._heard: list[np.ndarray] = []
+        self._heard_samples = 0
+        self._max_replay_samples = int(REPLAY_MAX_S * model_rate)
+        self.replays = 0
+
+    def _new_stream(self) -> RecognizerStream:
+        e = self._engine
+        return RecognizerStream(e.runner, e.model.config, flush_s=e.flush_s, beam=e.beam, stride=e.stride,
+                                hints=self._hints)
+
+    def _keep(self, x: np.ndarray) -> None:
+        self._heard_samples += x.size
+        if self._heard_samples <= self._max_replay_samples:
+            self._heard.append(x)
+
+    async def recover(self, timeout_s: float = RECOVER_TIMEOUT_S) -> float:
+        """The runner lost this utterance's stream (its process died and is restarting): open a
+        new stream once the runner takes one, and replay the utterance's audio so far into it.
+        -> the seconds replayed. Raises SSMEngineError when the runner is not back within
+        ``timeout_s`` or the utterance is too long to replay (over ``REPLAY_MAX_S``)."""
+        if self._heard_samples > self._max_replay_samples:
+            raise SSMEngineError(f"the utterance is over {REPLAY_MAX_S:.0f} s: not replayed")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                stream = self._new_stream()
+                audio = np.concatenate(self._heard) if self._heard else np.zeros(0, np.float32)
+                fut = stream.push(audio) if audio.size else None
+                if fut is not None:
+                    stream.take(await asyncio.wrap_future(fut))
+                break
+            except SSMEngineError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(RECOVER_POLL_S)
+        self._stream = stream
+        self.replays += 1
+        return self._heard_samples / self._engine.model.config.sample_rate_hz
 
     @property
     def text(self) -> str:
@@ -145,7 +192,10 @@ class RecognizerUtterance:
             x = _as_float(pcm)
             if self._resampler is not None:
                 x = self._resampler.resample_chunk(x)
-            return self._stream.push(x) if x.size else None
+            if not x.size:
+                return None
+            self._keep(x)      # before the push: a push that fails is replayed too
+            return self._stream.push(x)
         except AudioInputError as exc:
             raise AudioFormatError(str(exc)) from exc
 
@@ -154,9 +204,12 @@ class RecognizerUtterance:
         futures = []
         if self._resampler is not None:
             rest = self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
-            fut = self._stream.push(rest) if rest.size else None
-            if fut is not None:
-                futures.append(fut)
+            self._resampler = None          # flushed once: a finish after a replay has no rest
+            if rest.size:
+                self._keep(rest)
+                fut = self._stream.push(rest)
+                if fut is not None:
+                    futures.append(fut)
         futures.append(self._stream.finish())
         return futures
 
@@ -370,11 +423,27 @@ class SSMSTTService(QueuedSTTService):
             fut = self._utt.push(audio)
             changed = fut is not None and await self._utt.take_async(fut)
         except SSMEngineError:
+            if await self._recovered(self._utt):
+                return
             self._drop_utterance()  # its stream is gone (the runner failed): one error, not one
             raise                   # per chunk; the next utterance opens a fresh stream
         if changed:
             await self.push_frame(InterimTranscriptionFrame(
                 self._utt.text, self._user_id, time_now_iso8601(), Language.EN))
+
+    async def _recovered(self, utt: RecognizerUtterance | RemoteRecognizerUtterance | None) -> bool:
+        """After the runner lost the utterance's stream: replay it onto the restarted runner.
+        True when it was (the caller's words so far are not lost)."""
+        if not isinstance(utt, RecognizerUtterance):
+            return False
+        try:
+            seconds = await utt.recover()
+        except SSMEngineError as exc:
+            logger.warning("STT: the recogniser's stream was lost and could not be replayed: %s", exc)
+            return False
+        logger.warning("STT: the recogniser restarted; the utterance so far (%.1f s) was replayed into it",
+                       seconds)
+        return True
 
     def _drop_utterance(self) -> None:
         utt, self._utt = self._utt, None
@@ -399,7 +468,10 @@ class SSMSTTService(QueuedSTTService):
                 for fut in utt.finish():
                     await utt.take_async(fut)
             except SSMEngineError:
-                if utt.text:  # what was heard before the runner failed is kept
-                    await self._push_final(utt.text, received_s)
-                raise
+                if not await self._recovered(utt):
+                    if utt.text:  # what was heard before the runner failed is kept
+                        await self._push_final(utt.text, received_s)
+                    raise
+                for fut in utt.finish():    # the replayed utterance, finished again
+                    await utt.take_async(fut)
             await self._push_final(utt.text, received_s, utt.recognition)
