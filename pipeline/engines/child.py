@@ -171,7 +171,7 @@ class ChildClient:
         if self._closed:
             state = self.closed_word
         else:
-            state = "not started" if self._proc is None else "died and is restarting"
+            state = "not started" if self._proc is None else "has died and is restarting"
         return self.unavailable(f"{self.label} is {state}")
 
     def _send(self, head: dict, payload: bytes = b"") -> None:

@@ -61,6 +61,7 @@ from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineEr
 from pipeline.options import SttDecoder, SttRunner
 from pipeline.services.queued_stt import QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
+from ssm_engine.errors import RunnerClosedError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
@@ -135,7 +136,11 @@ class RecognizerUtterance:
                                                quality="HQ")
                            if sample_rate_hz != model_rate else None)
         self._engine, self._hints = engine, hints
-        self._stream = self._new_stream()
+        self._stream: RecognizerStream | None
+        try:
+            self._stream = self._new_stream()
+        except SSMEngineError:   # the runner is restarting: the audio waits, the first push after
+            self._stream = None  # it is back opens the stream and replays it (push)
         # the utterance's audio at the model's rate, for a replay onto a restarted runner
         self._heard: list[np.ndarray] = []
         self._heard_samples = 0
@@ -151,6 +156,20 @@ class RecognizerUtterance:
         self._heard_samples += x.size
         if self._heard_samples <= self._max_replay_samples:
             self._heard.append(x)
+
+    def _reopen(self) -> Future | None:
+        """The utterance opened while the runner was restarting: open its stream now if the runner
+        takes one, with everything heard so far. -> that push's future (None: still down)."""
+        if self._heard_samples > self._max_replay_samples:
+            raise SSMEngineError(f"the utterance is over {REPLAY_MAX_S:.0f} s: not replayed")
+        try:
+            self._stream = self._new_stream()
+        except SSMEngineError:
+            return None
+        self.replays += 1
+        logger.info("STT: the recogniser is back; %.1f s heard while it restarted go into a new stream",
+                    self._heard_samples / self._engine.model.config.sample_rate_hz)
+        return self._stream.push(np.concatenate(self._heard))
 
     async def recover(self, timeout_s: float = RECOVER_TIMEOUT_S) -> float:
         """The runner lost this utterance's stream (its process died and is restarting): open a
@@ -179,12 +198,12 @@ class RecognizerUtterance:
     @property
     def text(self) -> str:
         """Greedy partial while open; the final transcript once ``finish``'s results are taken."""
-        return self._stream.text
+        return self._stream.text if self._stream is not None else ""
 
     @property
     def recognition(self) -> Recognition | None:
         """The final with its confidence and alternatives, once there is one."""
-        return self._stream.recognition
+        return self._stream.recognition if self._stream is not None else None
 
     def push(self, pcm: bytes | np.ndarray) -> Future | None:
         """int16 PCM at the utterance's rate. -> Future of log-probs (or None, nothing to run)."""
@@ -195,6 +214,8 @@ class RecognizerUtterance:
             if not x.size:
                 return None
             self._keep(x)      # before the push: a push that fails is replayed too
+            if self._stream is None:
+                return self._reopen()
             return self._stream.push(x)
         except AudioInputError as exc:
             raise AudioFormatError(str(exc)) from exc
@@ -207,20 +228,25 @@ class RecognizerUtterance:
             self._resampler = None          # flushed once: a finish after a replay has no rest
             if rest.size:
                 self._keep(rest)
-                fut = self._stream.push(rest)
+                fut = self._stream.push(rest) if self._stream is not None else None
                 if fut is not None:
                     futures.append(fut)
+        if self._stream is None:      # still no stream: the service recovers (waits) and finishes
+            raise RunnerClosedError("the recogniser is restarting: the utterance has no stream yet")
         futures.append(self._stream.finish())
         return futures
 
     def take(self, log_probs: torch.Tensor) -> bool:
         """Decode a result here (blocking: evaluation, scripts). True if the text changed."""
+        assert self._stream is not None, "a result with no stream to decode it"
         return self._stream.take(log_probs)
 
     async def take_async(self, fut: Future) -> bool:
         """Await a push/finish future and decode its result (greedy, and the beam search when
         on) here, in order. True if the text changed."""
-        return self._stream.take(await asyncio.wrap_future(fut))
+        log_probs = await asyncio.wrap_future(fut)
+        assert self._stream is not None, "a result with no stream to decode it"
+        return self._stream.take(log_probs)
 
     def finish_sync(self) -> str:
         """Blocking finish (evaluation, scripts): the final transcript."""
@@ -229,7 +255,8 @@ class RecognizerUtterance:
         return self.text
 
     def abort(self) -> None:
-        self._stream.abort()
+        if self._stream is not None:
+            self._stream.abort()
 
 
 def _as_float(pcm: bytes | np.ndarray) -> np.ndarray:

@@ -448,6 +448,35 @@ async def test_an_utterance_whose_child_is_killed_is_replayed_into_the_replaceme
     assert runner.open_streams == frozenset()  # both utterances' streams were closed
 
 
+async def test_an_utterance_that_starts_while_the_child_restarts_is_heard_once_it_is_back(
+        process_engine, flite_speech, caplog):
+    """The child is killed just before the caller speaks: the utterance opens with no stream,
+    keeps its audio, and is heard whole once the replacement takes streams (no error frame)."""
+    text = "i would like to pay my bill"
+    speech = flite_speech(text, PHONE, voice="rms")
+    silence = np.zeros(PHONE // 2, np.int16)
+    runner = process_engine.runner
+    restarts = runner.restarts
+    killer = Killer(runner)
+    down, up = await run_test(
+        Pipeline([killer, SSMSTTService(engine=process_engine)]),
+        frames_to_send=[
+            KillFrame(), SleepFrame(0.3),       # the runner has seen its child die: no stream opens
+            *audio_frames(silence), VADUserStartedSpeakingFrame(start_secs=0.2),
+            *audio_frames(speech), *audio_frames(silence),
+            VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(0.3), RestartedFrame(), SleepFrame(1.5),
+        ],
+        pipeline_params=PipelineParams(audio_in_sample_rate=PHONE),
+    )
+    assert [f.error for f in up if isinstance(f, ErrorFrame)] == []
+    finals = [f.text for f in down if isinstance(f, TranscriptionFrame)]
+    assert len(finals) == 1 and cer([text], finals) < 0.3, finals
+    assert runner.restarts == restarts + 1 and runner.open_streams == frozenset()
+    said = [r.getMessage() for r in caplog.records if r.name == "pipeline.services.ssm_stt"]
+    assert any("heard while it restarted go into a new stream" in m or "was replayed into it" in m
+               for m in said), said     # one or the other, as the restart's timing falls
+
+
 def test_a_child_error_comes_back_as_its_own_class_and_message():
     from pipeline.engines.runner_procs import _remote_error
 
