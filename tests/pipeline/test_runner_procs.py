@@ -410,6 +410,14 @@ class Killer(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
+async def _through_a_killer(engine: SSMSTTEngine, frames: list[Frame]) -> tuple[Killer, list, list]:
+    """``frames`` through [Killer, SSMSTTService] on the process engine -> (killer, down, up)."""
+    killer = Killer(engine.runner)
+    down, up = await run_test(Pipeline([killer, SSMSTTService(engine=engine)]), frames_to_send=frames,
+                              pipeline_params=PipelineParams(audio_in_sample_rate=PHONE))
+    return killer, down, up
+
+
 async def test_an_utterance_whose_child_is_killed_is_replayed_into_the_replacement(
         process_engine, flite_speech, caplog):
     """The recogniser's process is SIGKILLed halfway through an utterance: the service waits for
@@ -423,10 +431,8 @@ async def test_an_utterance_whose_child_is_killed_is_replayed_into_the_replaceme
     half = len(first) // 2
     runner = process_engine.runner
     restarts = runner.restarts
-    killer = Killer(runner)
-    down, up = await run_test(
-        Pipeline([killer, SSMSTTService(engine=process_engine)]),
-        frames_to_send=[
+    killer, down, up = await _through_a_killer(
+        process_engine, [
             *audio_frames(silence), VADUserStartedSpeakingFrame(start_secs=0.2),
             *audio_frames(first[:half]), SleepFrame(0.3), KillFrame(),
             *audio_frames(first[half:]), *audio_frames(silence), SleepFrame(0.3),
@@ -435,9 +441,7 @@ async def test_an_utterance_whose_child_is_killed_is_replayed_into_the_replaceme
             *audio_frames(silence), VADUserStartedSpeakingFrame(start_secs=0.2),
             *audio_frames(second), *audio_frames(silence), SleepFrame(1.0),
             VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(0.5),
-        ],
-        pipeline_params=PipelineParams(audio_in_sample_rate=PHONE),
-    )
+        ])
     (pid,) = killer.killed
     assert [f.error for f in up if isinstance(f, ErrorFrame)] == []
     finals = [f.text for f in down if isinstance(f, TranscriptionFrame)]
@@ -457,17 +461,13 @@ async def test_an_utterance_that_starts_while_the_child_restarts_is_heard_once_i
     silence = np.zeros(PHONE // 2, np.int16)
     runner = process_engine.runner
     restarts = runner.restarts
-    killer = Killer(runner)
-    down, up = await run_test(
-        Pipeline([killer, SSMSTTService(engine=process_engine)]),
-        frames_to_send=[
+    _, down, up = await _through_a_killer(
+        process_engine, [
             KillFrame(), SleepFrame(0.3),       # the runner has seen its child die: no stream opens
             *audio_frames(silence), VADUserStartedSpeakingFrame(start_secs=0.2),
             *audio_frames(speech), *audio_frames(silence),
             VADUserStoppedSpeakingFrame(stop_secs=0.2), SleepFrame(0.3), RestartedFrame(), SleepFrame(1.5),
-        ],
-        pipeline_params=PipelineParams(audio_in_sample_rate=PHONE),
-    )
+        ])
     assert [f.error for f in up if isinstance(f, ErrorFrame)] == []
     finals = [f.text for f in down if isinstance(f, TranscriptionFrame)]
     assert len(finals) == 1 and cer([text], finals) < 0.3, finals
