@@ -36,6 +36,7 @@ import collections
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -85,7 +86,7 @@ class Llm:
 
 class SoakServer(Server):
     def __init__(self, work: Path, spec: Path, stt: str) -> None:   # noqa: D107 - Server's shape, our agent
-        port, self.sip_port = free_port(), free_port(__import__("socket").SOCK_DGRAM)
+        port, self.sip_port = free_port(), free_port(socket.SOCK_DGRAM)
         ServeProcess.__init__(self, "parley", [
             "-m", "deploy.cli", "serve", "--agent", str(spec), "--port", str(port), "--sip-port", str(self.sip_port),
             "--db", str(work / "calls.db"), "--log-level", "WARNING", "--stt", stt, "--tts", "ssm",
@@ -171,7 +172,7 @@ class Soak:
     def __init__(self, args: argparse.Namespace, server: SoakServer, llm: Llm, voice: Voice) -> None:
         self.args, self.server, self.llm, self.voice = args, server, llm, voice
         self.results = {k: _empty() for k in KINDS}
-        self.calls: list[dict] = []          # each call: kind, start, end, ok, fault during it
+        self.calls: list[dict] = []          # each call: kind, start/end s, failed, unanswered, v2v, frames
         self.windows: list[tuple[str, float, float]] = []   # each fault: name, start s, end s
         self.impair = False
         self.stop_at = 0.0

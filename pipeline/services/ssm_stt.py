@@ -158,42 +158,38 @@ class RecognizerUtterance:
             self._heard.append(x)
 
     def _reopen(self) -> Future | None:
-        """The utterance opened while the runner was restarting: open its stream now if the runner
-        takes one, with everything heard so far. -> that push's future (None: still down)."""
+        """A new stream, if the runner takes one, with everything heard so far pushed into it.
+        -> that push's future; None with no stream (the runner is still down) or nothing heard."""
         if self._heard_samples > self._max_replay_samples:
             raise SSMEngineError(f"the utterance is over {REPLAY_MAX_S:.0f} s: not replayed")
         try:
             self._stream = self._new_stream()
         except SSMEngineError:
+            self._stream = None
             return None
         self.replays += 1
-        logger.info("STT: the recogniser is back; %.1f s heard while it restarted go into a new stream",
-                    self._heard_samples / self._engine.model.config.sample_rate_hz)
-        return self._stream.push(np.concatenate(self._heard))
+        return self._stream.push(np.concatenate(self._heard)) if self._heard else None
 
     async def recover(self, timeout_s: float = RECOVER_TIMEOUT_S) -> float:
         """The runner lost this utterance's stream (its process died and is restarting): open a
         new stream once the runner takes one, and replay the utterance's audio so far into it.
         -> the seconds replayed. Raises SSMEngineError when the runner is not back within
         ``timeout_s`` or the utterance is too long to replay (over ``REPLAY_MAX_S``)."""
-        if self._heard_samples > self._max_replay_samples:
-            raise SSMEngineError(f"the utterance is over {REPLAY_MAX_S:.0f} s: not replayed")
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                stream = self._new_stream()
-                audio = np.concatenate(self._heard) if self._heard else np.zeros(0, np.float32)
-                fut = stream.push(audio) if audio.size else None
-                if fut is not None:
-                    stream.take(await asyncio.wrap_future(fut))
-                break
+                fut = self._reopen()
+                if self._stream is not None:
+                    if fut is not None:
+                        self._stream.take(await asyncio.wrap_future(fut))
+                    return self._heard_samples / self._engine.model.config.sample_rate_hz
             except SSMEngineError:
-                if time.monotonic() > deadline:
+                if self._heard_samples > self._max_replay_samples or time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(RECOVER_POLL_S)
-        self._stream = stream
-        self.replays += 1
-        return self._heard_samples / self._engine.model.config.sample_rate_hz
+                self._stream = None          # it died again under the replay: wait, then again
+            if time.monotonic() > deadline:
+                raise RunnerClosedError(f"the recogniser was not back within {timeout_s:.0f} s")
+            await asyncio.sleep(RECOVER_POLL_S)
 
     @property
     def text(self) -> str:
@@ -214,8 +210,12 @@ class RecognizerUtterance:
             if not x.size:
                 return None
             self._keep(x)      # before the push: a push that fails is replayed too
-            if self._stream is None:
-                return self._reopen()
+            if self._stream is None:   # opened while the runner restarted: open it now, if it is back
+                fut = self._reopen()
+                if self._stream is not None:
+                    logger.info("STT: the recogniser is back; %.1f s heard while it restarted go into "
+                                "a new stream", self._heard_samples / self._engine.model.config.sample_rate_hz)
+                return fut
             return self._stream.push(x)
         except AudioInputError as exc:
             raise AudioFormatError(str(exc)) from exc

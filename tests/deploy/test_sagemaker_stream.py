@@ -254,7 +254,7 @@ async def test_a_call_on_a_sagemaker_endpoint_is_heard_and_answered(runtime, tmp
     streams go; SIGTERM stops the bridge with the server."""
     from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
     from pipeline.records_sqlite import SQLiteCallStore
-    from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening
+    from tests.deploy.test_serve_process import TOKEN, _alive, _free_port, _serve, _wait_listening
 
     port, db = _free_port(), tmp_path / "calls.db"
     url = _target(runtime).url()
@@ -290,18 +290,6 @@ async def test_a_call_on_a_sagemaker_endpoint_is_heard_and_answered(runtime, tmp
     while time.monotonic() < deadline and _alive(pid):
         await asyncio.sleep(0.1)
     assert not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_serve_refuses_to_start_when_the_endpoint_cannot_be_reached_by_credentials(tmp_path):
