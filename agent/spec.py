@@ -5,7 +5,8 @@
 A spec names the agent and its persona (the system prompt of LLM backends), the greeting, the
 knowledge it answers from (question/answer pairs, or ``document:`` files split into passages),
 the slots it collects, the tasks that use them (a trigger, the slots, an optional tool, what to
-say when done), its tools, hand-off targets, a DTMF menu, limits and canned messages.
+say when done), its tools, hand-off targets, a DTMF menu, limits and canned messages, and the
+voice it speaks with (``voice: joe``, one of ``pipeline.voices.VOICES``).
 
 Every mistake raises :class:`agent.errors.SpecError` whose message starts ``path:line:`` (line
 numbers come from the YAML node marks). String values may use ``${VAR}`` and ``${VAR:-default}``;
@@ -343,6 +344,16 @@ def _simple(r: _Reader, node: yaml.Node, cls, what: str):
     return cls(**values)
 
 
+def _voice(r: _Reader, node: yaml.Node) -> str:
+    """One of the shipped voices, by name (the folder is the command line's business)."""
+    from pipeline.voices import VOICES
+
+    name = r.string(node, "voice")
+    if name not in VOICES:
+        raise r.fail(node, f"voice must be one of {', '.join(VOICES)}, not {name!r}")
+    return name
+
+
 def _unique(r: _Reader, node: yaml.Node, what: str, names: list[str]) -> None:
     seen: set[str] = set()
     for name in names:
@@ -385,6 +396,7 @@ def parse_spec(text: str, *, source: str = "<spec>", env: Mapping[str, str] | No
         messages=_simple(r, m["messages"], MessagesSpec, "messages")
         if "messages" in m else MessagesSpec(),
         tasks=_tasks(r, m["tasks"]) if "tasks" in m else (),
+        voice=_voice(r, m["voice"]) if "voice" in m else None,
     )
     _cross_check(r, m, spec)
     return spec

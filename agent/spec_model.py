@@ -130,6 +130,7 @@ class AgentSpec:
     dtmf_menu: tuple[DtmfOption, ...] = ()
     messages: MessagesSpec = MessagesSpec()
     tasks: tuple[TaskSpec, ...] = ()
+    voice: str | None = None    # a shipped SSM voice (pipeline.voices.VOICES); None: the server's
 
     def slot(self, name: str) -> SlotSpec:
         return next(s for s in self.slots if s.name == name)

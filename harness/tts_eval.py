@@ -237,13 +237,26 @@ def judge_wer(judge, sentences: list[str], clips: list[np.ndarray], reference: R
     return round(wer(refs, hyps), 4), [{"ref": r, "hyp": h} for r, h in zip(refs, hyps)]
 
 
-def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec) -> list[np.ndarray]:
-    """The teacher voice's audio of each sentence (festival's slt HTS voice, the SSM voice's
-    training target), given the words our normaliser makes of it, through the same channel."""
+def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voice: str = "festival"
+                  ) -> list[np.ndarray]:
+    """The teacher voice's audio of each sentence (the SSM voice's training target: festival's
+    slt HTS voice, given the words our normaliser makes of it, or Piper's joe voice given our
+    phones, as ``parley data tts --teacher`` made them), through the same channel."""
     from ssm_engine.tts.errors import TeacherError
     from ssm_engine.tts.teacher import SAMPLE_RATE_HZ, FestivalTeacher
     from ssm_engine.tts.text import normalize
 
+    if teacher_voice.startswith("piper:"):
+        from ssm_engine.tts.phonemes import phonemize
+        from ssm_engine.tts.piper_teacher import PiperTeacher
+
+        try:
+            piper = PiperTeacher(teacher_voice.partition(":")[2])
+            spoken = [piper.say(phonemize(s))[0] for s in sentences]
+        except TeacherError as exc:
+            raise PipelineError(f"the teacher voice failed: {exc}") from exc
+        return [phone_channel((np.clip(a, -1.0, 1.0) * 32767.0).astype(np.int16), SAMPLE_RATE_HZ,
+                              rate_hz, codec) for a in spoken]
     punct = {"pau": ",", "end": ".", "qend": "?"}
     out = []
     try:
@@ -260,7 +273,7 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec) -> list[np.n
 
 def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
              rate_hz: int = 8000, codec: Codec = "mulaw", concurrency: int = 16,
-             teacher: bool = False, model_dir: str | None = None, limit: int | None = None,
+             teacher: bool | str = False, model_dir: str | None = None, limit: int | None = None,
              reference: Reference = "spoken", voice: Voice | None = None) -> TTSEvalResult:
     """Run one engine over a sentences file; see the module docstring for what is measured."""
     if judge not in JUDGES:
@@ -283,7 +296,8 @@ def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
     asr = make_judge(judge, rate_hz)
     try:
         asr_wer, examples = judge_wer(asr, sentences, clips, reference)
-        teacher_wer = (judge_wer(asr, sentences, teacher_clips(sentences, rate_hz, codec),
+        teacher_voice = teacher if isinstance(teacher, str) else "festival"
+        teacher_wer = (judge_wer(asr, sentences, teacher_clips(sentences, rate_hz, codec, teacher_voice),
                                  reference)[0] if teacher else None)
     finally:
         asr.close()
@@ -310,11 +324,13 @@ def register_cli(subparsers) -> None:
         "text in to the first audio chunk out (one stream, then --concurrency streams started "
         "together; p50/p95/p99 ms), real-time factor, and intelligibility: the word error rate "
         "of an independent recognizer (--judge; never parley's own STT) on the audio after the "
-        "phone channel (--rate, --codec). --teacher scores the festival teacher's audio of the "
-        "same sentences beside it, the yardstick for a distilled voice.", 96),
+        "phone channel (--rate, --codec). --teacher scores the teacher's audio of the "
+        "same sentences beside it (festival's for slt, piper:joe for joe), the yardstick for a "
+        "distilled voice.", 96),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
         "  parley eval tts --engine ssm --sentences data/tts/v1/heldout.txt --teacher --json\n"
+        "  parley eval tts --engine ssm --model joe --sentences data/tts/joe2/heldout.txt --teacher piper:joe\n"
         "  parley eval tts --engine espeak --sentences data/tts/v1/heldout.txt --limit 20\n"
         "  parley eval tts --engine ssm --sentences my.txt --judge pocketsphinx --rate 16000 --codec none")
     p.add_argument("--engine", choices=ENGINES, default="ssm",
@@ -322,9 +338,12 @@ def register_cli(subparsers) -> None:
     p.add_argument("--sentences", required=True, help="one sentence a line")
     p.add_argument("--judge", choices=JUDGES, default="whisper",
                    help="the recognizer that scores intelligibility (default %(default)s)")
-    p.add_argument("--teacher", action="store_true",
-                   help="also score the teacher voice's audio of the same sentences")
-    p.add_argument("--model", default=None, help="SSM voice folder (default models/tts)")
+    p.add_argument("--teacher", nargs="?", const="festival", default=None,
+                   choices=("festival", "piper:joe"),
+                   help="also score the teacher voice's audio of the same sentences: festival "
+                   "(slt's teacher; the default when given alone) or piper:joe (joe's)")
+    p.add_argument("--model", default=None,
+                   help="SSM voice: a shipped voice's name (slt, joe) or a folder (default slt)")
     p.add_argument("--concurrency", type=int, default=16, help="streams started together")
     p.add_argument("--rate", type=int, choices=[8000, 16000], default=8000,
                    help="output rate (8000: the phone path)")
@@ -343,9 +362,12 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
+    from pipeline.voices import voice_dir
+
+    model = str(voice_dir(args.model)) if args.model else None
     res = evaluate(args.engine, args.sentences, judge=args.judge, rate_hz=args.rate,
-                   codec=args.codec, concurrency=args.concurrency, teacher=args.teacher,
-                   model_dir=args.model, limit=args.limit, reference=args.reference)
+                   codec=args.codec, concurrency=args.concurrency, teacher=args.teacher or False,
+                   model_dir=model, limit=args.limit, reference=args.reference)
     report(asdict(res), out=args.out, as_json=args.json)
     return 0
 

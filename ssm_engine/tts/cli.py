@@ -26,7 +26,12 @@ DEFAULT_TRAIN = 2400      # about 2 hours of teacher audio (agent sentences aver
 def register_cli(subparsers: Any) -> None:
     data = group_subparsers(subparsers, "data", "generate training data")
     p = data.add_parser("tts", help="text-to-speech teacher data: agent sentences said by "
-                        "festival's slt HTS voice, with per-phone durations")
+                        "a teacher voice (festival's slt HTS voice or Piper's joe), with "
+                        "per-phone durations")
+    p.add_argument("--teacher", default="festival", choices=("festival", "piper:joe"),
+                   help="the voice to distil: festival (slt, female, festival + "
+                   "festvox-us-slt-hts) or piper:joe (neural, male; the [data] extra) "
+                   "(default %(default)s)")
     p.add_argument("--out", default="data/tts/v1", help="output folder (default %(default)s)")
     p.add_argument("--train", type=int, default=DEFAULT_TRAIN,
                    help="training utterances (default %(default)s, about 2 hours)")
@@ -45,7 +50,7 @@ def _data_tts(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     summary = generate(DatasetConfig(out_dir=args.out, n_train=args.train,
                                      n_heldout=args.heldout, workers=args.workers,
-                                     seed=args.seed))
+                                     seed=args.seed, teacher=args.teacher))
     print(json.dumps({k: summary[k] for k in ("splits", "failed", "wall_s")}))
     return 0 if summary["splits"].get("train", {}).get("utterances", 0) or not args.train else 1
 

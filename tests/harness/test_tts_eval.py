@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from deploy import cli
 from pipeline.errors import PipelineError
-from harness.tts_eval import evaluate, reference_text
+from harness.tts_eval import evaluate, reference_text, teacher_clips
+from ssm_engine.tts.piper_teacher import piper_available
 from ssm_engine.tts.teacher import festival_available
 
 from tests.pipeline.test_ssm_tts import random_voice_dir
@@ -50,6 +52,15 @@ def test_eval_tts_of_espeak_with_the_whisper_judge_beside_the_teacher(sentences)
     assert res.asr_wer < 0.5, res.examples
     assert res.teacher_asr_wer is not None and res.teacher_asr_wer < 0.25
     assert res.ttfa_ms_p99 > 0 and 0 < res.rtf < 1
+
+
+@pytest.mark.skipif(piper_available() is not None, reason=str(piper_available()))
+def test_the_piper_teacher_is_the_yardstick_for_joe(sentences):
+    """joe's teacher is Piper fed our phones; Whisper hears it nearly perfectly on the line."""
+    res = evaluate("espeak", sentences, judge="whisper", concurrency=2, teacher="piper:joe")
+    assert res.teacher_asr_wer is not None and res.teacher_asr_wer < 0.2
+    clips = teacher_clips(["One moment, please."], 8000, "mulaw", "piper:joe")
+    assert len(clips) == 1 and clips[0].dtype == np.int16 and 0.4 < len(clips[0]) / 8000 < 3
 
 
 def test_the_reference_is_what_the_voice_was_asked_to_say():

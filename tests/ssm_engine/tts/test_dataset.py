@@ -53,7 +53,8 @@ def test_generate_writes_a_consistent_data_set_and_resumes(tmp_path: Path) -> No
         lines = [json.loads(x) for x in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
         assert len(lines) == n
         for d in lines:
-            assert set(d) == {"id", "wav", "text", "tokens", "words", "durations"}
+            assert set(d) == {"id", "wav", "text", "tokens", "words", "durations", "teacher"}
+            assert d["teacher"] == "festival"
             audio, rate = read_wav(tmp_path / d["wav"])
             assert rate == 16_000 and len(audio) == sum(d["durations"]) * HOP
             tokens = phonemize(d["text"])
@@ -83,3 +84,5 @@ def test_config_validates() -> None:
         DatasetConfig(workers=0)
     with pytest.raises(ConfigError):
         DatasetConfig(n_train=-1)
+    with pytest.raises(ConfigError, match="unknown teacher 'piper:amy'"):
+        DatasetConfig(teacher="piper:amy")

@@ -58,6 +58,12 @@ def test_train_resume_export_and_speak(tmp_path: Path) -> None:
     export_voice(run, out, data_dir=data, command="parley train tts (test)")
     card = (out / "MODEL_CARD.md").read_text()
     assert "parley train tts (test)" in card and "samples/heldout_0.wav" in card
+    assert "female, distilled from festival's" in card      # no summary.json: festival's set
+    (data / "summary.json").write_text(json.dumps({"config": {"teacher": "piper:joe"}}))
+    export_voice(run, out, data_dir=data, command="parley train tts (test)")
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "male, distilled from Piper's neural voice" in card
+    assert "spoken by Piper's joe voice" in card and "festival teacher" not in card
     voice = TTSVoice.load(out)
     syn = voice.synthesize("Hello there.")
     assert syn.pcm.size > 0 and [w for w, _ in syn.words] == ["hello", "there"]

@@ -1,0 +1,112 @@
+"""``parley say`` and the shipped voices: what a user runs to hear a voice, and how one is picked."""
+
+from __future__ import annotations
+
+import io
+import json
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deploy import cli
+from pipeline.audio.g711 import ulaw_decode, ulaw_encode
+from pipeline.errors import ConfigError
+from pipeline.say_cli import say
+from pipeline.voices import DEFAULT_VOICE, VOICES, voice_dir
+from ssm_engine.tts.synth import TTSVoice
+
+TEXT = "Your order ships on Monday, at 9:30."
+
+
+def _wav(path: Path) -> tuple[np.ndarray, int]:
+    with wave.open(str(path), "rb") as w:
+        return np.frombuffer(w.readframes(w.getnframes()), "<i2"), w.getframerate()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logging(monkeypatch):
+    monkeypatch.setattr(cli, "_configure_logging", lambda level: None)
+
+
+def test_parley_say_writes_what_the_voice_streams(tmp_path, capsys):
+    out = tmp_path / "reply.wav"
+    assert cli.main(["say", TEXT, "--out", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    pcm, rate = _wav(out)
+    assert rate == 16000 and report["rate_hz"] == 16000 and report["voice"] == DEFAULT_VOICE
+    assert report["seconds"] == pytest.approx(len(pcm) / 16000, abs=1e-3)
+    assert 0 < report["first_audio_ms"] < report["seconds"] * 1000 and report["rtf"] > 0
+    assert [w for w, _ in report["words"]] == ["your", "order", "ships", "on", "monday", "at",
+                                                "nine", "thirty"]
+    starts = [s for _, s in report["words"]]
+    assert starts == sorted(starts) and starts[-1] < report["seconds"]
+    # the same samples as the voice synthesising the whole text at once
+    whole = TTSVoice.load(voice_dir(DEFAULT_VOICE)).synthesize(TEXT).pcm
+    assert np.abs(pcm.astype(np.int32) - (np.clip(whole, -1, 1) * 32767).astype(np.int16)).max() <= 1
+
+
+def test_the_phone_line_version_is_8_khz_mu_law(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "line.wav"
+    monkeypatch.setattr("sys.stdin", io.StringIO("One moment, please.\n"))
+    assert cli.main(["say", "-", "--out", str(out), "--rate", "8000", "--codec", "mulaw"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    pcm, rate = _wav(out)
+    assert rate == 8000 and report["codec"] == "mulaw"
+    assert len(pcm) == pytest.approx(report["seconds"] * 8000, abs=2)
+    assert np.array_equal(ulaw_decode(ulaw_encode(pcm)), pcm)          # on mu-law's grid
+    assert [w for w, _ in report["words"]] == ["one", "moment", "please"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["hi", "--voice", "amy"], "unknown voice 'amy': one of slt, joe, or a voice folder"),
+    (["hi", "--voice", "/no/such/voice"], "no SSM voice at /no/such/voice"),
+    (["hi", "--codec", "mulaw"], "--codec mulaw is the phone line's"),
+    (["  "], "nothing to say: the text is empty"),
+    (["!?", ], "nothing to say in '!?'"),
+])
+def test_mistakes_are_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "x.wav"
+    assert cli.main(["say", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_an_unwritable_file_is_refused_before_the_work(tmp_path, capsys):
+    assert cli.main(["say", "hi", "--out", str(tmp_path / "nope" / "x.wav")]) == 2
+    assert "no folder" in capsys.readouterr().err
+
+
+def test_voices_by_name_or_folder(tmp_path):
+    assert voice_dir("slt") == VOICES["slt"].folder and voice_dir("joe") == VOICES["joe"].folder
+    assert voice_dir(str(tmp_path)) == tmp_path and voice_dir("runs/tts/v2/best") == Path("runs/tts/v2/best")
+    with pytest.raises(ConfigError, match="unknown voice 'bob'"):
+        voice_dir("bob")
+    assert {v.gender for v in VOICES.values()} == {"female", "male"}
+
+
+def test_say_with_a_voice_folder_and_at_8_khz(tmp_path):
+    result = say("Thank you for calling.", VOICES["slt"].folder, rate_hz=8000)
+    assert result["pcm"].dtype == np.int16
+    assert len(result["pcm"]) == pytest.approx(result["seconds"] * 8000, abs=2)
+
+
+def _serve_args(*argv: str):
+    return cli.build_parser().parse_args(["serve", *argv])
+
+
+def test_serve_takes_the_voice_from_the_flag_then_the_spec(tmp_path):
+    spec = tmp_path / "agent.yaml"
+    spec.write_text("name: Ava\ngreeting: Hello.\nvoice: joe\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("name: Ava\ngreeting: Hello.\n")
+    assert cli._voice_folder(_serve_args("--agent", str(plain))) is None       # the default voice
+    assert cli._voice_folder(_serve_args("--agent", str(spec))) == str(VOICES["joe"].folder)
+    assert cli._voice_folder(_serve_args("--agent", str(spec), "--voice", "slt")) == str(VOICES["slt"].folder)
+    assert cli._voice_folder(_serve_args("--agent", str(spec), "--tts-model", str(tmp_path))) == str(tmp_path)
+    with pytest.raises(ConfigError, match="give one"):
+        cli._voice_folder(_serve_args("--voice", "slt", "--tts-model", str(tmp_path)))
+    with pytest.raises(ConfigError, match="unknown voice 'amy'"):
+        cli._voice_folder(_serve_args("--voice", "amy"))
