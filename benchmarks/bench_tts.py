@@ -23,7 +23,8 @@ and "mr" as "doctor" and "mister"), per kind and overall. The engines: each SSM 
 ``slt``; for ``joe``, Piper fed parley's phones exactly as the training data was made);
 Piper's joe voice as Piper ships it (its own espeak-ng front end, default settings); espeak-ng.
 Piper and espeak-ng are given the same spoken words (numbers already written out), so the
-figures compare voices, not number readers. Spectrograms of three sentences (one per kind),
+figures compare voices, not number readers. ``pace_vs_teacher``: the voice's audio seconds over
+its teacher's for the same sentences (1.0: as fast). Spectrograms of three sentences (one per kind),
 every engine side by side, go to ``--plots`` (a PNG).
 
 Targets (issue 5): SSM ttfa p50 <= 15 ms, p99 <= 30 ms, rtf <= 0.1. Issue 28: the shipped
@@ -270,7 +271,7 @@ def spectrogram_png(path: Path, clips: dict[str, list[np.ndarray]], sentences: l
     for i, n in enumerate(names):
         draw.text((4, title_h + i * (tile_h + gap) + tile_h // 2 - 6), n, fill="black")
     path.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(path)
+    sheet.convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(path, optimize=True)
 
 
 # Whisper writes some titles short; the reference has them as said
@@ -299,11 +300,14 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     for name, audio in clips.items():
         pairs = judge_wer(judge, sentences, audio)[1]
         out[f"{name}_wer"] = _wer(pairs)
+        out[f"{name}_line_audio_s"] = round(sum(len(a) for a in audio) / 8000, 1)
         for kind in LINE_SENTENCES:
             out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kinds) if k == kind])
         errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
     for name in voices_dirs:
         teacher = f"teacher-{name}"
+        out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
+                                                   / out[f"{teacher}_line_audio_s"], 3)
         if out.get(f"{teacher}_wer"):
             out[f"ssm-{name}_wer_vs_teacher"] = round(out[f"ssm-{name}_wer"] / out[f"{teacher}_wer"], 3)
         if out.get("piper-joe_wer"):

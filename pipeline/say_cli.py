@@ -26,7 +26,8 @@ import numpy as np
 __all__ = ["register_cli", "say"]
 
 
-def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm") -> dict[str, Any]:
+def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm",
+        pace: float = 1.0) -> dict[str, Any]:
     """Speak ``text`` with a shipped voice (a name) or a voice folder. Returns the int16 samples
     (``"pcm"``) and the figures ``parley say`` prints."""
     import torch
@@ -52,7 +53,10 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
         raise ConfigError(f"cannot load the voice at {folder}: {exc}") from exc
     tts.synthesize("Hello.")        # warm-up: the first step pays for allocations
     t0 = time.perf_counter()
-    stream = tts.open_stream()
+    try:
+        stream = tts.open_stream(pace=pace)
+    except TTSError as exc:
+        raise ConfigError(str(exc).replace("pace", "--pace", 1)) from exc
     stream.push_text(text)
     stream.end_text()
     if stream.n_tokens == 0:
@@ -71,7 +75,7 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     if codec == "mulaw":
         out = ulaw_decode(ulaw_encode(out))
     return {"pcm": out, "voice": str(voice), "folder": str(folder), "rate_hz": rate_hz,
-            "codec": codec, "seconds": round(seconds, 3),
+            "codec": codec, "pace": pace, "seconds": round(seconds, 3),
             "first_audio_ms": round((first_s or wall_s) * 1000, 2),
             "rtf": round(wall_s / max(seconds, 1e-9), 4),
             "words": [[w, round(s, 3)] for c in chunks for w, s in c.words]}
@@ -102,6 +106,9 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--codec", choices=("pcm", "mulaw"), default="pcm",
                    help="mulaw: through G.711 mu-law and back, as a caller hears it (with "
                    "--rate 8000) (default %(default)s)")
+    p.add_argument("--pace", type=float, default=1.0,
+                   help="phone durations times this: 1.2 speaks 20%% slower (0.5-2.0, default "
+                   "%(default)s: the voice's own pace)")
     p.set_defaults(func=_run)
 
 
@@ -113,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"parley say: cannot write {args.out}: no folder {folder}", file=sys.stderr)
         return 2
     text = sys.stdin.read() if args.text == "-" else args.text
-    result = say(text, args.voice, rate_hz=args.rate, codec=args.codec)
+    result = say(text, args.voice, rate_hz=args.rate, codec=args.codec, pace=args.pace)
     try:
         write_wav(args.out, result.pop("pcm"), args.rate)
     except OSError as exc:

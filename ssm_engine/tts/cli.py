@@ -78,6 +78,9 @@ def register_train_cli(subparsers: Any) -> None:
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card and samples, then exit")
+    p.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                   help="with --export: the checkpoint with the lowest held-out loss, or the "
+                   "run's last (choose by listening tests, e.g. `parley eval tts`) (default %(default)s)")
     p.add_argument("--commands", metavar="FILE", default=None,
                    help="with --export: a file holding the commands that made the voice, for the card")
     p.set_defaults(func=_train_tts)
@@ -92,7 +95,8 @@ def _train_tts(args: argparse.Namespace) -> int:
         if args.export:
             from .export import export_voice
 
-            out = export_voice(args.run, args.export, data_dir=args.data, command=args.commands)
+            out = export_voice(args.run, args.export, data_dir=args.data, command=args.commands,
+                               checkpoint=args.checkpoint)
             print(json.dumps({"exported": str(out)}))
             return 0
         from .train import TTSTrainConfig, train

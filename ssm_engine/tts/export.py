@@ -76,7 +76,7 @@ Steps {step}, {train_min:.0f} min on one CPU thread, AdamW lr {lr}, {batch_frame
 (10 ms) per batch, teacher-forced durations. Losses: L1 on cepstrum and voiced log f0, BCE on
 voicing, squared error on log durations. Log: `training.log`.
 
-Held-out losses of the shipped checkpoint: total {loss:.3f} (cepstrum {cep:.3f}, log f0 {lf0:.3f},
+Held-out losses of the shipped checkpoint ({which}): total {loss:.3f} (cepstrum {cep:.3f}, log f0 {lf0:.3f},
 voicing {vuv:.3f}, durations {dur:.3f}), n={n}.
 
 ## Evaluation
@@ -87,7 +87,8 @@ voicing {vuv:.3f}, durations {dur:.3f}), n={n}.
 
 ## Limits
 - {limits}
-- Trained on CPU for about an hour on a couple of hours of speech: prosody is plain.
+- Trained on one CPU thread for {train_min:.0f} minutes on {train_hours:.1f} hours of speech:
+  prosody is plain.
 - Words outside the lexicon go through the front end's fallback (see text.py).
 """
 
@@ -118,19 +119,35 @@ def _evals(out: Path) -> str:
 
 
 def export_voice(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path,
-                 command: str | None = None) -> Path:
-    """Export RUN/best to ``out_dir`` (validated by loading it first)."""
+                 command: str | None = None, checkpoint: str = "best") -> Path:
+    """Export RUN/best (the lowest held-out loss), or with ``checkpoint="last"`` the run's last
+    state (RUN/last.pt; its figures from the last evaluation), to ``out_dir``."""
     import soundfile as sf
+    import torch
+
+    from .errors import TTSError
+    from .model import save_tts
 
     run, out, data = Path(run_dir), Path(out_dir), Path(data_dir)
     best = run / "best"
     model = load_tts(best)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "model.safetensors"):
-        shutil.copyfile(best / name, out / name)
+    if checkpoint == "last":
+        ck = torch.load(run / "last.pt", weights_only=False)
+        model.load_state_dict(ck["model"])
+        save_tts(model, out)
+        evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        metrics = next((m for m in reversed(evals) if m["step"] == ck["step"]), None)
+        if metrics is None:
+            raise TTSError(f"{run}: no evaluation at the last step {ck['step']} in metrics.jsonl")
+    elif checkpoint == "best":
+        for name in ("config.json", "model.safetensors"):
+            shutil.copyfile(best / name, out / name)
+        metrics = json.loads((best / "metrics.json").read_text())
+    else:
+        raise TTSError(f"checkpoint must be best or last, not {checkpoint!r}")
     log_text = (run / "train.log").read_text() if (run / "train.log").exists() else ""
     (out / "training.log").write_text(log_text)
-    metrics = json.loads((best / "metrics.json").read_text())
     cfg: dict = {}
     for line in log_text.splitlines():
         if " config {" in line:
@@ -159,6 +176,8 @@ def export_voice(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Pa
                if summary.exists() else "festival")
     card = _CARD.format(
         **TEACHER_TEXT.get(teacher, TEACHER_TEXT["festival"]),
+        which=f"step {metrics['step']}, the " + ("run's last" if checkpoint == "last"
+                                                 else "lowest held-out loss"),
         conv=model.config.enc_conv_layers, la=model.config.lookahead, n_layers=ssm["n_layers"],
         d_model=ssm["d_model"], d_state=ssm["d_state"],
         n_params=sum(p.numel() for p in model.parameters()),

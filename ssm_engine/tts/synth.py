@@ -101,12 +101,13 @@ class TTSVoice:
     def load(cls, directory: str | Path) -> TTSVoice:
         return cls(load_tts(directory))
 
-    def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES) -> TTSStream:
-        return TTSStream(self, seed=seed, chunk_frames=chunk_frames)
+    def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+                    pace: float = 1.0) -> TTSStream:
+        return TTSStream(self, seed=seed, chunk_frames=chunk_frames, pace=pace)
 
-    def synthesize(self, text: str, *, seed: int = 0) -> Synthesis:
+    def synthesize(self, text: str, *, seed: int = 0, pace: float = 1.0) -> Synthesis:
         """The whole utterance at once (the streaming path run to the end)."""
-        stream = self.open_stream(seed=seed)
+        stream = self.open_stream(seed=seed, pace=pace)
         stream.push_text(text)
         stream.end_text()
         if stream.n_tokens == 0:
@@ -212,11 +213,14 @@ class TTSStream:
     """One utterance (or one agent turn) being spoken. Not thread-safe on its own: call it from
     one thread at a time (the voice's lock serialises the model)."""
 
-    def __init__(self, voice: TTSVoice, *, seed: int, chunk_frames: int) -> None:
+    def __init__(self, voice: TTSVoice, *, seed: int, chunk_frames: int, pace: float = 1.0) -> None:
         from .phonemes import IncrementalPhonemizer
 
         if chunk_frames < 1:
             raise TTSError(f"chunk_frames must be >= 1, got {chunk_frames}")
+        if not 0.5 <= pace <= 2.0:
+            raise TTSError(f"pace must be within 0.5..2.0 (1.0: the voice's own), got {pace}")
+        self._pace = pace                   # predicted phone durations times this
         self._voice = voice
         self._model = voice.model
         self._phonemizer = IncrementalPhonemizer()
@@ -362,7 +366,7 @@ class TTSStream:
         """The next phone's encoding ``enc`` (1, d) and predicted log(1 + frames): queue its
         frames' decoder inputs, note its word, move on (call under the voice's lock)."""
         tok = self._tokens[self._next - self._offset]
-        frames = int(round(np.expm1(max(log_dur, 0.0))))
+        frames = int(round(np.expm1(max(log_dur, 0.0)) * self._pace))
         frames = min(MAX_PHONE_FRAMES, max(0 if tok.symbol in PAUSE_SYMBOLS else 1, frames))
         if frames:
             pos = frame_position(torch.arange(frames), torch.full((frames,), frames))

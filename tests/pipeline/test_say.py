@@ -65,6 +65,7 @@ def test_the_phone_line_version_is_8_khz_mu_law(tmp_path, capsys, monkeypatch):
     (["hi", "--codec", "mulaw"], "--codec mulaw is the phone line's"),
     (["  "], "nothing to say: the text is empty"),
     (["!?", ], "nothing to say in '!?'"),
+    (["hi", "--pace", "3"], "--pace must be within 0.5..2.0"),
 ])
 def test_mistakes_are_one_line(tmp_path, capsys, argv, message):
     out = tmp_path / "x.wav"
@@ -87,10 +88,12 @@ def test_voices_by_name_or_folder(tmp_path):
     assert {v.gender for v in VOICES.values()} == {"female", "male"}
 
 
-def test_say_with_a_voice_folder_and_at_8_khz(tmp_path):
+def test_say_with_a_voice_folder_and_at_8_khz_and_slower(tmp_path):
     result = say("Thank you for calling.", VOICES["slt"].folder, rate_hz=8000)
     assert result["pcm"].dtype == np.int16
     assert len(result["pcm"]) == pytest.approx(result["seconds"] * 8000, abs=2)
+    slower = say("Thank you for calling.", VOICES["slt"].folder, rate_hz=8000, pace=1.25)
+    assert slower["seconds"] == pytest.approx(1.25 * result["seconds"], rel=0.1)
 
 
 def _serve_args(*argv: str):
@@ -110,3 +113,15 @@ def test_serve_takes_the_voice_from_the_flag_then_the_spec(tmp_path):
         cli._voice_folder(_serve_args("--voice", "slt", "--tts-model", str(tmp_path)))
     with pytest.raises(ConfigError, match="unknown voice 'amy'"):
         cli._voice_folder(_serve_args("--voice", "amy"))
+
+
+@pytest.mark.parametrize("name", list(VOICES))
+def test_every_shipped_voice_speaks_and_has_its_card(name, tmp_path, capsys):
+    folder = VOICES[name].folder
+    card = (folder / "MODEL_CARD.md").read_text()
+    assert VOICES[name].gender in card and (folder / "samples").is_dir()
+    assert cli.main(["say", "Thank you for calling.", "--voice", name, "--out",
+                     str(tmp_path / "t.wav"), "--rate", "8000"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["folder"] == str(folder) and [w for w, _ in report["words"]] == ["thank", "you",
+                                                                                    "for", "calling"]

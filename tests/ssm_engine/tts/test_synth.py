@@ -102,3 +102,14 @@ def test_bad_input(voice: TTSVoice) -> None:
     stream.end_text()
     with pytest.raises(TTSError, match="after end_text"):
         stream.push_text("late")
+
+
+def test_pace_stretches_every_phone(voice: TTSVoice) -> None:
+    text = "Your order ships on Tuesday."
+    plain, slow = voice.synthesize(text), voice.synthesize(text, pace=1.5)
+    assert len(slow.pcm) / len(plain.pcm) == pytest.approx(1.5, rel=0.1)
+    assert [w for w, _ in slow.words] == [w for w, _ in plain.words]
+    assert slow.words[-1][1] > plain.words[-1][1]
+    for pace in (0.4, 2.5):
+        with pytest.raises(TTSError, match="pace must be within"):
+            voice.open_stream(pace=pace)

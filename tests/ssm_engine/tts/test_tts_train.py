@@ -64,6 +64,15 @@ def test_train_resume_export_and_speak(tmp_path: Path) -> None:
     card = (out / "MODEL_CARD.md").read_text()
     assert "male, distilled from Piper's neural voice" in card
     assert "spoken by Piper's joe voice" in card and "festival teacher" not in card
+    best_step = json.loads((run / "best" / "metrics.json").read_text())["step"]
+    assert f"(step {best_step}, the lowest held-out loss)" in card
+    export_voice(run, out, data_dir=data, command="parley train tts (test)", checkpoint="last")
+    assert "(step 5, the run's last)" in (out / "MODEL_CARD.md").read_text()
+    last = TTSVoice.load(out).model.state_dict()
+    import torch
+
+    saved = torch.load(run / "last.pt", weights_only=False)["model"]
+    assert all(torch.equal(last[k], saved[k]) for k in saved)
     voice = TTSVoice.load(out)
     syn = voice.synthesize("Hello there.")
     assert syn.pcm.size > 0 and [w for w, _ in syn.words] == ["hello", "there"]
