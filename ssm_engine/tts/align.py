@@ -24,11 +24,11 @@ from .lexicon import VOWELS
 from .phonemes import PAUSES, PhoneToken
 from .teacher import SAMPLE_RATE_HZ, Segment
 
-__all__ = ["HOP", "FRAME_RATE_HZ", "split_sentences", "festival_words", "align"]
+__all__ = ["HOP", "FRAME_RATE_HZ", "PAUSE_PUNCT", "split_sentences", "festival_words", "align"]
 
 HOP = 160                       # samples per frame at 16 kHz: 10 ms
 FRAME_RATE_HZ = SAMPLE_RATE_HZ // HOP
-_PUNCT = {"pau": ",", "end": ".", "qend": "?"}
+PAUSE_PUNCT = {"pau": ",", "end": ".", "qend": "?"}   # what a teacher reads for a pause token
 
 
 def split_sentences(tokens: list[PhoneToken]) -> list[list[PhoneToken]]:
@@ -49,7 +49,7 @@ def festival_words(sentence: list[PhoneToken]) -> list[str]:
     last_word = None
     for t in sentence:
         if t.symbol in PAUSES:
-            out.append(_PUNCT[t.symbol])
+            out.append(PAUSE_PUNCT[t.symbol])
             last_word = None
         elif t.word_index != last_word:
             word = t.word or ""

