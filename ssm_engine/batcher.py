@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
+from .device import model_device
 from .errors import ConfigError, StateError, StreamError, UnknownStreamError
 
 __all__ = ["BatchableState", "StreamingModel", "SupportsPrefill", "StreamBatcher", "DEFAULT_PREFILL_MIN"]
@@ -83,6 +84,7 @@ class StreamBatcher:
         if prefill_min is not None and prefill_min < 2:
             raise ConfigError(f"prefill_min must be >= 2 or None, got {prefill_min}")
         self.model = model
+        self.device = model_device(model)        # frames go there; outputs come back on the CPU
         self._prefiller = model if isinstance(model, SupportsPrefill) else None
         self.prefill_min = prefill_min if self._prefiller is not None else None
         self._state: Any = None                  # BatchableState over live streams, or None
@@ -131,7 +133,7 @@ class StreamBatcher:
         if self._leaving:
             keep = [r for r, s in enumerate(self._ids) if s not in self._leaving]
             self._ids = [self._ids[r] for r in keep]
-            self._state = (self._state.select(torch.tensor(keep, dtype=torch.long))
+            self._state = (self._state.select(self._index(keep))
                            if keep else None)
             self._leaving.clear()
         if self._joining:
@@ -150,7 +152,7 @@ class StreamBatcher:
         if stream_id not in self:
             raise UnknownStreamError(stream_id)
         self._apply_membership()
-        return self._state.select(torch.tensor([self._rows[stream_id]], dtype=torch.long))
+        return self._state.select(self._index([self._rows[stream_id]]))
 
     def export_bytes(self, stream_id: int) -> bytes:
         """``export_state(stream_id).to_bytes()``: movable to another process or replica."""
@@ -179,6 +181,8 @@ class StreamBatcher:
             if not isinstance(c, torch.Tensor) or c.dim() != 2:
                 raise StreamError(f"stream {s}: frames must be a (n, d_in) tensor, got "
                                   f"{tuple(c.shape) if isinstance(c, torch.Tensor) else type(c)}")
+        if self.device.type != "cpu":
+            chunks = {s: chunks[s].to(self.device, non_blocking=True) for s in sids}
         out: dict[int, torch.Tensor] = {}
         if self.prefill_min is not None:
             long = [s for s in sids if chunks[s].shape[0] >= self.prefill_min]
@@ -186,9 +190,19 @@ class StreamBatcher:
                 out.update(self._prefill({s: chunks[s] for s in long}))
                 sids = [s for s in sids if s not in out]
                 if not sids:
-                    return out
+                    return self._host(out)
         out.update(self._tick({s: chunks[s] for s in sids}))
-        return out
+        return self._host(out)
+
+    def _index(self, rows: list[int]) -> torch.Tensor:
+        """Row numbers as an index tensor on the model's device."""
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def _host(self, out: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Outputs back on the CPU (one copy per stream; nothing to do for a CPU model)."""
+        if self.device.type == "cpu":
+            return out
+        return {s: y.cpu() for s, y in out.items()}
 
     def _prefill(self, chunks: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """One ``prefill`` per group of equal-length chunks: gather, run, scatter back."""
@@ -202,7 +216,7 @@ class StreamBatcher:
             if len(group) == len(self._ids) == 1:   # the only live stream: no gather/scatter
                 y, self._state = self._prefiller.prefill(x, self._state)
             else:
-                due = torch.tensor([self._rows[s] for s in group], dtype=torch.long)
+                due = self._index([self._rows[s] for s in group])
                 sub = self._state.select(due)
                 y, sub = self._prefiller.prefill(x, sub)
                 self._state.put(due, sub)
@@ -218,7 +232,8 @@ class StreamBatcher:
         offsets = torch.cumsum(lengths, 0) - lengths
         # longest chunks first: the streams due at tick t are then a prefix of this order
         order = torch.argsort(-lengths, stable=True)
-        lengths_o, rows_o, offsets_o = lengths[order], rows[order], offsets[order]
+        lengths_o = lengths[order]                                  # loop bounds stay on the CPU
+        rows_o, offsets_o = rows[order].to(self.device), offsets[order].to(self.device)
         n_live = len(self._ids)
         y_all: torch.Tensor | None = None
         for t in range(int(lengths_o[0]) if len(sids) else 0):
@@ -238,4 +253,5 @@ class StreamBatcher:
             y_all.index_copy_(0, src, y)
         if y_all is None:  # every chunk was empty
             return {s: chunks[s].new_empty((0,) + tuple(chunks[s].shape[1:])) for s in sids}
-        return {s: y_all[int(o):int(o) + int(n)] for s, o, n in zip(sids, offsets, lengths, strict=True)}
+        return {s: y_all[int(o):int(o) + int(n)] for s, o, n in zip(sids, offsets.tolist(), lengths.tolist(),
+                                                                     strict=True)}

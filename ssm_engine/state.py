@@ -79,15 +79,21 @@ class StreamState:
 
     def select(self: S, idx: Index) -> S:
         """Rows ``idx`` of every tensor, copied (a slice gives views). -> batch len(idx)."""
-        index = _as_index(idx)
+        index = self._on_device(_as_index(idx))
         if isinstance(index, slice):
             return self._new({k: v[index] for k, v in self.tensors.items()})
         return self._new({k: v.index_select(0, index) for k, v in self.tensors.items()})
 
+    def _on_device(self, index: torch.Tensor | slice) -> torch.Tensor | slice:
+        """An index tensor on the device of this state's tensors (a GPU state's rows)."""
+        if isinstance(index, slice):
+            return index
+        return index.to(next(iter(self.tensors.values())).device)
+
     def put(self, idx: Index, rows: StreamState) -> None:
         """Overwrite rows ``idx`` in place with the (len(idx)-row) state ``rows``."""
         self._check_compatible(rows, ignore_batch=True)
-        index = _as_index(idx)
+        index = self._on_device(_as_index(idx))
         for name, t in self.tensors.items():
             if isinstance(index, slice):
                 t[index] = rows.tensors[name]

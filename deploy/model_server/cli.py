@@ -26,6 +26,7 @@ what it serves (port 8080 by default, as SageMaker expects):
 examples:
   parley model-server                          # models from /opt/ml/model, else the repo's models/
   parley model-server --port 9000 --model-dir /mnt/efs/parley-models
+  parley model-server --device cuda            # fail at start, in one line, if torch sees no GPU
   parley serve --stt remote --tts remote --model-url ws://10.0.1.5:8080,ws://10.0.2.7:8080
 
 SIGTERM drains: /ping turns 503, new streams are refused, live ones get a "goaway" message and are
@@ -48,6 +49,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-streams", type=int, default=256, help="streams open at once before 503 (default 256)")
     p.add_argument("--stt-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="compile the recogniser's step before taking traffic (default on; ~30 s at a cold start)")
+    p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
+                   help="where the models run: auto takes the GPU when torch sees one (a CUDA build of torch "
+                        "and a driver), else the CPU; cuda without a GPU is an error (default auto)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     p.set_defaults(func=_run)
 
@@ -63,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         raise EngineUnavailableError(f"no {' or '.join(missing)} model under {model_dir} (--model-dir: a folder "
                                      f"holding stt/ and tts/, as the repository's models/ does)")
     config = ModelServerConfig(host=args.host, port=args.port, model_dir=model_dir, grace_s=args.grace_s,
-                               max_streams=args.max_streams, stt_compile=args.stt_compile)
+                               max_streams=args.max_streams, stt_compile=args.stt_compile, device=args.device)
     return asyncio.run(_serve(config))
 
 

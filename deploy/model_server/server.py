@@ -41,6 +41,7 @@ from pipeline.errors import PipelineError, WireError
 from pipeline.model_wire import (STT_PATH, TTS_PATH, SttParams, TTSGenerate, goaway, parse_tts_message, tts_chunk,
                                  tts_done, tts_error)
 from ssm_engine import SSMEngineError
+from ssm_engine.device import describe_device, resolve_device
 
 from .metrics import EngineStats, ModelServerMetrics
 from .stt import SttSession
@@ -79,6 +80,7 @@ class ModelServerConfig:
     grace_s: float = 25.0
     max_streams: int = 256
     stt_compile: bool = False
+    device: str = "cpu"                  # cpu, cuda[:N] or auto (resolve_device); the CLI says auto
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -87,6 +89,10 @@ class ModelServerConfig:
             raise PipelineError(f"grace_s must be 0-3600 s, got {self.grace_s}")
         if self.max_streams < 1:
             raise PipelineError(f"max_streams must be >= 1, got {self.max_streams}")
+        try:
+            resolve_device(self.device)
+        except SSMEngineError as exc:
+            raise PipelineError(str(exc)) from None
 
 
 class ModelServer:
@@ -135,7 +141,8 @@ class ModelServer:
             if self.voice is None:
                 from pipeline.engines.ssm_voice import SSMVoiceEngine
 
-                self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts")
+                self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts",
+                                                     device=self.config.device)
                 self._owned.append(self.voice)
             if self.recogniser is None:
                 self.recogniser = await self._load_recogniser()
@@ -143,7 +150,8 @@ class ModelServer:
             speech, first_ms = await self._speak_once(WARM_TEXT)
             t1 = time.perf_counter()
             heard = await self._recognise_once(speech)
-            self.warm_report = {"load_and_warm_s": round(time.perf_counter() - t0, 2),
+            self.warm_report = {"device": describe_device(resolve_device(self.config.device)),
+                                "load_and_warm_s": round(time.perf_counter() - t0, 2),
                                 "tts_first_audio_ms": round(first_ms, 1),
                                 "stt_ms": round((time.perf_counter() - t1) * 1000, 1), "heard": heard}
         except (PipelineError, SSMEngineError, OSError) as exc:
@@ -164,15 +172,18 @@ class ModelServer:
         from pipeline.services.ssm_stt import SSMSTTEngine
 
         folder = self.config.model_dir / "stt"
+        device = self.config.device
+        if resolve_device(device).type != "cpu":     # eager on a GPU: nothing to compile
+            return await asyncio.to_thread(SSMSTTEngine, folder, compile=False, device=device)
         if self.config.stt_compile:
             log.info("compiling the recogniser's step (about 30 s at the first start; --no-stt-compile skips it)")
             try:
-                return await asyncio.to_thread(SSMSTTEngine, folder, compile=True)
+                return await asyncio.to_thread(SSMSTTEngine, folder, compile=True, device=device)
             except EngineUnavailableError as exc:
                 if "compil" not in str(exc):
                     raise
                 log.warning("the recogniser's compiled step is unavailable (%s); running it eagerly", exc)
-        return await asyncio.to_thread(SSMSTTEngine, folder, compile=False)
+        return await asyncio.to_thread(SSMSTTEngine, folder, compile=False, device=device)
 
     async def drain(self) -> None:
         """Stop taking streams, tell the live ones to move, serve them up to ``grace_s``."""

@@ -52,6 +52,7 @@ import torch
 
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError
 from ssm_engine import SSMEngineError
+from ssm_engine.device import resolve_device
 from ssm_engine.tts.synth import TTSStream, TTSVoice
 
 __all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "VoiceUtterance", "SpeechChunk",
@@ -121,12 +122,15 @@ class SSMVoiceEngine:
     _shared_lock = threading.Lock()
 
     def __init__(self, voice: TTSVoice | str | Path = DEFAULT_MODEL_DIR, *,
-                 chunk_frames: int = 2, max_batch: int = 32, lead_chunks: int = 5) -> None:
+                 chunk_frames: int = 2, max_batch: int = 32, lead_chunks: int = 5,
+                 device: str = "cpu") -> None:
+        """``device`` (``cpu``, ``cuda[:N]``, ``auto``) places a voice loaded from a folder; a
+        ``TTSVoice`` given as such stays where its model is."""
         t0 = time.perf_counter()
         if not isinstance(voice, TTSVoice):
             check_voice_dir(voice)
             try:
-                voice = TTSVoice.load(voice)
+                voice = TTSVoice.load(voice, resolve_device(device))
             except SSMEngineError as exc:
                 raise EngineUnavailableError(f"SSM voice failed to load: {exc}") from exc
         self.voice = voice

@@ -61,6 +61,7 @@ from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineEr
 from pipeline.options import SttDecoder, SttRunner
 from pipeline.services.queued_stt import QueuedSTTService
 from ssm_engine import BatchRunner, SSMEngineError
+from ssm_engine.device import resolve_device
 from ssm_engine.errors import RunnerClosedError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
@@ -286,7 +287,8 @@ class SSMSTTEngine:
                  flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
                  beam_config: BeamConfig | None = None,
                  runner: Runner = "thread",
-                 stride: int = DEFAULT_STRIDE, compile: bool | None = None) -> None:
+                 stride: int = DEFAULT_STRIDE, compile: bool | None = None,
+                 device: str = "cpu") -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
         (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
         it searches both heads with the folder's ``lexicon.dict.gz`` (``Decoder``; "char-beam"
@@ -294,7 +296,9 @@ class SSMSTTEngine:
         model in a child process (``runner_procs.RunnerProcess``: its own GIL) instead of a
         thread of this one; it needs ``model`` as a folder. ``stride``: 20 ms steps per model
         run of an utterance. ``compile`` (default ``DEFAULT_COMPILE``): compile the
-        ``stride``-frame prefill before taking traffic (``STTModel.compile_prefill``)."""
+        ``stride``-frame prefill before taking traffic (``STTModel.compile_prefill``; CPU only).
+        ``device``: ``cpu``, ``cuda[:N]`` or ``auto`` (``ssm_engine.device.resolve_device``);
+        audio and log-probs stay on the CPU, the batcher moves them."""
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
         compile = DEFAULT_COMPILE if compile is None else compile
@@ -302,6 +306,13 @@ class SSMSTTEngine:
             raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
         if runner == "process" and isinstance(model, STTModel):
             raise PipelineError("runner='process' needs the model's folder, not a loaded model")
+        try:
+            target = resolve_device(device)
+        except SSMEngineError as exc:
+            raise EngineUnavailableError(f"SSM STT: {exc}") from None
+        if runner == "process" and target.type != "cpu":
+            raise PipelineError("runner='process' steps the model on the CPU; a GPU takes the "
+                                "thread runner (one process batches every stream)")
         if decoder not in ("greedy", "beam", "char-beam", "phone-beam"):
             raise PipelineError(f"decoder must be 'greedy', 'beam', 'char-beam' or 'phone-beam', "
                                 f"got {decoder!r}")
@@ -316,7 +327,8 @@ class SSMSTTEngine:
             except SSMEngineError as exc:
                 raise EngineUnavailableError(f"SSM STT model failed to load: {exc} (train one "
                                              f"with `parley train stt`)") from exc
-        self.model = model.eval()
+        self.model = model.eval().to(target)
+        self.device = target
         if decoder != "greedy":
             lexicon = None
             if decoder == "phone-beam" or (decoder == "beam" and model.config.phone_vocab_size):
@@ -332,7 +344,8 @@ class SSMSTTEngine:
                                      "phones" if decoder == "phone-beam" else "joint")
         self.flush_s = flush_s
         self.stride = stride
-        compile_frames = stride if compile and stride > 1 else 0
+        # torch.compile's CPU graph (inductor, C++); on a GPU the eager step is fast enough
+        compile_frames = stride if compile and stride > 1 and target.type == "cpu" else 0
         self.runner: StreamRunner
         if runner == "process":
             self.runner = RunnerProcess("ssm_engine.stt.model:load_stt_compiled",

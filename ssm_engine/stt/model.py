@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import load_weights, read_checkpoint, write_checkpoint
+from ..device import model_device
 from ..config import SSMConfig
 from ..errors import CheckpointFormatError, ConfigError
 from ..stack import SSMStack
@@ -225,7 +226,8 @@ class STTModel(nn.Module):
         # compiled now, not in a call (prefill hands the graph contiguous inputs, see _plain)
         state = self.init_state(1)
         for _ in range(2):
-            _, state = self.prefill(torch.zeros(1, frames, self.config.step_samples), state)
+            _, state = self.prefill(torch.zeros(1, frames, self.config.step_samples,
+                                                 device=model_device(self)), state)
 
     @property
     def compiled_frames(self) -> int:

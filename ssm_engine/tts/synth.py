@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..device import model_device
 from ..state import StackState
 from .errors import TextError, TTSError
 from .model import TTSModel, frame_position, load_tts
@@ -92,14 +93,16 @@ class TTSVoice:
 
     def __init__(self, model: TTSModel) -> None:
         self.model = model.eval()
+        self.device = model_device(model)   # inputs go there; features come back to the CPU
         self.lock = threading.Lock()
         self.sample_rate_hz = SAMPLE_RATE_HZ
         # per state kind: (stream ids, batched state, its rows) of the last batched step
         self._last_batch: dict[str, tuple[list[int], StackState, list[StackState]]] = {}
 
     @classmethod
-    def load(cls, directory: str | Path) -> TTSVoice:
-        return cls(load_tts(directory))
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> TTSVoice:
+        """The voice in ``directory`` with its model on ``device`` (``resolve_device``'s)."""
+        return cls(load_tts(directory).to(device))
 
     def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES,
                     pace: float = 1.0) -> TTSStream:
@@ -169,8 +172,9 @@ class TTSVoice:
         streams = sorted(streams, key=id)
         windows, masks = zip(*(s._phone_window() for s in streams), strict=True)
         with self.lock, torch.no_grad():
-            local = self.model.encode_local(torch.from_numpy(np.stack(windows)),
-                                            torch.from_numpy(np.stack(masks)))[:, la]  # (b, d)
+            local = self.model.encode_local(torch.from_numpy(np.stack(windows)).to(self.device),
+                                            torch.from_numpy(np.stack(masks)).to(self.device)
+                                            )[:, la]                            # (b, d)
             state = self._batched(streams, "_enc_state")
             enc, _ = self.model.enc_stack.step(local, state)            # state advances in place
             log_durs = self.model.durations(enc[:, None])[:, 0].tolist()
@@ -204,7 +208,7 @@ class TTSVoice:
         with self.lock, torch.no_grad():
             state = self._batched([s for s, _ in groups], "_dec_state")
             out = self.model.step_frames(x, state)                     # state advances in place
-            feats = self.model.denormalize(out).numpy()                 # (b, r, N_FEATURES)
+            feats = self.model.denormalize(out).cpu().numpy()           # (b, r, N_FEATURES)
         for k, (s, n) in enumerate(groups):
             s._vocode(feats[k, :n])
 
@@ -369,7 +373,8 @@ class TTSStream:
         frames = int(round(np.expm1(max(log_dur, 0.0)) * self._pace))
         frames = min(MAX_PHONE_FRAMES, max(0 if tok.symbol in PAUSE_SYMBOLS else 1, frames))
         if frames:
-            pos = frame_position(torch.arange(frames), torch.full((frames,), frames))
+            pos = frame_position(torch.arange(frames, device=enc.device),
+                                 torch.full((frames,), frames, device=enc.device))
             self._queue.extend(self._model.frame_inputs(enc.expand(frames, -1), pos).unbind(0))
         if tok.word is not None and tok.position in (0, 1):
             self._pending_words.append((tok.word, self._frames_made * HOP_SAMPLES / SAMPLE_RATE_HZ))

@@ -70,3 +70,19 @@ def test_version_and_ports_out_of_range(capsys):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", flag, "65536"])
         assert "a port is 0..65535" in capsys.readouterr().err
+
+
+def test_model_server_device_defaults_to_auto_and_cuda_without_a_gpu_stops_at_start(capsys):
+    """`parley model-server --device` (issue 25): auto by default; a GPU asked for on a machine
+    where torch sees none is one line and exit 2 before anything loads or listens."""
+    import torch
+
+    from deploy.cli import main
+
+    assert build_parser().parse_args(["model-server"]).device == "auto"
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: --device cuda starts")
+    assert main(["model-server", "--device", "cuda", "--port", "0"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith(f"parley model-server: device 'cuda': torch {torch.__version__} sees no GPU")
+    assert err.endswith("use --device cpu or auto")
