@@ -140,9 +140,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "wait for Python's GIL behind the calls' event loop; 0 runs it on a thread of "
                    "the server (default %(default)s)")
     p.add_argument("--voice", default=None, metavar="NAME",
-                   help="with --tts ssm: which shipped voice speaks: slt (female, distilled from "
-                   "festival's HTS voice) or joe (male, distilled from Piper's neural voice); "
-                   "default: the agent spec's `voice:`, else slt. Hear them with `parley say`")
+                   help="with --tts ssm (or remote: the model servers' voice): which shipped voice "
+                   "speaks: slt (female, distilled from festival's HTS voice) or joe (male, "
+                   "distilled from Piper's neural voice); default: the agent spec's `voice:`, else "
+                   "slt. Hear them with `parley say`")
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
                    help="with --tts ssm: a voice's folder, config.json + model.safetensors, in "
                    "place of --voice (a voice trained with `parley train tts`)")
@@ -245,6 +246,24 @@ def _voice_folder(args: argparse.Namespace, spec) -> str | None:
         return str(args.tts_model)
     name = args.voice or (spec.voice if spec is not None else None)
     return str(voice_dir(name)) if name else None
+
+
+def _remote_voice(args: argparse.Namespace, spec) -> str:
+    """With --tts remote: the model servers' voice id, by name (--voice, else the agent spec's
+    ``voice:``; "": the servers' default voice). A folder cannot travel to a model server."""
+    if args.tts != "remote":
+        return ""
+    from pipeline.errors import ConfigError
+    from pipeline.voices import VOICES
+
+    if args.tts_model:
+        raise ConfigError("--tts-model names a local voice folder: with --tts remote, pick the model "
+                          f"servers' voice by name (--voice {' or '.join(VOICES)})")
+    name = args.voice or (spec.voice if spec is not None else None) or ""
+    if name and name not in VOICES:
+        raise ConfigError(f"--tts remote speaks the model servers' shipped voices by name ({', '.join(VOICES)}), "
+                          f"not {name!r}")
+    return name
 
 
 def _sip_credentials() -> tuple[str | None, str | None]:
@@ -384,7 +403,8 @@ def _serve(args: argparse.Namespace) -> int:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
     voice_proc = None
     spec = _load_agent_spec(args.agent)
-    tts_model_dir = _voice_folder(args, spec)
+    remote_voice = _remote_voice(args, spec)
+    tts_model_dir = _voice_folder(args, spec) if args.tts != "remote" else None
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
         import torch
 
@@ -443,7 +463,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     config = replace(config, pipeline=replace(
         config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
-        stt_runner="process" if args.stt_procs > 0 else "thread"))
+        stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
         config = _prewarm_ssm_stt(config)

@@ -70,6 +70,7 @@ class PipelineConfig:
     stt_runner: SttRunner = "thread"
     # with stt or tts "remote": the model servers (ws://HOST:PORT), tried in turn, failed over
     model_urls: tuple[str, ...] = ()
+    remote_voice: str = ""  # with tts "remote": the servers' voice id (a shipped voice; "": their default)
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -169,7 +170,8 @@ def _make_tts(config: PipelineConfig) -> FrameProcessor:
         from pipeline.engines.remote_voice import RemoteVoiceEngine
         from pipeline.services.ssm_tts import SSMTTSService
 
-        return SSMTTSService(engine=RemoteVoiceEngine.shared(config.model_urls), sample_rate=config.sample_rate_hz,
+        return SSMTTSService(engine=RemoteVoiceEngine.shared(config.model_urls, config.remote_voice),
+                             sample_rate=config.sample_rate_hz,
                              aggregation=config.text_aggregation)
     from pipeline.services.espeak_tts import EspeakTTSService
 

@@ -9,7 +9,8 @@ TTS, ``/tts/websocket`` (text frames, JSON both ways)::
 
     client: {"context_id", "transcript", "continue", "output_format": {"container": "raw",
              "encoding": "pcm_s16le" | "pcm_mulaw" | "pcm_alaw", "sample_rate"},
-             "add_timestamps", "model_id", "voice", "language"}        -> TTSGenerate
+             "add_timestamps", "model_id", "voice": {"mode": "id", "id"}, "language"}
+                                                                        -> TTSGenerate
             {"context_id", "cancel": true}                              -> TTSCancel
     server: {"type": "chunk", "data": base64 audio, "done": false, "context_id", ...}
             {"type": "timestamps", "word_timestamps": {"words", "start", "end"}, "context_id"}
@@ -133,6 +134,7 @@ class TTSGenerate:
     output_format: OutputFormat
     add_timestamps: bool = False
     model_id: str = ""
+    voice: str = ""          # the voice's id ("" when the message names none: the default)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,18 @@ def parse_tts_message(raw: str | bytes) -> TTSGenerate | TTSCancel:
         output_format=OutputFormat.parse(msg.get("output_format")),
         add_timestamps=_bool(msg, "add_timestamps", False),
         model_id=_str(msg, "model_id", default=""),
+        voice=_voice(msg.get("voice")),
     )
+
+
+def _voice(value: object) -> str:
+    """Cartesia's ``voice``: ``{"mode": "id", "id": "joe"}`` -> "joe"; absent -> "". A voice is
+    picked by id only (parley's voices are trained, not cloned from an embedding)."""
+    if value is None:
+        return ""
+    if not isinstance(value, dict) or value.get("mode", "id") != "id":
+        raise WireError(f"'voice' must be {{\"mode\": \"id\", \"id\": NAME}}, got {value!r:.60}")
+    return _str(value, "id", default="", limit=128)
 
 
 def _dumps(msg: dict[str, Any]) -> str:

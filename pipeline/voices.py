@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 
-__all__ = ["Voice", "VOICES", "DEFAULT_VOICE", "voice_dir"]
+__all__ = ["Voice", "VOICES", "DEFAULT_VOICE", "voice_dir", "voices_in"]
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 
@@ -44,3 +44,16 @@ def voice_dir(voice: str | Path) -> Path:
     if isinstance(voice, Path) or "/" in str(voice) or path.is_dir():
         return path
     raise ConfigError(f"unknown voice {voice!r}: one of {', '.join(VOICES)}, or a voice folder")
+
+
+def voices_in(model_dir: str | Path) -> dict[str, Path]:
+    """The shipped voices a model folder holds, by name, the default voice first: each voice's
+    folder by its name in the repository's ``models/`` (``tts`` is slt, ``tts-joe`` is joe), as
+    ``parley model-server --model-dir`` (or SageMaker's ``/opt/ml/model``) lays them out. A
+    ``tts`` folder is always the default voice, whatever it was trained as."""
+    root = Path(model_dir)
+    found = {name: root / v.folder.name for name, v in VOICES.items() if (root / v.folder.name).is_dir()}
+    default = next((n for n, v in VOICES.items() if v.folder.name == "tts"), DEFAULT_VOICE)
+    if default in found:
+        found = {default: found[default], **{n: p for n, p in found.items() if n != default}}
+    return found

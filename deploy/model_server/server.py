@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import json
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -96,13 +98,17 @@ class ModelServerConfig:
 
 
 class ModelServer:
-    def __init__(self, config: ModelServerConfig, *, voice=None, recogniser=None) -> None:
-        """``voice``/``recogniser``: engines already loaded (tests); else ``warm()`` loads them
-        from ``config.model_dir``."""
+    def __init__(self, config: ModelServerConfig, *, voice=None, recogniser=None,
+                 voices: dict[str, Any] | None = None) -> None:
+        """``voice``/``recogniser``: engines already loaded (tests), and ``voices`` more voices
+        by name; else ``warm()`` loads them from ``config.model_dir`` (``tts/`` is the default
+        voice, ``tts-joe/`` the voice joe: ``pipeline.voices.voices_in``)."""
         self.config = config
         self.metrics = ModelServerMetrics()
         self.state = State.WARMING
-        self.voice = voice
+        self.voice = voice                        # the default voice: a request that names none
+        self.default_voice = "default"            # its name (warm() reads it from the folder)
+        self.voices: dict[str, Any] = dict(voices or {})   # the other voices, by name
         self.recogniser = recogniser
         self._owned: list[object] = []            # engines warm() loaded: stop() closes them
         self.warm_report: dict[str, object] = {}
@@ -138,19 +144,18 @@ class ModelServer:
         """Load the engines (unless given), run one real inference through each, then ready."""
         t0 = time.perf_counter()
         try:
-            if self.voice is None:
-                from pipeline.engines.ssm_voice import SSMVoiceEngine
-
-                self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts",
-                                                     device=self.config.device)
-                self._owned.append(self.voice)
+            await self._load_voices()
             if self.recogniser is None:
                 self.recogniser = await self._load_recogniser()
                 self._owned.append(self.recogniser)
             speech, first_ms = await self._speak_once(WARM_TEXT)
+            for name, engine in self.voices.items():      # a real inference through each voice
+                await self._speak_once(WARM_TEXT, voice=engine, first_only=True)
+                log.info("voice %s ready", name)
             t1 = time.perf_counter()
             heard = await self._recognise_once(speech)
             self.warm_report = {"device": describe_device(resolve_device(self.config.device)),
+                                "voices": [self.default_voice, *self.voices],
                                 "load_and_warm_s": round(time.perf_counter() - t0, 2),
                                 "tts_first_audio_ms": round(first_ms, 1),
                                 "stt_ms": round((time.perf_counter() - t1) * 1000, 1), "heard": heard}
@@ -164,6 +169,34 @@ class ModelServer:
             self.metrics.ready.set(1)
         self._probe_ok_at = time.monotonic()
         log.info("model server ready: %s", json.dumps(self.warm_report))
+
+    async def _load_voices(self) -> None:
+        """The default voice (``tts/``) unless given, then every other shipped voice the model
+        folder holds that was not given."""
+        from pipeline.engines.ssm_voice import SSMVoiceEngine
+        from pipeline.voices import voices_in
+
+        found = voices_in(self.config.model_dir)
+        default = next((name for name, folder in found.items() if folder.name == "tts"), None)
+        if self.voice is None:
+            self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts",
+                                                 device=self.config.device)
+            self._owned.append(self.voice)
+            self.default_voice = default or "default"
+        for name, folder in found.items():
+            if name != default and name not in self.voices:
+                self.voices[name] = await asyncio.to_thread(SSMVoiceEngine, folder, device=self.config.device)
+                self._owned.append(self.voices[name])
+
+    def voice_for(self, name: str):
+        """The engine of voice ``name`` ("" or "default": the default voice); WireError, naming
+        the voices served, for any other."""
+        if name in ("", "default", self.default_voice):
+            return self.voice
+        if name not in self.voices:
+            ids = [self.default_voice, *self.voices] + ([] if self.default_voice == "default" else ["default"])
+            raise WireError(f"voice {name!r:.40} is not served here: voice ids are {', '.join(ids)}")
+        return self.voices[name]
 
     async def _load_recogniser(self):
         """The recogniser, its step compiled when asked and possible: without a C++ compiler it
@@ -216,9 +249,11 @@ class ModelServer:
         self._owned.clear()
 
     # -- warm-up and probes -------------------------------------------------------------------------
-    async def _speak_once(self, text: str, rate: int = 8000, first_only: bool = False) -> tuple[np.ndarray, float]:
-        assert self.voice is not None
-        utt = self.voice.open(rate)
+    async def _speak_once(self, text: str, rate: int = 8000, first_only: bool = False,
+                          voice=None) -> tuple[np.ndarray, float]:
+        engine = voice or self.voice
+        assert engine is not None
+        utt = engine.open(rate)
         t0 = time.perf_counter()
         first_ms = 0.0
         pieces: list[np.ndarray] = []
@@ -260,10 +295,10 @@ class ModelServer:
             return True
 
     def _register_engine_metrics(self) -> None:
-        voice, runner = self.voice, getattr(self.recogniser, "runner", None)
-        if voice is not None and hasattr(voice, "steps"):
-            self.metrics.register_engine("tts", lambda: EngineStats(voice.steps, voice.step_s,
-                                                                    voice.streams_stepped, voice.queue_depth))
+        runner = getattr(self.recogniser, "runner", None)
+        for name, voice in [("tts", self.voice), *((f"tts-{n}", v) for n, v in self.voices.items())]:
+            if voice is not None and hasattr(voice, "steps"):
+                self.metrics.register_engine(name, functools.partial(_voice_stats, voice))
         if runner is not None and hasattr(runner, "batches_run"):
             self.metrics.register_engine("stt", lambda: EngineStats(runner.batches_run, runner.step_s,
                                                                     runner.streams_stepped, runner.queue_depth))
@@ -306,13 +341,13 @@ class ModelServer:
             msg = parse_tts_message(json.dumps(body))
             if not isinstance(msg, TTSGenerate):
                 raise WireError("an invocation speaks a transcript; cancel belongs to the streaming API")
+            voice = self.voice_for(msg.voice)
         except (ValueError, WireError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
-        assert self.voice is not None
         response = web.StreamResponse(headers={"Content-Type": "application/jsonlines"})
         await response.prepare(request)
         t0 = time.perf_counter()
-        utt = self.voice.open(msg.output_format.sample_rate_hz)
+        utt = voice.open(msg.output_format.sample_rate_hz)
         first = True
         try:
             async with contextlib.aclosing(utt.speak(msg.transcript)) as chunks:
@@ -371,7 +406,7 @@ class ModelServer:
         try:
             if kind == "tts":
                 assert self.voice is not None
-                await TtsSession(ws, self.voice, self.metrics).run()
+                await TtsSession(ws, self.voice_for, self.metrics).run()
             else:
                 assert self.recogniser is not None and params is not None
                 await SttSession(ws, self.recogniser, params, self.metrics).run()
@@ -381,3 +416,7 @@ class ModelServer:
             if not ws.closed:
                 await ws.close()
         return ws
+
+
+def _voice_stats(voice: Any) -> EngineStats:
+    return EngineStats(voice.steps, voice.step_s, voice.streams_stepped, voice.queue_depth)

@@ -3,7 +3,9 @@
 A socket carries any number of contexts (one per reply) at once; each context speaks its
 transcripts in order, one ``VoiceUtterance`` each, and sends its audio as it is made (20 ms chunks
 or more, base64 in ``chunk`` messages), with word timestamps when asked. Every utterance of every
-socket shares the process's one voice engine, whose thread steps them all together.
+socket shares the process's engine of its voice (Cartesia's ``voice: {"mode": "id", "id"}``,
+picked per context: the server's default voice, or joe, ...), whose thread steps them all
+together.
 
 Bad messages get an ``error`` (the context's, when it has one) and the socket goes on; a socket that
 sends nothing but bad messages is closed after ``MAX_BAD_MESSAGES``.
@@ -16,6 +18,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,14 +59,18 @@ class _Context:
     ended: bool = False            # its last transcript (continue: false) has arrived
     offset_s: float = 0.0          # audio sent so far, seconds
     task: asyncio.Task[None] | None = None
+    voice: str = ""                # the voice id its first message named ("": the default)
+    engine: SSMVoiceEngine | None = None
 
 
 class TtsSession:
     """Serves one ``/tts/websocket`` socket until the client closes it (or the server ends)."""
 
-    def __init__(self, ws: web.WebSocketResponse, engine: SSMVoiceEngine, metrics: ModelServerMetrics) -> None:
+    def __init__(self, ws: web.WebSocketResponse, voices: Callable[[str], SSMVoiceEngine],
+                 metrics: ModelServerMetrics) -> None:
+        """``voices``: voice id -> its engine ("" the default), WireError for one not served."""
         self._ws = ws
-        self._engine = engine
+        self._voices = voices
         self._metrics = metrics
         self._contexts: dict[str, _Context] = {}
         self._send_lock = asyncio.Lock()
@@ -125,13 +132,22 @@ class TtsSession:
                 await self._refuse(msg.context_id, f"{MAX_CONTEXTS} contexts are open on this socket: "
                                                    f"finish or cancel one first", 429)
                 return
-            ctx = self._contexts[msg.context_id] = _Context(msg.context_id, msg.output_format, msg.add_timestamps)
+            try:
+                engine = self._voices(msg.voice)
+            except WireError as exc:
+                await self._refuse(msg.context_id, str(exc))
+                return
+            ctx = self._contexts[msg.context_id] = _Context(msg.context_id, msg.output_format, msg.add_timestamps,
+                                                            voice=msg.voice, engine=engine)
             ctx.task = asyncio.create_task(self._speak(ctx), name=f"tts-context-{msg.context_id[:16]}")
         elif ctx.ended:
             await self._refuse(msg.context_id, "this context has ended (continue: false); use a new context_id")
             return
         elif msg.output_format != ctx.fmt:
             await self._refuse(msg.context_id, "output_format cannot change within a context")
+            return
+        elif msg.voice != ctx.voice:
+            await self._refuse(msg.context_id, "the voice cannot change within a context")
             return
         if ctx.texts.qsize() >= MAX_QUEUED_TRANSCRIPTS:
             await self._refuse(msg.context_id, f"over {MAX_QUEUED_TRANSCRIPTS} transcripts waiting in "
@@ -159,7 +175,8 @@ class TtsSession:
 
     async def _utterance(self, ctx: _Context, text: str, received_s: float) -> None:
         rate = ctx.fmt.sample_rate_hz
-        utt = self._engine.open(rate)
+        assert ctx.engine is not None
+        utt = ctx.engine.open(rate)
         first = True
         samples = 0
         try:

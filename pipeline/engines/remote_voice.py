@@ -137,25 +137,28 @@ class _Connection:
 class RemoteVoiceEngine:
     """The voice of a set of model servers, for every call of the process (one event loop)."""
 
-    def __init__(self, replicas: Replicas, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    def __init__(self, replicas: Replicas, *, voice: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  stall_timeout_s: float = STALL_TIMEOUT_S) -> None:
+        """``voice``: the model servers' voice id that speaks (a shipped voice's name, e.g. joe;
+        "": each server's default voice)."""
         self.replicas = replicas
+        self.voice = voice
         self.connect_timeout_s = connect_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self._connections: dict[str, _Connection] = {}
         self._connecting = asyncio.Lock()
         self.failovers = 0
 
-    _shared: dict[tuple[tuple[str, ...], int], RemoteVoiceEngine] = {}
+    _shared: dict[tuple[tuple[str, ...], str, int], RemoteVoiceEngine] = {}
 
     @classmethod
-    def shared(cls, urls: tuple[str, ...]) -> RemoteVoiceEngine:
-        """The engine for these model servers on the running event loop (every call of the
-        process shares it: one set of cool-downs, one socket per replica)."""
-        key = (tuple(urls), id(asyncio.get_running_loop()))
+    def shared(cls, urls: tuple[str, ...], voice: str = "") -> RemoteVoiceEngine:
+        """The engine for these model servers and voice on the running event loop (every call of
+        the process shares it: one set of cool-downs, one socket per replica)."""
+        key = (tuple(urls), voice, id(asyncio.get_running_loop()))
         engine = cls._shared.get(key)
         if engine is None:
-            engine = cls._shared[key] = cls(Replicas(tuple(urls)))
+            engine = cls._shared[key] = cls(Replicas(tuple(urls)), voice=voice)
         return engine
 
     def open(self, sample_rate_hz: int, *, seed: int = 0) -> RemoteVoiceUtterance:
@@ -218,9 +221,11 @@ class RemoteVoiceUtterance:
             self._active = None
 
     def _request(self, cid: str, text: str) -> str:
-        return json.dumps({"context_id": cid, "transcript": text, "continue": False, "add_timestamps": True,
-                           "output_format": {"container": "raw", "encoding": "pcm_s16le",
-                                             "sample_rate": self.sample_rate_hz}})
+        request = {"context_id": cid, "transcript": text, "continue": False, "add_timestamps": True,
+                   "output_format": {"container": "raw", "encoding": "pcm_s16le", "sample_rate": self.sample_rate_hz}}
+        if self._engine.voice:
+            request["voice"] = {"mode": "id", "id": self._engine.voice}
+        return json.dumps(request)
 
     async def speak(self, text: str) -> AsyncGenerator[SpeechChunk, None]:
         """Speak ``text``, yielding audio as it arrives; moves to another replica on failure."""

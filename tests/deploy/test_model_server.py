@@ -173,7 +173,7 @@ async def test_pipecat_cartesia_tts_service_unmodified_speaks_through_the_server
     await server.warm()
     try:
         tts = CartesiaTTSService(api_key="unused", url=f"ws://127.0.0.1:{server.port}/tts/websocket",
-                                 settings=CartesiaTTSService.Settings(voice="parley", model="parley-ssm"),
+                                 settings=CartesiaTTSService.Settings(voice="default", model="parley-ssm"),
                                  sample_rate=8000)
         down, _ = await run_test(tts, frames_to_send=[TTSSpeakFrame("Your order ships on Tuesday."), SleepFrame(4.0)],
                                  pipeline_params=PipelineParams(audio_out_sample_rate=8000))
@@ -283,7 +283,7 @@ async def test_invocations_streams_newline_delimited_json_audio(engines):
     url = f"http://127.0.0.1:{server.port}/invocations"
     try:
         async with aiohttp.ClientSession() as s:
-            body = {"transcript": "Thank you for calling.", "output_format": FMT, "voice": {"mode": "id", "id": "x"}}
+            body = {"transcript": "Thank you for calling.", "output_format": FMT, "voice": {"mode": "id", "id": "default"}}
             async with s.post(url, json=body) as r:
                 assert r.status == 200
                 lines = [json.loads(line) for line in (await r.text()).splitlines()]
@@ -303,7 +303,7 @@ async def test_an_invocation_whose_client_leaves_midway_is_one_line_and_the_serv
     await server.warm()
     url = f"http://127.0.0.1:{server.port}/invocations"
     long = " ".join(["Your appointment is on Tuesday the fourth at half past three in the afternoon."] * 4)
-    body = {"transcript": long, "output_format": FMT, "voice": {"mode": "id", "id": "x"}}
+    body = {"transcript": long, "output_format": FMT, "voice": {"mode": "id", "id": "default"}}
     try:
         with caplog.at_level("INFO", logger="deploy.model_server.server"):
             for _ in range(3):
