@@ -118,17 +118,37 @@ class SoakServer(Server):
                 continue
         return None
 
+    def role(self, pid: int) -> str:
+        """Which process of the tree: the server, or the engine worker it runs."""
+        if pid == self.proc.pid:
+            return "server"
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            return "other"
+        return next((role for needle, role in ROLES if needle in cmd), "other")
+
     def sample(self) -> dict:
         rss_kb, fds = 0, 0
+        by_role: dict[str, float] = {}
         for pid in self.tree():
             try:
                 with open(f"/proc/{pid}/status") as f:
-                    rss_kb += next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+                    kb = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
                 if pid == self.proc.pid:
                     fds = len(os.listdir(f"/proc/{pid}/fd"))
             except (OSError, StopIteration):
                 continue
-        return {"rss_mb": round(rss_kb / 1024, 1), "fds": fds, "processes": len(self.tree())}
+            rss_kb += kb
+            role = self.role(pid)
+            by_role[role] = round(by_role.get(role, 0.0) + kb / 1024, 1)
+        return {"rss_mb": round(rss_kb / 1024, 1), "rss_mb_by_role": by_role, "fds": fds,
+                "processes": len(self.tree())}
+
+
+ROLES = ((b"runner_procs", "recogniser worker"), (b"voice_procs", "voice worker"),
+         (b"sphinx_procs", "sphinx worker"))
 
 
 async def sip_call(server: SoakServer, phrases: list[str], out: dict, voice: Voice, *, loss: float = 0.0,
@@ -328,6 +348,10 @@ async def main() -> None:
         warm = samples[1] if len(samples) > 2 else first
         report["rss_growth_after_1min_pct"] = round(100 * (last["rss_mb"] - warm["rss_mb"]) / warm["rss_mb"], 1)
         report["rss_slope_mb_per_min"] = round((last["rss_mb"] - warm["rss_mb"]) / max(1e-9, (last["t_s"] - warm["t_s"]) / 60), 2)
+        # per process: a worker restarted by a fault starts small and grows as it warms, which is
+        # growth of the tree but no leak; the server's own slope is what a leak would show in
+        report["rss_mb_by_role_1min_last"] = {
+            role: [warm["rss_mb_by_role"].get(role), mb] for role, mb in last["rss_mb_by_role"].items()}
         report["fds_first_last"] = [first["fds"], last["fds"]]
         report["server_warnings"], kinds = server.warnings()
         report["server_warning_kinds"] = kinds[:8]

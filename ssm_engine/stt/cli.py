@@ -129,6 +129,11 @@ def register_cli(subparsers: Any) -> None:
                    "then come from both heads (default %(default)s)")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card, then exit")
+    p.add_argument("--checkpoint", choices=("best", "last"), default="best",
+                   help="with --export: the check's best (lowest greedy CER and phone error on the "
+                   "data set's held-out split) or the run's last, at the end of its learning-rate "
+                   "schedule (choose by the human development set, `bench_stt_human.py --model`); "
+                   "default %(default)s")
     p.add_argument("--commands", metavar="FILE", default=None,
                    help="with --export: a file holding the commands that made the model, for the card")
     p.set_defaults(func=_train_stt)
@@ -215,7 +220,8 @@ def _train_stt(args: argparse.Namespace) -> int:
     if args.export:
         from .export import export_run
 
-        print(export_run(args.run, args.export, data_dir=args.data, command=args.commands))
+        print(export_run(args.run, args.export, data_dir=args.data, command=args.commands,
+                         checkpoint=args.checkpoint))
         return 0
     from .train import TrainConfig, train
 

@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 
 from .lm import NGramLM
-from .model import load_stt
+from .model import STTModel, load_stt, save_stt
 from .phones import Pronouncer
-from ..errors import ConfigError
+from ..errors import CheckpointFormatError, ConfigError
 
 __all__ = ["export_run"]
 
@@ -148,15 +148,23 @@ def _write_lexicon(out: Path, phones_dict: str | None) -> None:
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path,
-               command: str | None = None) -> Path:
-    """Export RUN/best to ``out_dir``. ``command``: the commands that made it (text, or a file
+               command: str | None = None, checkpoint: str = "best") -> Path:
+    """Export RUN/best (or, ``checkpoint="last"``, the run's last checkpoint, scored by the
+    run's final check) to ``out_dir``. ``command``: the commands that made it (text, or a file
     holding them); default: the plain ``parley train stt`` line for this run."""
     run, out, data = Path(run_dir), Path(out_dir), Path(data_dir)
+    if checkpoint not in ("best", "last"):
+        raise ConfigError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     best = run / "best"
     model = load_stt(best)                       # validates the checkpoint before shipping it
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "model.safetensors"):
-        shutil.copyfile(best / name, out / name)
+    if checkpoint == "last":
+        model, metrics = _last(run, model)
+        save_stt(model, out)
+    else:
+        metrics = json.loads((best / "metrics.json").read_text())
+        for name in ("config.json", "model.safetensors"):
+            shutil.copyfile(best / name, out / name)
     if (run / "train.log").exists():
         shutil.copyfile(run / "train.log", out / "training.log")
     last_cfg = {}
@@ -166,7 +174,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path
             last_cfg = json.loads(line.split(" config ", 1)[1])
     if model.config.phone_vocab_size:
         _write_lexicon(out, last_cfg.get("phones_dict"))
-    metrics = json.loads((best / "metrics.json").read_text())
     summary = json.loads((data / "summary.json").read_text())
     train_s, held = summary["splits"]["train"], summary["splits"]["heldout"]
     if command is None:
@@ -188,3 +195,23 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path
         twer=metrics["wer"], evals=_evals(out), augment=_augment(last_cfg))
     (out / "MODEL_CARD.md").write_text(card)
     return out
+
+
+def _last(run: Path, model: STTModel) -> tuple[STTModel, dict]:
+    """The run's last checkpoint (``last.pt``) in ``model``, with the check the run made at that
+    step (its final one); a CheckpointFormatError when the run has no such check (still going)."""
+    import torch
+
+    path = run / "last.pt"
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        model.load_state_dict(ck["model"])
+    except (OSError, RuntimeError, KeyError, EOFError) as exc:
+        raise CheckpointFormatError(path, f"not a readable training checkpoint: {exc}") from None
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()] \
+        if (run / "metrics.jsonl").exists() else []
+    at_step = [r for r in rows if r.get("step") == ck["step"]]
+    if not at_step:
+        raise CheckpointFormatError(path, f"step {ck['step']} was never checked (is the run still going? "
+                                          f"export its best, or let it finish)")
+    return model, at_step[-1]

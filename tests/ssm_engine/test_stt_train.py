@@ -61,6 +61,25 @@ def test_train_checkpoints_resumes_and_exports(tiny_data, tmp_path):
     load_stt(out)
 
 
+
+def test_export_last_ships_the_last_checkpoint_with_the_check_made_at_its_step(tiny_data, tmp_path):
+    import torch
+
+    from ssm_engine import CheckpointFormatError
+
+    run = tmp_path / "run"
+    train(_cfg(tiny_data, run, 4))
+    last_state = torch.load(run / "last.pt", weights_only=False)["model"]
+    out = export_run(run, tmp_path / "last", data_dir=tiny_data, checkpoint="last")
+    shipped = load_stt(out).state_dict()
+    assert all(torch.equal(shipped[k], v) for k, v in last_state.items())
+    assert "- Steps 4," in (out / "MODEL_CARD.md").read_text()
+    rows = [x for x in (run / "metrics.jsonl").read_text().splitlines() if json.loads(x)["step"] != 4]
+    (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")          # as if the run were still going
+    with pytest.raises(CheckpointFormatError, match="step 4 was never checked"):
+        export_run(run, tmp_path / "again", data_dir=tiny_data, checkpoint="last")
+
+
 def test_cli_registers_data_and_train_under_shared_groups():
     import argparse
 
