@@ -85,12 +85,13 @@ class Llm:
 
 
 class SoakServer(Server):
-    def __init__(self, work: Path, spec: Path, stt: str) -> None:   # noqa: D107 - Server's shape, our agent
+    def __init__(self, work: Path, spec: Path, stt: str, heap_frames: int = 0) -> None:   # noqa: D107
         port, self.sip_port = free_port(), free_port(socket.SOCK_DGRAM)
         ServeProcess.__init__(self, "parley", [
             "-m", "deploy.cli", "serve", "--agent", str(spec), "--port", str(port), "--sip-port", str(self.sip_port),
             "--db", str(work / "calls.db"), "--log-level", "WARNING", "--stt", stt, "--tts", "ssm",
-            "--stt-procs", "1", "--tts-procs", "1", "--max-calls", "10000", "--no-llm-check"],
+            "--stt-procs", "1", "--tts-procs", "1", "--max-calls", "10000", "--no-llm-check",
+            *(["--heap-profile", str(heap_frames)] if heap_frames else [])],
             port=port, log_path=work / "server.log",
             env={"TWILIO_AUTH_TOKEN": TOKEN, "PARLEY_GENESYS_API_KEY": GENESYS_KEY,
                  "PARLEY_GENESYS_CLIENT_SECRET": base64.b64encode(GENESYS_SECRET).decode()})
@@ -231,6 +232,8 @@ class Soak:
             s["t_s"] = round(time.monotonic() - self.t0)
             s["live_calls"] = await self.live_calls()
             samples.append(s)
+            if self.args.heap_profile and len(samples) == 2:     # the one-minute sample: the baseline
+                os.kill(self.server.proc.pid, signal.SIGUSR1)
             await asyncio.sleep(60.0)
 
     async def live_calls(self) -> int | None:
@@ -293,6 +296,9 @@ async def main() -> None:
     ap.add_argument("--calls", type=int, default=4, help="callers placing calls at once (default %(default)s)")
     ap.add_argument("--fault-s", type=float, default=30.0, help="how long each fault lasts (default %(default)s)")
     ap.add_argument("--stt", choices=("ssm", "sphinx"), default="ssm")
+    ap.add_argument("--heap-profile", type=int, default=0, metavar="FRAMES",
+                    help="run the server with --heap-profile FRAMES: a baseline at the one-minute sample, "
+                         "and the places its heap grew most since then in the report (heap_growth)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     llm = Llm()
@@ -301,7 +307,7 @@ async def main() -> None:
     spec.write_text(SPEC.format(url=url))
     voice = Voice()
     await voice.prepare(PHRASES)
-    server = SoakServer(work, spec, args.stt)
+    server = SoakServer(work, spec, args.stt, args.heap_profile)
     report: dict = {"bench": "soak", "git": git_sha(), "cpus": os.cpu_count(), "minutes": args.minutes,
                     "concurrent_calls": args.calls, "stt": args.stt, "faults": []}
     samples: list[dict] = []
@@ -319,6 +325,11 @@ async def main() -> None:
         samples.append({**server.sample(), "t_s": round(time.monotonic() - soak.t0),
                         "live_calls": await soak.live_calls()})
         report["server_alive"] = server.proc.poll() is None
+        if args.heap_profile and report["server_alive"]:
+            os.kill(server.proc.pid, signal.SIGUSR1)
+            await asyncio.sleep(10.0)                     # a snapshot of a large heap takes seconds
+            report["heap_growth"] = [line.split("heap: ", 1)[1] for line in server.log_tail(10**7).splitlines()
+                                     if "heap: " in line]
         clean = [x for c in soak.calls if not soak.overlaps(c) for x in c["v2v"]]
         every = [x for c in soak.calls for x in c["v2v"]]
         stats: collections.Counter = collections.Counter()

@@ -173,6 +173,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "gets <Reject reason=busy>, a browser 503 and a SIP INVITE 503 with Retry-After, "
                    "each counted in /metrics (default: 8 per CPU core, what one core was measured to "
                    "carry)")
+    p.add_argument("--heap-profile", type=int, default=0, metavar="FRAMES",
+                   help="hunt a leak: trace allocations (tracemalloc, FRAMES deep; costs CPU); SIGUSR1 "
+                   "takes a baseline, the next ones log the places grown most since (default off)")
     p.add_argument("--drain-s", type=float, default=30.0,
                    help="on SIGTERM: how long live calls may go on before being ended politely "
                    "(default %(default)s s)")
@@ -488,8 +491,19 @@ def _serve(args: argparse.Namespace) -> int:
                       ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
     sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
     emf = _emf(args, server.metrics)
+    heap = None
+    if args.heap_profile:
+        from deploy.heap import HeapProfile
+
+        heap = HeapProfile(args.heap_profile)
+
+    async def serve() -> None:
+        if heap is not None:
+            heap.install(asyncio.get_running_loop())
+        await serve_forever(server, sip=sip, emf=emf)
+
     try:
-        asyncio.run(serve_forever(server, sip=sip, emf=emf))
+        asyncio.run(serve())
     except KeyboardInterrupt:
         pass
     finally:
