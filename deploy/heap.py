@@ -47,7 +47,7 @@ class HeapProfile:
         lines = []
         for stat in stats[: self.top]:
             where = " <- ".join(f"{f.filename.rsplit('/site-packages/', 1)[-1]}:{f.lineno}"
-                                for f in list(stat.traceback)[:3])
+                                for f in list(stat.traceback)[::-1][:3])   # innermost first
             lines.append(f"heap: {stat.size_diff / 1024:+.0f} KiB ({stat.count_diff:+d} blocks) at {where}")
         total = sum(s.size_diff for s in stats)
         lines.append(f"heap: {total / 2**20:+.1f} MiB traced since the baseline")
