@@ -55,4 +55,8 @@ class HeapProfile:
 
     def install(self, loop: AbstractEventLoop) -> None:
         """SIGUSR1 -> ``mark()``, logged at WARNING (seen at any --log-level but ERROR)."""
-        loop.add_signal_handler(signal.SIGUSR1, lambda: [log.warning(line) for line in self.mark()])
+        def report() -> None:
+            for line in self.mark():
+                log.warning(line)
+
+        loop.add_signal_handler(signal.SIGUSR1, report)
