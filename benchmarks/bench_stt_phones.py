@@ -6,8 +6,9 @@
 The human development set's sentences, each heard three ways in one run: the recorded person, and
 the same text spoken by two voices the model never trained on (flite slt, an HTS voice; espeak-ng
 en-us+f3, a formant voice of the family that trains), all through the 8 kHz mu-law channel. Scored
-by the phone head's greedy output against CMUdict's pronunciation (phone error rate, word
-boundaries left out): no lexicon, no language model, so the figure is the acoustic model alone.
+by the phone head's greedy output against CMUdict's pronunciation, word boundaries included (the
+phone error rate of ``parley train stt``'s own check, ``ssm_engine.stt.train.evaluate``): no
+lexicon, no language model, so the figure is the acoustic model alone.
 The same words in three voices separate "cannot hear this speaker" from "does not know these
 words". Per model: PER per voice kind and per source; one JSON line.
 """
@@ -30,23 +31,13 @@ import torch  # noqa: E402
 from harness.stt_eval import phone_channel  # noqa: E402
 from pipeline.audio.wav import read_wav  # noqa: E402
 from ssm_engine.data.manifest import read_manifest  # noqa: E402
-from ssm_engine.stt.decode import edit_distance  # noqa: E402
-from ssm_engine.stt.model import STTModel, load_stt, prepare_audio  # noqa: E402
-from ssm_engine.stt.phones import PHONE_BLANK, PHONES, WORD_BOUNDARY, Pronouncer  # noqa: E402
+from ssm_engine.stt.model import load_stt  # noqa: E402
+from ssm_engine.stt.phones import Pronouncer  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402
+from ssm_engine.stt.train import evaluate  # noqa: E402
 
 SYNTHETIC = {"flite:slt": ["flite", "-voice", "slt", "-t", "{text}", "-o", "{out}"],
              "espeak:en-us+f3": ["espeak-ng", "-v", "en-us+f3", "-w", "{out}", "{text}"]}
-
-
-def phones_heard(model: STTModel, pcm, rate: int) -> list[str]:
-    audio = prepare_audio(phone_channel(pcm, rate, 8000, "mulaw"), 8000, model.config)
-    with torch.no_grad():
-        _, phone_logits = model.forward_heads(audio)
-    assert phone_logits is not None, "the model has no phone head"
-    best = phone_logits[0].argmax(-1).tolist()
-    return [PHONES[p] for k, p in enumerate(best)
-            if p not in (PHONE_BLANK, WORD_BOUNDARY) and (k == 0 or p != best[k - 1])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,33 +51,29 @@ def main(argv: list[str] | None = None) -> int:
     import pocketsphinx
 
     lexicon = Pronouncer.load(os.path.join(pocketsphinx.get_model_path(), "en-us", "cmudict-en-us.dict"))
-    clips = []                         # (source, reference phones, {voice: (pcm, rate)})
+    # voice -> source -> [(8 kHz mu-law float samples, words)]: the training check's clips
+    clips: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i, (path, text) in enumerate(read_manifest(args.manifest)):
             words = normalize_text(text)
-            ref = lexicon.encode(words)
-            if ref is None:
+            if lexicon.encode(words) is None:
                 continue
             heard = {"person": read_wav(path)}
             for voice, cmd in SYNTHETIC.items():
                 out = f"{tmp}/{i}-{voice.replace(':', '_')}.wav"
                 subprocess.run([c.format(text=words, out=out) for c in cmd], check=True, capture_output=True)
                 heard[voice] = read_wav(out)
-            clips.append((Path(path).parent.name, [PHONES[p] for p in ref if p != WORD_BOUNDARY], heard))
-    report: dict = {"bench": "stt_phones", "git": git_sha(), "manifest": args.manifest, "clips": len(clips),
-                    "phones": sum(len(r) for _, r, _ in clips), "models": {}}
-    for folder in args.model or ["models/stt"]:
-        model = load_stt(folder).eval()
-        errors: dict[str, dict[str, list[int]]] = {}
-        for source, ref, heard in clips:
             for voice, (pcm, rate) in heard.items():
-                e = edit_distance(ref, phones_heard(model, pcm, rate))
-                for key in (source, "all"):
-                    cell = errors.setdefault(voice, {}).setdefault(key, [0, 0])
-                    cell[0] += e
-                    cell[1] += len(ref)
-        report["models"][folder] = {voice: {k: round(e / n, 3) for k, (e, n) in by.items()}
-                                    for voice, by in errors.items()}
+                x = phone_channel(pcm, rate, 8000, "mulaw").astype("float32") / 32768.0
+                for key in (Path(path).parent.name, "all"):
+                    clips.setdefault(voice, {}).setdefault(key, []).append((x, words))
+    report: dict = {"bench": "stt_phones", "git": git_sha(), "manifest": args.manifest,
+                    "clips": len(clips["person"]["all"]), "models": {}}
+    for folder in args.model or ["models/stt"]:
+        model = load_stt(folder)
+        report["models"][folder] = {voice: {key: round(evaluate(model, part, pronouncer=lexicon)["per"], 3)
+                                            for key, part in by.items()}
+                                    for voice, by in clips.items()}
     print(json.dumps(report))
     return 0
 

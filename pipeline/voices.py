@@ -52,8 +52,5 @@ def voices_in(model_dir: str | Path) -> dict[str, Path]:
     ``parley model-server --model-dir`` (or SageMaker's ``/opt/ml/model``) lays them out. A
     ``tts`` folder is always the default voice, whatever it was trained as."""
     root = Path(model_dir)
-    found = {name: root / v.folder.name for name, v in VOICES.items() if (root / v.folder.name).is_dir()}
-    default = next((n for n, v in VOICES.items() if v.folder.name == "tts"), DEFAULT_VOICE)
-    if default in found:
-        found = {default: found[default], **{n: p for n, p in found.items() if n != default}}
-    return found
+    order = [DEFAULT_VOICE, *(n for n in VOICES if n != DEFAULT_VOICE)]
+    return {name: root / VOICES[name].folder.name for name in order if (root / VOICES[name].folder.name).is_dir()}

@@ -104,6 +104,7 @@ class ModelServer:
         by name; else ``warm()`` loads them from ``config.model_dir`` (``tts/`` is the default
         voice, ``tts-joe/`` the voice joe: ``pipeline.voices.voices_in``)."""
         self.config = config
+        self.device = resolve_device(config.device)   # checked by the config already
         self.metrics = ModelServerMetrics()
         self.state = State.WARMING
         self.voice = voice                        # the default voice: a request that names none
@@ -154,7 +155,7 @@ class ModelServer:
                 log.info("voice %s ready", name)
             t1 = time.perf_counter()
             heard = await self._recognise_once(speech)
-            self.warm_report = {"device": describe_device(resolve_device(self.config.device)),
+            self.warm_report = {"device": describe_device(self.device),
                                 "voices": [self.default_voice, *self.voices],
                                 "load_and_warm_s": round(time.perf_counter() - t0, 2),
                                 "tts_first_audio_ms": round(first_ms, 1),
@@ -174,18 +175,17 @@ class ModelServer:
         """The default voice (``tts/``) unless given, then every other shipped voice the model
         folder holds that was not given."""
         from pipeline.engines.ssm_voice import SSMVoiceEngine
-        from pipeline.voices import voices_in
+        from pipeline.voices import DEFAULT_VOICE, voices_in
 
         found = voices_in(self.config.model_dir)
-        default = next((name for name, folder in found.items() if folder.name == "tts"), None)
+        device = str(self.device)
         if self.voice is None:
-            self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts",
-                                                 device=self.config.device)
+            self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts", device=device)
             self._owned.append(self.voice)
-            self.default_voice = default or "default"
+            self.default_voice = DEFAULT_VOICE if DEFAULT_VOICE in found else "default"
         for name, folder in found.items():
-            if name != default and name not in self.voices:
-                self.voices[name] = await asyncio.to_thread(SSMVoiceEngine, folder, device=self.config.device)
+            if name != DEFAULT_VOICE and name not in self.voices:
+                self.voices[name] = await asyncio.to_thread(SSMVoiceEngine, folder, device=device)
                 self._owned.append(self.voices[name])
 
     def voice_for(self, name: str):
@@ -205,8 +205,8 @@ class ModelServer:
         from pipeline.services.ssm_stt import SSMSTTEngine
 
         folder = self.config.model_dir / "stt"
-        device = self.config.device
-        if resolve_device(device).type != "cpu":     # eager on a GPU: nothing to compile
+        device = str(self.device)
+        if self.device.type != "cpu":                 # eager on a GPU: nothing to compile
             return await asyncio.to_thread(SSMSTTEngine, folder, compile=False, device=device)
         if self.config.stt_compile:
             log.info("compiling the recogniser's step (about 30 s at the first start; --no-stt-compile skips it)")
