@@ -237,7 +237,9 @@ class _Library:
                 utt.aborted = True
                 return 1
             if num_samples > 0 and wav:
-                pcm = np.ctypeslib.as_array(wav, shape=(num_samples,)).copy()
+                # a copy through bytes: np.ctypeslib.as_array would make a ctypes array type per
+                # chunk length, and ctypes caches every such type for the life of the process
+                pcm = np.frombuffer(ctypes.string_at(wav, 2 * num_samples), dtype=np.int16).copy()
                 if utt.resampler is not None:
                     pcm = utt.resampler.resample_chunk(pcm)
                 if len(pcm) and _deliver(utt, pcm):

@@ -32,10 +32,10 @@ import os
 import socket
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from pipeline.builder import PipelineConfig
-from pipeline.records import CallStore, MemoryCallStore
+from pipeline.records import CallRecord, CallStore, MemoryCallStore
 from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
 from telephony.sip.checks import ALLOW, check_request, warning
@@ -43,7 +43,7 @@ from telephony.sip.config import SipConfig
 from telephony.sip.digest import DigestServer
 from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipParseError
 from telephony.sip.headers import NameAddr, Via
-from telephony.sip.media import RtpSession, is_ip, random_tag
+from telephony.sip.media import MediaStats, RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to, salvage_request, \
     sdp_body, with_received
 from telephony.sip.register import Registration
@@ -64,6 +64,23 @@ _NO_DIALOG = warning("no dialog of this Call-ID and tags here")
 TransactionKey = tuple[str, str, str]  # (branch, Via sent-by, method)
 
 
+@dataclass(frozen=True)
+class EndedSipCall:
+    """What the server keeps of an ended call (``SipServer.recent``)."""
+
+    call_id: str
+    history: list[str]
+    record: CallRecord
+    routes: list[str]
+    stats: MediaStats
+    end_reason: str | None
+
+    @classmethod
+    def of(cls, call: SipCall) -> EndedSipCall:
+        return cls(call.call_id, list(call.history), call.record, list(call.routes), call.session.stats,
+                   call.end_reason)
+
+
 class SipServer(asyncio.DatagramProtocol):
     """Owns the signalling socket, the transaction tables and the live calls (a :class:`~telephony.sip.endpoint.SipEndpoint`)."""
 
@@ -79,7 +96,10 @@ class SipServer(asyncio.DatagramProtocol):
         self._answering: set[str] = set()  # Call-IDs whose INVITE is being set up
         # the process's admission (the call server's, beside HTTP): "draining", "capacity" or None
         self.admit: Callable[[], str | None] | None = None
-        self.recent: deque[SipCall] = deque(maxlen=100)  # ended calls, newest last (history, stats)
+        # the last 100 ended calls, newest last: what they were (history, record, media counts),
+        # not the calls themselves, whose pipelines and buffers go when they end (a soak grew
+        # ~1 MB per SIP call while the whole SipCall was kept here)
+        self.recent: deque[EndedSipCall] = deque(maxlen=100)
         self.port: int | None = None
         self.bad_datagrams = 0
         self.refused: dict[int, int] = {}  # status -> count of requests refused with it
@@ -434,7 +454,7 @@ class SipServer(asyncio.DatagramProtocol):
             await call.run()
         finally:
             self.live.pop(call.call_id, None)
-            self.recent.append(call)
+            self.recent.append(EndedSipCall.of(call))
             session.close()
 
 

@@ -22,7 +22,7 @@ async def test_uac_pcap_call_is_answered_heard_and_hung_up(sip_server, seen, tmp
     assert seen.speech_starts >= 1
     [call] = sip_server.recent
     assert call.history == ["ringing", "answered", "acked", "bye-received", "ended"]
-    stats = call.session.stats
+    stats = call.stats
     assert stats.packets_in == 236, stats  # g711a.pcap: 7 s of A-law in 30 ms packets, all of them
     assert stats.bad_packets == 0 and stats.dtmf_in == ["1"]
     assert stats.packets_out > 0  # the agent answered what it heard, over RTP
@@ -128,7 +128,7 @@ async def test_drain_refuses_new_calls_and_ends_live_ones_with_a_farewell(sip_se
     assert ended.history == ["ringing", "answered", "acked", "bye-sent", "ended"]
     assert ended.record.end_reason == "server shutting down"
     assert ended.record.greeting == "We are closing now Goodbye"  # the farewell played before the BYE
-    assert ended.session.stats.packets_out > 50  # about 2 s of it
+    assert ended.stats.packets_out > 50  # about 2 s of it
 
 
 async def test_a_broken_agent_ends_its_call_with_bye_and_the_server_goes_on(make_sip_server, tmp_path, caplog):
