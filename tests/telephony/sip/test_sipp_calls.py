@@ -182,3 +182,24 @@ async def test_through_a_kamailio_proxy_our_bye_follows_its_record_route(sip_ser
     assert call.history == ["ringing", "answered", "acked", "bye-sent", "ended"]
     assert len(call.routes) == 1 and call.routes[0].startswith(f"<sip:127.0.0.1:{proxy.port};lr")
     assert "LOOSE-ROUTED BYE sip:sipp@127.0.0.1" in log  # the BYE went through the proxy
+
+
+async def test_an_ended_call_leaves_no_pipeline_behind(sip_server, seen, tmp_path):
+    """Regression (bench_soak, issue 27): ``SipServer.recent`` kept its last 100 ended SipCalls
+    whole, and with them their pipelines, ~1.2 MB a call: the server grew by that for every SIP
+    call. What is kept now is a summary; once the call ends nothing holds the call itself."""
+    import gc
+
+    from pipecat.pipeline.pipeline import Pipeline
+
+    from telephony.sip.call import SipCall
+
+    result = await run_sipp(sip_server, tmp_path, scenario="uac_pcap_listen.xml")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    await wait_for(lambda: not sip_server.live)
+    [ended] = sip_server.recent
+    assert ended.record.end_reason == "caller hung up (BYE)" and ended.stats.packets_in > 0
+    await asyncio.sleep(0.2)                      # the call's last tasks finish
+    gc.collect()
+    live = [o for o in gc.get_objects() if issubclass(type(o), (SipCall, Pipeline))]  # type(): no attribute reads
+    assert live == [], live
