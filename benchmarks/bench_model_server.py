@@ -59,7 +59,7 @@ from pipeline.engines.remote_voice import RemoteVoiceEngine  # noqa: E402
 from pipeline.engines.replicas import Replicas  # noqa: E402
 from pipeline.engines.ssm_voice import SSMVoiceEngine  # noqa: E402
 from pipeline.errors import PipelineError  # noqa: E402
-from pipeline.services.ssm_stt import SSMSTTEngine  # noqa: E402
+from pipeline.engines.ssm_recognizer import SSMSTTEngine  # noqa: E402
 from ssm_engine.stt.decode import wer  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402
 

@@ -35,7 +35,7 @@ from common import git_sha  # noqa: E402
 
 from agent.slots import digits_in, yes_or_no  # noqa: E402
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
-from pipeline.services.ssm_stt import SSMSTTEngine  # noqa: E402
+from pipeline.engines.ssm_recognizer import SSMSTTEngine  # noqa: E402
 from ssm_engine.data.audio import resample  # noqa: E402
 from ssm_engine.data.voices import voice  # noqa: E402
 from ssm_engine.stt.decode import edit_distance, wer  # noqa: E402

@@ -76,7 +76,7 @@ class _SSM:
     def __init__(self, rate_hz: int, model_dir: str | None, decoder: str = "beam",
                  lm_path: str | None = None, stride: int | None = None,
                  compile: bool | None = None) -> None:
-        from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, DEFAULT_STRIDE, SSMSTTEngine
+        from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, DEFAULT_STRIDE, SSMSTTEngine
 
         self.engine = SSMSTTEngine(model_dir or DEFAULT_MODEL_DIR, lm_path=lm_path,
                                    decoder=decoder,  # type: ignore[arg-type]

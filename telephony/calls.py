@@ -1,7 +1,7 @@
 """What every transport's calls share: what an agent factory learns, and call control.
 
 Transports (Twilio, WebRTC, SIP) build one agent per call through an ``AgentFactory``; the
-composition root (``deploy/cli.py``) supplies it, so ``telephony`` never imports ``agent``.
+composition root (``deploy/serve_cli.py``) supplies it, so ``telephony`` never imports ``agent``.
 """
 
 from __future__ import annotations

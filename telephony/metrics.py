@@ -14,6 +14,9 @@
     parley_engine_restarts_total{engine}                counter, workers replaced after dying
     parley_gc_pause_ms{generation}                      histogram, garbage-collector pauses of the
                                                         server process (pipeline.gc_pauses)
+    parley_engine_request_ms{engine,op}                 histogram, measured in the engine workers:
+                                                        a request's arrival to its reply (merged
+                                                        from their files: read_worker_metrics)
 
 Engine workers are whatever ``register_engine`` was given (``parley serve`` registers its
 pocketsphinx workers, SSM recognizer and SSM voice processes); each is asked at every scrape.
@@ -34,11 +37,13 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from pathlib import Path
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -88,6 +93,11 @@ class Metrics:
         """Report this process's garbage-collector pauses (``pipeline.gc_pauses``)."""
         with self._lock:
             self._gc = pauses
+
+    def read_worker_metrics(self, folder: str | Path) -> None:
+        """Merge what engine worker processes write into ``folder`` into every scrape
+        (``pipeline.engines.worker_metrics``: ``parley_engine_request_ms``)."""
+        MultiProcessCollector(self.registry, path=str(folder))
 
     def register_engine(self, name: str, workers: Callable[[], int], restarts: Callable[[], int]) -> None:
         """Report an engine's worker processes: how many are up, how many were replaced so far."""

@@ -36,6 +36,7 @@ import os
 import signal
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
 from xml.sax.saxutils import quoteattr
@@ -433,15 +434,19 @@ class CallServer:
 
 
 async def serve_forever(server: CallServer, sip: SipServer | None = None,
-                        emf: EmfPublisher | None = None) -> None:
+                        emf: EmfPublisher | None = None,
+                        listening: Callable[[dict[str, int | None]], None] | None = None) -> None:
     """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given; the
-    call tier's CloudWatch metrics as EMF lines when ``emf`` is given."""
+    call tier's CloudWatch metrics as EMF lines when ``emf`` is given. ``listening`` is told the
+    bound ports (``{"http_port": p, "sip_port": q or None}``) once every socket listens."""
     await server.start()
     emf_task = asyncio.create_task(emf.run(), name="emf") if emf is not None else None
     if sip is not None:
         server.sip = sip
         sip.admit = server.admission  # one max_calls for every transport
         await sip.start()
+    if listening is not None:
+        listening({"http_port": server.port, "sip_port": sip.port if sip is not None else None})
     pauses = GcPauses()
     pauses.install()
     server.metrics.register_gc(pauses)

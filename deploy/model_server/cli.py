@@ -9,6 +9,8 @@ import os
 import signal
 from pathlib import Path
 
+from deploy.arg_types import int_in, port_number
+
 from .server import ModelServer, ModelServerConfig, default_model_dir
 
 log = logging.getLogger("parley.model_server")
@@ -44,13 +46,13 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                                    "SageMaker's container contract and Cartesia's WebSocket API.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one and logs it)")
+    p.add_argument("--port", type=port_number, default=8080, help="port (default 8080; 0 picks a free one and logs it)")
     p.add_argument("--model-dir", type=Path, default=None,
                    help="folder holding stt/ and tts/ (default: $PARLEY_MODEL_DIR, else /opt/ml/model when it "
                         "has them, else the repository's models/)")
     p.add_argument("--grace-s", type=float, default=25.0,
                    help="how long a drain serves live streams after SIGTERM (default 25)")
-    p.add_argument("--max-streams", type=int, default=256, help="streams open at once before 503 (default 256)")
+    p.add_argument("--max-streams", type=lambda t: int_in(t, 1, 100_000, "a number of streams", "at least 1"), default=256, help="streams open at once before 503 (default 256)")
     p.add_argument("--stt-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="compile the recogniser's step before taking traffic (default on; ~30 s at a cold start)")
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",

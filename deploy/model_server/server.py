@@ -202,7 +202,7 @@ class ModelServer:
         """The recogniser, its step compiled when asked and possible: without a C++ compiler it
         runs eagerly (about twice the CPU a stream) rather than not at all."""
         from pipeline.errors import EngineUnavailableError
-        from pipeline.services.ssm_stt import SSMSTTEngine
+        from pipeline.engines.ssm_recognizer import SSMSTTEngine
 
         folder = self.config.model_dir / "stt"
         device = str(self.device)

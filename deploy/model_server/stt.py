@@ -36,7 +36,7 @@ from pipeline.audio.g711 import alaw_decode, ulaw_decode
 from pipeline.errors import PipelineError, WireError
 from pipeline.model_wire import (SttEnd, SttFinalize, SttHints, SttParams, parse_stt_text, stt_done, stt_error,
                                  stt_flush_done, stt_transcript)
-from pipeline.services.ssm_stt import RecognizerUtterance, SSMSTTEngine
+from pipeline.engines.ssm_recognizer import RecognizerUtterance, SSMSTTEngine
 from ssm_engine import SSMEngineError
 from ssm_engine.stt.hints import NO_HINTS, Hints
 

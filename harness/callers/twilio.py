@@ -44,7 +44,6 @@ import logging
 import secrets
 from xml.etree import ElementTree
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -58,6 +57,7 @@ from harness.callers.script import (
     CallerConfig, CallerUtterance, CallReport, LatencyMs, TurnResult, TurnState,
     fetch_call_record, load_utterance_audio,
 )
+from harness.callers.speaker import MarkedSpeaker
 from harness.errors import CallerError
 from telephony.errors import ProtocolError
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
@@ -72,11 +72,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _PendingMark:
-    name: str
 
 
 def _new_sid(prefix: str) -> str:
@@ -105,8 +100,7 @@ class TwilioCaller:
         self._tx_buf = bytearray()
         self._tx_turn: TurnState | None = None
         # Agent audio not yet played (bytes) with marks in between.
-        self._playout: collections.deque[bytes | _PendingMark] = collections.deque()
-        self._playout_bytes = 0
+        self._speaker = MarkedSpeaker()
         self._recorded = bytearray()
         self._turns: list[TurnState] = []
         self._current_turn: TurnState | None = None
@@ -247,7 +241,7 @@ class TwilioCaller:
 
     def _agent_quiet(self) -> bool:
         """Nothing left to play, and a mark has been echoed since the last audio arrived."""
-        return not self._playout and self._last_echo_t >= self._last_media_t
+        return not self._speaker and self._last_echo_t >= self._last_media_t
 
     async def _wait_greeting(self) -> None:
         got_audio = await self._wait_until(
@@ -344,7 +338,7 @@ class TwilioCaller:
                 frame, turn, first, last = self._take_tx_frame()
                 if first and turn is not None:
                     turn.speech_start_t = loop.time()
-                    turn.barged_in = self._playout_bytes > 0
+                    turn.barged_in = self._speaker.queued_bytes > 0
                 media = Media(self._next_seq(), self.stream_sid, n + 1, n * 20, frame, "inbound")
                 if not await self._send(media):
                     break
@@ -374,25 +368,15 @@ class TwilioCaller:
 
     async def _play_tick(self) -> None:
         """Play 20 ms of agent audio; echo marks whose audio has finished."""
-        while self._playout and isinstance(self._playout[0], _PendingMark):
-            await self._echo(self._playout.popleft())  # type: ignore[arg-type]
-        played = bytearray()
-        while self._playout and len(played) < FRAME_BYTES:
-            head = self._playout.popleft()
-            if isinstance(head, _PendingMark):
-                await self._echo(head)  # its audio finished part-way through this frame
-                continue
-            take = FRAME_BYTES - len(played)
-            played += head[:take]
-            if len(head) > take:
-                self._playout.appendleft(head[take:])
-        self._playout_bytes -= len(played)
+        played, marks = self._speaker.tick()
+        for name in marks:
+            await self._echo(name)
         self._recorded += played.ljust(FRAME_BYTES, bytes([ULAW_SILENCE]))
-        if played or not self._playout:
+        if played or not self._speaker:
             self._notify()
 
-    async def _echo(self, mark: _PendingMark) -> None:
-        if await self._send(Mark(self._next_seq(), self.stream_sid, mark.name)):
+    async def _echo(self, mark: str) -> None:
+        if await self._send(Mark(self._next_seq(), self.stream_sid, mark)):
             self._counts["marks_echoed"] += 1
             self._last_echo_t = asyncio.get_running_loop().time()
             self._notify()
@@ -431,19 +415,14 @@ class TwilioCaller:
             self._on_media(msg.payload, now)
         elif isinstance(msg, OutMark):
             self._counts["marks_received"] += 1
-            if self._playout:
-                self._playout.append(_PendingMark(msg.name))
-            else:
-                await self._echo(_PendingMark(msg.name))
+            if not self._speaker.mark(msg.name):
+                await self._echo(msg.name)
         elif isinstance(msg, Clear):
             self._counts["clears_received"] += 1
             turn = self._current_turn
             if turn is not None and turn.clear_t is None:
                 turn.clear_t = now
-            pending = [item for item in self._playout if isinstance(item, _PendingMark)]
-            self._playout.clear()
-            self._playout_bytes = 0
-            for mark in pending:
+            for mark in self._speaker.clear():
                 await self._echo(mark)
         self._notify()
 
@@ -464,8 +443,7 @@ class TwilioCaller:
                 turn.agent_audio_bytes += len(payload)
                 if turn.first_audio_t is None:
                     turn.first_audio_t = now
-        self._playout.append(payload)
-        self._playout_bytes += len(payload)
+        self._speaker.audio(payload)
 
     # --- sending --------------------------------------------------------------------------------
 

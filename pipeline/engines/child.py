@@ -37,6 +37,7 @@ from concurrent.futures import Future
 
 from pipeline.gc_pauses import freeze_startup_heap
 from pipeline.engines.framing import ignore_stop_signals, pack, recv_frame, send_frame, unpack
+from pipeline.engines.worker_metrics import RequestTimer
 
 logger = logging.getLogger(__name__)
 
@@ -277,10 +278,13 @@ class ChildEnd:
             end.answer(head["id"], future, encode)           # or once a future is done
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, engine: str | None = None) -> None:
         ignore_stop_signals()
         self.sock = socket.socket(fileno=fd)
         self._write = threading.Lock()
+        # with ``engine``: each answered request's time in this process, for the server's
+        # /metrics (``worker_metrics``; a no-op unless the server shared a folder)
+        self._timer = RequestTimer(engine) if engine is not None else None
 
     def send(self, head: dict, payload: bytes = b"") -> None:
         with self._write:
@@ -295,6 +299,8 @@ class ChildEnd:
     def answer(self, rid: int, fut: Future, encode: Callable[[object], tuple[dict, bytes]]) -> None:
         """When ``fut`` is done, reply to request ``rid``: ``encode(result)`` as (head, payload),
         or its exception; nothing if it was cancelled."""
+        timer, arrived, op = self._timer, self._arrived, self._op
+
         def done(f: Future) -> None:
             if f.cancelled():
                 return
@@ -304,6 +310,8 @@ class ChildEnd:
                 return
             head, payload = encode(f.result())
             self.send({"id": rid, **head}, payload)
+            if timer is not None:
+                timer.observe(op, (time.perf_counter() - arrived) * 1e3)
 
         fut.add_done_callback(done)
 
@@ -314,9 +322,15 @@ class ChildEnd:
         freeze_startup_heap()
         self.send({"id": 0, "ok": load_s, **extra})
 
+    _arrived = 0.0
+    _op = "request"
+
     def requests(self) -> Iterator[tuple[dict, memoryview]]:
+        """Requests in arrival order (``answer`` times the last one yielded), until EOF."""
         while True:
             try:
-                yield unpack(recv_frame(self.sock))
+                head, payload = unpack(recv_frame(self.sock))
             except (OSError, ValueError):
                 return
+            self._arrived, self._op = time.perf_counter(), str(head.get("op", "request"))
+            yield head, payload

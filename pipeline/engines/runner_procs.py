@@ -168,7 +168,7 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
 
     from ssm_engine import BatchRunner
 
-    end = ChildEnd(fd)
+    end = ChildEnd(fd, engine="ssm-stt")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:

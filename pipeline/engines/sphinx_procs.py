@@ -50,6 +50,7 @@ from pipeline.engines.framing import (
     spawn_child,
 )
 from pipeline.engines.sphinx import SUPPORTED_RATES_HZ, as_int16
+from pipeline.engines.worker_metrics import RequestTimer
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
@@ -341,6 +342,9 @@ class SphinxProcessPool:
 # ---- the worker process ---------------------------------------------------------------------
 
 
+_OPS = {b"F": "feed", b"S": "start", b"E": "end", b"R": "reset"}
+
+
 def _serve_engine(engine, request: bytes) -> dict:  # engine: SphinxEngine
     op, payload = request[:1], request[1:]
     if op == b"F":
@@ -363,6 +367,7 @@ def _worker_main(control_fd: int) -> int:
     from pipeline.engines.sphinx import SphinxEngine
 
     ignore_stop_signals()
+    timer = RequestTimer("pocketsphinx")   # the server's /metrics (worker_metrics), when shared
     control = socket.socket(fileno=control_fd)
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, None)
@@ -402,8 +407,10 @@ def _worker_main(control_fd: int) -> int:
                 selector.unregister(sock)
                 sock.close()
                 continue
+            t0 = time.perf_counter()
             try:
                 reply = _serve_engine(key.data, request)
+                timer.observe(_OPS.get(request[:1], "unknown"), (time.perf_counter() - t0) * 1e3)
             except PipelineError as exc:
                 reply = {"error": type(exc).__name__, "message": str(exc)}
             except RuntimeError as exc:  # pocketsphinx's own

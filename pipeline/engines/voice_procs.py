@@ -143,7 +143,7 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
 
     from pipeline.engines.ssm_voice import SSMVoiceEngine
 
-    end = ChildEnd(fd)
+    end = ChildEnd(fd, engine="ssm-voice")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:

@@ -30,7 +30,7 @@ def postgres():
 def engines_local():
     """The in-process engines on the same models: what the remote ones must match."""
     from pipeline.engines.ssm_voice import SSMVoiceEngine
-    from pipeline.services.ssm_stt import SSMSTTEngine
+    from pipeline.engines.ssm_recognizer import SSMSTTEngine
 
     class Local:
         voice = SSMVoiceEngine(ROOT / "models" / "tts")

@@ -420,7 +420,7 @@ def test_update_dry_run_reads_the_endpoint_and_prints_the_rollout(moto_aws):
 def model_server_upstream():
     from deploy.model_server import ModelServer, ModelServerConfig
     from pipeline.engines.ssm_voice import SSMVoiceEngine
-    from pipeline.services.ssm_stt import SSMSTTEngine
+    from pipeline.engines.ssm_recognizer import SSMSTTEngine
     from harness.aws.sagemaker_runtime import LoopThread
 
     models = Path(__file__).resolve().parents[2] / "models"

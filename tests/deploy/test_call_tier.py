@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
-from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening
+from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening, _wait_port
 from tests.pipeline.test_records_postgres import PG_BIN
 
 pytest.importorskip("psycopg")
@@ -80,18 +80,17 @@ def _owner_pid(url: str, call_sid: str) -> int | None:
 async def test_two_servers_behind_haproxy_share_records_and_one_drains_mid_call(postgres, tmp_path):
     from pipeline.records_postgres import PostgresCallStore
 
-    ports = [_free_port(), _free_port()]
-    servers = [_serve(p, tmp_path / "unused.db", "--db", postgres, "--stt", "sphinx", "--stt-warm", "2:0",
-                      "--stt-procs", "0", "--tts", "espeak", "--drain-s", "60") for p in ports]
-    proxy_port = _free_port()
-    cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(HAPROXY_CFG.format(port=proxy_port, a=ports[0], b=ports[1]))
-    haproxy = _haproxy(cfg)
+    servers = [_serve(tmp_path / "unused.db", "--db", postgres, "--stt", "sphinx", "--stt-warm", "2:0",
+                      "--stt-procs", "0", "--tts", "espeak", "--drain-s", "60") for _ in range(2)]
+    proxy_port = _free_port()                            # haproxy binds its own port
+    haproxy = None
     calls = []
     try:
-        for port, proc in zip(ports, servers):
-            await _wait_listening(port, proc)
-        await _wait_listening(proxy_port, haproxy)
+        ports = [await _wait_listening(proc) for proc in servers]
+        cfg = tmp_path / "haproxy.cfg"
+        cfg.write_text(HAPROXY_CFG.format(port=proxy_port, a=ports[0], b=ports[1]))
+        haproxy = _haproxy(cfg)
+        await _wait_port(proxy_port, haproxy)
         await asyncio.sleep(1.5)                         # both servers pass haproxy's health check
 
         def call(*said: str):
@@ -129,8 +128,9 @@ async def test_two_servers_behind_haproxy_share_records_and_one_drains_mid_call(
         assert other.poll() is None
     finally:
         _stop(servers)
-        haproxy.terminate()
-        haproxy.wait(10)
+        if haproxy is not None:
+            haproxy.terminate()
+            haproxy.wait(10)
     records = _records(postgres)
     for report in calls:
         record = records[report.call_sid]
@@ -147,19 +147,18 @@ async def test_sip_calls_through_kamailio_reach_two_servers_and_a_drained_one_le
     from harness.callers.sip import SipCaller, SipCallerConfig
     from tests.telephony.sip.test_sip_dispatcher import dispatcher
 
-    http = [_free_port(), _free_port()]
-    sip = [_free_port(), _free_port()]
-    servers = [_serve(h, tmp_path / "unused.db", "--db", postgres, "--sip-port", str(s),
+    servers = [_serve(tmp_path / "unused.db", "--db", postgres, "--sip-port", "0",
                       "--sip-rtp-ports", f"{20000 + 1000 * i}-{20999 + 1000 * i}", "--stt", "sphinx",
                       "--stt-warm", "2:0", "--stt-procs", "0", "--tts", "espeak", "--drain-s", "60",
                       "--log-level", "INFO")
-               for i, (h, s) in enumerate(zip(http, sip))]
+               for i in range(2)]
     said = [flite_speech(t, 8000, "kal") for t in ("hello how are you", "i would like to check my order",
                                                    "thank you very much")]
     reports = []
     try:
-        for port, proc in zip(http, servers):
-            await _wait_listening(port, proc)
+        for proc in servers:
+            await _wait_listening(proc)
+        sip = [int(proc.ports["sip_port"]) for proc in servers]
         async with dispatcher(sip, tmp_path / "kamailio") as (proxy_port, kamailio_log):
             await asyncio.sleep(2.5)                      # both answer OPTIONS: both active
 

@@ -17,7 +17,7 @@ def test_stt_warm_takes_phone_and_browser_counts(text, counts):
 
 
 def test_stt_warm_limit_is_what_the_pool_keeps_idle():
-    from deploy.cli import SPHINX_MAX_IDLE
+    from deploy.serve_args import SPHINX_MAX_IDLE
     from pipeline.engines.sphinx import SphinxPool
 
     assert SphinxPool().max_idle == SPHINX_MAX_IDLE
@@ -35,7 +35,7 @@ def test_stt_warm_rejects_what_is_not_two_small_counts(text, capsys):
 
 
 def test_engines_run_in_worker_processes_by_default():
-    from deploy.cli import DEFAULT_STT_PROCS
+    from deploy.serve_args import DEFAULT_STT_PROCS
 
     args = build_parser().parse_args(["serve"])
     assert (args.stt_procs, args.tts_procs) == (DEFAULT_STT_PROCS, 1)
@@ -86,3 +86,13 @@ def test_model_server_device_defaults_to_auto_and_cuda_without_a_gpu_stops_at_st
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert err.startswith(f"parley model-server: device 'cuda': torch {torch.__version__} sees no GPU")
     assert err.endswith("use --device cpu or auto")
+
+
+
+def test_drain_seconds_out_of_range_or_not_a_number_are_refused(capsys):
+    assert build_parser().parse_args(["serve"]).drain_s == 30.0
+    assert build_parser().parse_args(["serve", "--drain-s", "0"]).drain_s == 0.0
+    for text in ("-1", "nan", "3601", "soon"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--drain-s", text])
+        assert "--drain-s" in capsys.readouterr().err

@@ -27,7 +27,7 @@ FMT = {"container": "raw", "encoding": "pcm_mulaw", "sample_rate": 8000}
 @pytest.fixture(scope="module")
 def engines():
     from pipeline.engines.ssm_voice import SSMVoiceEngine
-    from pipeline.services.ssm_stt import SSMSTTEngine
+    from pipeline.engines.ssm_recognizer import SSMSTTEngine
 
     voice = SSMVoiceEngine(MODELS / "tts")
     recogniser = SSMSTTEngine(MODELS / "stt", compile=False)

@@ -115,7 +115,7 @@ async def test_a_model_server_process_serves_both_shipped_voices_to_the_remote_v
 
 
 def test_serve_picks_the_remote_voice_by_name_and_refuses_a_folder():
-    from deploy.cli import _remote_voice
+    from deploy.serve_cli import _remote_voice
 
     def args(**kw):
         return argparse.Namespace(**{"tts": "remote", "voice": None, "tts_model": None, **kw})

@@ -257,14 +257,14 @@ async def test_a_call_on_the_model_tier_survives_a_replica_killed_mid_call(two_s
     first reply has played: every turn of the call is still heard and answered, whole."""
     from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
     from pipeline.records_sqlite import SQLiteCallStore
-    from tests.deploy.test_serve_process import TOKEN, _free_port, _serve, _wait_listening
+    from tests.deploy.test_serve_process import TOKEN, _serve, _wait_listening
 
-    port, db = _free_port(), tmp_path / "calls.db"
+    db = tmp_path / "calls.db"
     urls = ",".join(s.url for s in two_servers)
-    proc = _serve(port, db, "--stt", "remote", "--tts", "remote", "--model-url", urls)
+    proc = _serve(db, "--stt", "remote", "--tts", "remote", "--model-url", urls)
     said = ("hello how are you", "i would like to check my order", "thank you very much")
     try:
-        await _wait_listening(port, proc)
+        port = await _wait_listening(proc)
         call = asyncio.create_task(run_call(CallerConfig(
             url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN, timeout_s=90,
             utterances=tuple(CallerUtterance(text=t) for t in said))))

@@ -254,14 +254,14 @@ async def test_a_call_on_a_sagemaker_endpoint_is_heard_and_answered(runtime, tmp
     streams go; SIGTERM stops the bridge with the server."""
     from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
     from pipeline.records_sqlite import SQLiteCallStore
-    from tests.deploy.test_serve_process import TOKEN, _alive, _free_port, _serve, _wait_listening
+    from tests.deploy.test_serve_process import TOKEN, _alive, _serve, _wait_listening
 
-    port, db = _free_port(), tmp_path / "calls.db"
+    db = tmp_path / "calls.db"
     url = _target(runtime).url()
-    proc = _serve(port, db, "--stt", "remote", "--tts", "remote", "--model-url", url, "--log-level", "INFO")
+    proc = _serve(db, "--stt", "remote", "--tts", "remote", "--model-url", url, "--log-level", "INFO")
     said = ("hello how are you", "i would like to check my order")
     try:
-        await _wait_listening(port, proc)
+        port = await _wait_listening(proc)
         report = await asyncio.wait_for(run_call(CallerConfig(
             url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN, timeout_s=90,
             utterances=tuple(CallerUtterance(text=t) for t in said))), 120)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,29 +25,55 @@ TOKEN = "process-test-token-0123456789"
 
 
 def _free_port() -> int:
+    """A TCP port free a moment ago, for an outside program that binds its own (haproxy): parley
+    itself takes port 0 and says which it got (``--ready-file``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-async def _wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+async def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Until an outside program (haproxy) accepts connections on ``port``."""
     for _ in range(int(timeout_s / 0.2)):
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else proc.returncode
         try:
             _, w = await asyncio.open_connection("127.0.0.1", port)
             w.close()
             return
         except OSError:
             await asyncio.sleep(0.2)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+class ServeProcess(subprocess.Popen):
+    """`parley serve --port 0 --ready-file F`: ``await _wait_listening(proc)`` reads its ports back."""
+
+    def __init__(self, args: list[str], ready_file: Path, **kwargs) -> None:
+        super().__init__(args, **kwargs)
+        self.ready_file = ready_file
+        self.ports: dict[str, int | None] = {}
+
+
+async def _wait_listening(proc: ServeProcess, timeout_s: float = 60.0) -> int:
+    """Until the server has written its ready file: -> its HTTP port (``proc.ports`` holds all of them)."""
+    for _ in range(int(timeout_s / 0.2)):
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        if proc.ready_file.exists():
+            proc.ports = json.loads(proc.ready_file.read_text())
+            assert proc.ports["pid"] == proc.pid
+            return int(proc.ports["http_port"])
+        await asyncio.sleep(0.2)
     raise TimeoutError("parley serve did not start")
 
 
-def _serve(port: int, db: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _serve(db: Path, *extra: str, env: dict[str, str] | None = None) -> ServeProcess:
+    """`parley serve` on a port of its own choosing (``--sip-port 0`` in ``extra`` for SIP too)."""
     env = {**os.environ, "TWILIO_AUTH_TOKEN": TOKEN, **(env or {})}
-    return subprocess.Popen(
-        [sys.executable, "-m", "deploy.cli", "serve", "--port", str(port), "--db", str(db), "--agent", "echo",
-         "--log-level", "WARNING", *extra],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    ready = db.parent / f"ready-{secrets.token_hex(4)}.json"
+    return ServeProcess(
+        [sys.executable, "-m", "deploy.cli", "serve", "--port", "0", "--ready-file", str(ready), "--db", str(db),
+         "--agent", "echo", "--log-level", "WARNING", *extra],
+        ready, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
 
 
@@ -82,10 +109,10 @@ async def _engine_series(port: int) -> dict[str, int]:
 
 
 async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
-    port, db = _free_port(), tmp_path / "calls.db"
-    proc = _serve(port, db, "--stt", "sphinx", "--stt-warm", "1:0")
+    db = tmp_path / "calls.db"
+    proc = _serve(db, "--stt", "sphinx", "--stt-warm", "1:0")
     try:
-        await _wait_listening(port, proc)
+        port = await _wait_listening(proc)
         series = await _engine_series(port)
         assert series == {'parley_engine_workers{engine="pocketsphinx"}': 1,
                           'parley_engine_workers{engine="ssm-voice"}': 1,
@@ -116,6 +143,11 @@ async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
         counts = metric_series(text, "parley_gc_pause_ms_count")
         assert set(counts) == {f'parley_gc_pause_ms_count{{generation="{g}"}}' for g in "012"}
         assert counts['parley_gc_pause_ms_count{generation="0"}'] > 0   # a call makes garbage
+        # the workers' own request times, merged in (pipeline.engines.worker_metrics): the decoder's
+        # feeds, and the voice's requests, the replaced worker's among them
+        requests = metric_series(text, "parley_engine_request_ms_count")
+        assert requests.get('parley_engine_request_ms_count{engine="pocketsphinx",op="feed"}', 0) > 0, requests
+        assert requests.get('parley_engine_request_ms_count{engine="ssm-voice",op="req"}', 0) > 0, requests
     finally:
         proc.kill()
         proc.wait(10)
@@ -123,10 +155,10 @@ async def test_a_killed_voice_worker_is_replaced_and_metrics_show_it(tmp_path):
 
 
 async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
-    port, db = _free_port(), tmp_path / "calls.db"
-    proc = _serve(port, db)
+    db = tmp_path / "calls.db"
+    proc = _serve(db)
     try:
-        await _wait_listening(port, proc)
+        port = await _wait_listening(proc)
         url = f"ws://127.0.0.1:{port}/twilio/stream"
         call = asyncio.create_task(run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=60, utterances=(
             CallerUtterance(text="hello how are you"), CallerUtterance(text="i would like to check my account"),
@@ -177,12 +209,12 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
 
 async def test_without_a_cxx_compiler_the_recognizer_serves_eagerly_and_says_why(tmp_path):
     """torch.compile needs a C++ compiler; a machine without one still answers calls."""
-    port, db = _free_port(), tmp_path / "calls.db"
-    proc = _serve(port, db, "--stt", "ssm", "--stt-compile", "on",
+    db = tmp_path / "calls.db"
+    proc = _serve(db, "--stt", "ssm", "--stt-compile", "on",
                   env={"CXX": str(tmp_path / "no-such-g++"),
                        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})  # no cached kernels
     try:
-        await _wait_listening(port, proc, timeout_s=120)
+        port = await _wait_listening(proc, timeout_s=120)
         report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
                                              timeout_s=60, utterances=(CallerUtterance(text="hello how are you"),)))
         assert report.turns and report.turns[0].agent_audio_bytes > 0
@@ -199,16 +231,17 @@ async def test_without_a_cxx_compiler_the_recognizer_serves_eagerly_and_says_why
 async def test_emf_lines_carry_each_turns_first_byte_and_the_live_calls_for_cloudwatch(tmp_path):
     """`parley serve --emf FILE`: a real call's turns reach the file as CloudWatch EMF lines, the
     last interval flushed when SIGTERM ends the server."""
-    port, db, emf = _free_port(), tmp_path / "calls.db", tmp_path / "emf.jsonl"
-    proc = _serve(port, db, "--emf", str(emf), "--emf-deployment", "voice-test", "--emf-interval-s", "0.5")
+    db, emf = tmp_path / "calls.db", tmp_path / "emf.jsonl"
+    proc = _serve(db, "--emf", str(emf), "--emf-deployment", "voice-test", "--emf-interval-s", "0.5")
     try:
-        await _wait_listening(port, proc)
+        port = await _wait_listening(proc)
         report = await run_call(CallerConfig(url=f"ws://127.0.0.1:{port}/twilio/stream", auth_token=TOKEN,
                                              timeout_s=60, utterances=(CallerUtterance(text="hello how are you"),
                                                                        CallerUtterance(text="goodbye"))))
         assert report.call_sid
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+        assert not proc.ready_file.exists()   # a clean exit takes its ready file with it
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -29,7 +29,7 @@ def sentences(tmp_path):
 
 def test_eval_tts_of_the_ssm_voice_with_the_pocketsphinx_judge(tmp_path, sentences, capsys,
                                                                monkeypatch):
-    monkeypatch.setattr(cli, "_configure_logging", lambda level: None)  # keep pytest's logging
+    monkeypatch.setattr(cli, "configure_logging", lambda level: None)  # keep pytest's logging
     voice = random_voice_dir(tmp_path / "voice", frames_per_phone=4)
     assert cli.main(["eval", "tts", "--engine", "ssm", "--model", str(voice), "--sentences",
                    str(sentences), "--judge", "pocketsphinx", "--concurrency", "2", "--json"]) == 0

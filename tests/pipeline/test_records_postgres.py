@@ -35,20 +35,24 @@ class Cluster:
         self.dir = Path(tempfile.mkdtemp(prefix="parley-pg-"))
         if os.getuid() == 0:
             shutil.chown(self.dir, "postgres", "postgres")
-        with socket.socket() as s:       # pg_ctl takes a port number: the one free a moment ago
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        # no TCP at all: the server listens on a Unix socket in its own folder, so no port is
+        # picked (and raced for); the port number only names the socket file
+        self.port = 5432
         subprocess.run(_as_postgres(str(PG_BIN / "initdb"), "-D", str(self.dir / "data"), "-A", "trust",
                                     "-U", "postgres"), check=True, capture_output=True)
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return self.url_for("postgres")
+
+    def url_for(self, database: str) -> str:
+        """A libpq URL for ``database`` over the cluster's Unix socket."""
+        return f"postgresql://postgres@/{database}?host={self.dir}&port={self.port}"
 
     def start(self) -> None:
         subprocess.run(_as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-l",
                                     str(self.dir / "log"), "-w", "-o",
-                                    f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "start"),
+                                    f"-p {self.port} -k {self.dir} -c listen_addresses=''", "start"),
                        check=True, capture_output=True)
 
     def stop(self) -> None:
@@ -75,7 +79,7 @@ def db(cluster):
     name = f"t{time.monotonic_ns()}"
     with psycopg.connect(cluster.url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    return cluster.url.rsplit("/", 1)[0] + f"/{name}"
+    return cluster.url_for(name)
 
 
 def _record(sid: str, turns: int = 2, **kwargs) -> CallRecord:

@@ -47,7 +47,8 @@ from pipeline.engines import child as child_client
 from pipeline.engines import runner_procs
 from pipeline.engines.runner_procs import RunnerProcess
 from tests.pipeline.child_procs import record_spawns, wait_until
-from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
+from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, SSMSTTEngine
+from pipeline.services.ssm_stt import SSMSTTService
 from ssm_engine import BatchRunner
 from ssm_engine.errors import (
     RunnerClosedError,
@@ -472,7 +473,7 @@ async def test_an_utterance_that_starts_while_the_child_restarts_is_heard_once_i
     finals = [f.text for f in down if isinstance(f, TranscriptionFrame)]
     assert len(finals) == 1 and cer([text], finals) < 0.3, finals
     assert runner.restarts == restarts + 1 and runner.open_streams == frozenset()
-    said = [r.getMessage() for r in caplog.records if r.name == "pipeline.services.ssm_stt"]
+    said = [r.getMessage() for r in caplog.records if r.name in ("pipeline.services.ssm_stt", "pipeline.engines.ssm_recognizer")]
     assert any("heard while it restarted go into a new stream" in m or "was replayed into it" in m
                for m in said), said     # one or the other, as the restart's timing falls
 

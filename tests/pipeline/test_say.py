@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy import cli
+from deploy import cli, serve_cli
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.errors import ConfigError
 from pipeline.say_cli import say
@@ -27,7 +27,7 @@ def _wav(path: Path) -> tuple[np.ndarray, int]:
 
 @pytest.fixture(autouse=True)
 def _quiet_logging(monkeypatch):
-    monkeypatch.setattr(cli, "_configure_logging", lambda level: None)
+    monkeypatch.setattr(cli, "configure_logging", lambda level: None)
 
 
 def test_parley_say_writes_what_the_voice_streams(tmp_path, capsys):
@@ -99,7 +99,7 @@ def test_say_with_a_voice_folder_and_at_8_khz_and_slower(tmp_path):
 def _folder(*argv: str):
     """serve's voice folder for these arguments, the spec loaded as serve loads it."""
     args = cli.build_parser().parse_args(["serve", *argv])
-    return cli._voice_folder(args, cli._load_agent_spec(args.agent))
+    return serve_cli._voice_folder(args, serve_cli._load_agent_spec(args.agent))
 
 
 def test_serve_takes_the_voice_from_the_flag_then_the_spec(tmp_path):

@@ -21,7 +21,8 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipeline.audio.wav import write_wav
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.frames import Hints, RecognitionFrame, RecognitionHintsFrame
-from pipeline.services.ssm_stt import DEFAULT_MODEL_DIR, SSMSTTEngine, SSMSTTService
+from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, SSMSTTEngine
+from pipeline.services.ssm_stt import SSMSTTService
 from harness.stt_eval import evaluate, write_hyps
 from ssm_engine.stt.decode import cer
 from ssm_engine.stt.model import STTConfig, STTModel, save_stt

@@ -393,7 +393,7 @@ def test_a_missing_voice_is_a_clear_error_at_startup(tmp_path):
 def test_parley_serve_refuses_to_start_without_the_voice(tmp_path, monkeypatch, capsys):
     from deploy import cli
 
-    monkeypatch.setattr(cli, "_configure_logging", lambda level: None)  # keep pytest's logging
+    monkeypatch.setattr(cli, "configure_logging", lambda level: None)  # keep pytest's logging
     missing = tmp_path / "no-voice"
     assert cli.main(["serve", "--tts", "ssm", "--tts-model", str(missing), "--insecure-dev"]) == 2
     assert f"parley serve: no SSM voice at {missing}" in capsys.readouterr().err

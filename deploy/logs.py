@@ -1,0 +1,22 @@
+"""Logging for every ``parley`` command: one format on stderr, pipecat's per-frame DEBUG kept out."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    try:  # pipecat logs through loguru at DEBUG per frame; keep it to warnings unless asked
+        from loguru import logger
+
+        logger.remove()
+        logger.add(sys.stderr, level="DEBUG" if level.upper() == "DEBUG" else "WARNING")
+    except ImportError:
+        pass

@@ -1,0 +1,360 @@
+"""``parley serve``: the process it wires together (the composition root; its options are
+``deploy.serve_args``).
+
+Imports run downward only (deploy -> agent | telephony -> pipeline -> ssm_engine), and a server
+that answers calls needs both the telephony entry and an agent, so the command that wires them
+together sits at the top, here: the agent's spec and LLM back end, the engines (in worker
+processes by default, warmed before the first call), the call server with SIP and Genesys beside
+it, and the CloudWatch metrics lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploy.logs import configure_logging
+
+if TYPE_CHECKING:  # the engines load only when a command needs them
+    from telephony.emf import EmfPublisher
+    from telephony.metrics import Metrics
+    from pipeline.engines.sphinx import SphinxPool
+    from pipeline.engines.sphinx_procs import SphinxProcessPool
+
+
+def _load_agent_spec(spec_path: Path):
+    """The agent spec at ``spec_path`` (validated), or None for the built-in ``echo`` agent."""
+    if str(spec_path) == "echo":
+        return None
+    from agent.spec import load_spec
+
+    spec = load_spec(spec_path, env=os.environ)
+    logging.getLogger("parley").info("agent %r from %s (%s backend)", spec.name, spec_path, spec.llm.backend)
+    return spec
+
+
+def _agent_factory(spec, *, llm_check: bool = True):
+    """One agent processor per call, from a loaded spec (None: the echo agent); checked now,
+    before taking calls, that its LLM backend can serve a call (``agent.preflight``)."""
+    if spec is None:
+        from agent.echo import EchoAgentProcessor
+
+        return lambda _info: EchoAgentProcessor()
+    from agent.factory import build_agent
+
+    if spec.llm.backend != "embedded":
+        from agent.preflight import check_llm
+
+        asyncio.run(check_llm(spec, env=os.environ, probe=llm_check))
+    if spec.llm.backend == "embedded" and spec.knowledge:
+        from agent.semantic import SentenceEncoder
+
+        encoder = SentenceEncoder.default()   # loaded and the knowledge embedded before any call
+        if encoder is not None:
+            encoder.encode([k.question for k in spec.knowledge] + [k.answer for k in spec.knowledge])
+    return lambda info: build_agent(spec, call_sid=info.call_sid, params=info.params, env=os.environ)
+
+
+def _voice_folder(args: argparse.Namespace, spec) -> str | None:
+    """The SSM voice's folder: --tts-model, else --voice, else the agent spec's ``voice:``, else
+    None (the default voice)."""
+    from pipeline.voices import voice_dir
+
+    if args.tts_model and args.voice:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError("--voice and --tts-model both name the voice: give one")
+    if args.tts_model:
+        return str(args.tts_model)
+    name = args.voice or (spec.voice if spec is not None else None)
+    return str(voice_dir(name)) if name else None
+
+
+def _remote_voice(args: argparse.Namespace, spec) -> str:
+    """With --tts remote: the model servers' voice id, by name (--voice, else the agent spec's
+    ``voice:``; "": the servers' default voice). A folder cannot travel to a model server."""
+    if args.tts != "remote":
+        return ""
+    from pipeline.errors import ConfigError
+    from pipeline.voices import VOICES
+
+    if args.tts_model:
+        raise ConfigError("--tts-model names a local voice folder: with --tts remote, pick the model "
+                          f"servers' voice by name (--voice {' or '.join(VOICES)})")
+    name = args.voice or (spec.voice if spec is not None else None) or ""
+    if name and name not in VOICES:
+        raise ConfigError(f"--tts remote speaks the model servers' shipped voices by name ({', '.join(VOICES)}), "
+                          f"not {name!r}")
+    return name
+
+
+def _sip_credentials() -> tuple[str | None, str | None]:
+    """PARLEY_SIP_USER / PARLEY_SIP_PASSWORD: both set, or neither. One without the other (an
+    empty password included) would silently switch digest auth off: refuse to start instead."""
+    from telephony.sip import SipConfigError
+
+    user, password = os.environ.get("PARLEY_SIP_USER") or None, os.environ.get("PARLEY_SIP_PASSWORD") or None
+    if (user is None) != (password is None):
+        have, missing = ("PARLEY_SIP_USER", "PARLEY_SIP_PASSWORD") if user else ("PARLEY_SIP_PASSWORD",
+                                                                              "PARLEY_SIP_USER")
+        raise SipConfigError(f"{have} is set but {missing} is empty or unset: SIP digest auth needs both "
+                             "(unset both to answer SIP callers without auth)")
+    return user, password
+
+
+def _sip_server(args: argparse.Namespace, agent_factory, server):
+    """SIP beside HTTP, sharing the store, pipeline config and metrics. Credentials from the env:
+    PARLEY_SIP_USER / PARLEY_SIP_PASSWORD make every INVITE answer a digest challenge."""
+    from telephony.sip import SipConfig, SipServer
+
+    lo, _, hi = args.sip_rtp_ports.partition("-")
+    user, password = _sip_credentials()
+    config = SipConfig(
+        host=args.sip_host or args.host,
+        port=args.sip_port,
+        advertised_ip=args.sip_advertised_ip,
+        rtp_port_min=int(lo),
+        rtp_port_max=int(hi or lo),
+        allowed_networks=tuple(args.sip_allow) if args.sip_allow else SipConfig().allowed_networks,
+        max_calls=args.max_calls or SipConfig().max_calls,
+        credentials=((user, password),) if user and password else (),
+        rtp_timeout_s=args.sip_rtp_timeout_s,
+    )
+    return SipServer(config, agent_factory, store=server.store, pipeline_config=server.config.pipeline,
+                     metrics=server.metrics)
+
+
+def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
+    """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
+    if sphinx_procs is not None:
+        metrics.register_engine("pocketsphinx", lambda: len(sphinx_procs.worker_pids()),
+                                lambda: sphinx_procs.restarts)
+    if voice_proc is not None:
+        metrics.register_engine("ssm-voice", lambda: voice_proc.workers_up, lambda: voice_proc.restarts)
+    if ssm_stt_procs:  # the recognizer's process starts with the first call
+        from pipeline.engines.runner_procs import RunnerProcess
+        from pipeline.engines.ssm_recognizer import SSMSTTEngine
+
+        def runners() -> list[RunnerProcess]:
+            return [e.runner for e in SSMSTTEngine.shared_engines() if isinstance(e.runner, RunnerProcess)]
+
+        metrics.register_engine("ssm-stt", lambda: sum(r.workers_up for r in runners()),
+                                lambda: sum(r.restarts for r in runners()))
+
+
+def _prewarm_ssm_stt(config):
+    """Load (and compile) the shared SSM recogniser before the first call; the config it runs with.
+
+    Compiling needs a C++ compiler: without one the server runs the step eagerly (about twice the
+    CPU per call) rather than not at all. A model that cannot load raises either way."""
+    from pipeline.errors import EngineUnavailableError
+    from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, SSMSTTEngine
+
+    log = logging.getLogger("parley")
+    p = config.pipeline
+    t0 = time.perf_counter()
+    if p.stt_compile:
+        log.info("compiling the recogniser's step (about 30 s at the first start, seconds from "
+                 "the compile cache later; --stt-compile off skips it)")
+    try:
+        SSMSTTEngine.shared(DEFAULT_MODEL_DIR, p.stt_decoder, compile=p.stt_compile, runner=p.stt_runner)
+    except EngineUnavailableError as exc:
+        if not p.stt_compile:
+            raise
+        log.warning("SSM recognizer: the compiled step is unavailable (%s); running it eagerly "
+                    "instead (--stt-compile off skips the attempt)", exc)
+        p = replace(p, stt_compile=False)
+        config = replace(config, pipeline=p)
+        SSMSTTEngine.shared(DEFAULT_MODEL_DIR, p.stt_decoder, compile=False, runner=p.stt_runner)
+    log.info("SSM recognizer ready %s in %.1f s (step %s)",
+             "in a worker process" if p.stt_runner == "process" else "in the server process",
+             time.perf_counter() - t0, "compiled" if p.stt_compile else "eager")
+    return config
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run ``parley serve`` as ``args`` (``deploy.serve_args``) say, until SIGTERM or SIGINT."""
+    from agent.calls_cli import db_location, default_db_path
+    from pipeline.builder import PipelineConfig
+    from pipeline.call_stores import open_call_store
+    from telephony.genesys import GenesysConfig
+    from pipeline.engines.worker_metrics import share_worker_metrics, unshare_worker_metrics
+    from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
+
+    configure_logging(args.log_level)
+    ready_file = ReadyFile(args.ready_file) if args.ready_file is not None else None
+    if args.sip_port is not None:
+        _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
+    # engine workers write their own metrics (request times) where /metrics reads them
+    worker_metrics = share_worker_metrics()
+    atexit.register(unshare_worker_metrics, worker_metrics)
+    voice_proc = None
+    spec = _load_agent_spec(args.agent)
+    remote_voice = _remote_voice(args, spec)
+    tts_model_dir = _voice_folder(args, spec) if args.tts != "remote" else None
+    if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
+        import torch
+
+        from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMVoiceEngine
+
+        torch.set_num_threads(1)  # FACTS: small model steps run 5-40x slower on 2 threads here
+
+        voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
+        if args.tts_procs:  # the voice's model steps get a GIL (and a core) of their own
+            from pipeline.engines.voice_procs import VoiceProcess
+
+            voice_proc = VoiceProcess(voice_dir)
+            SSMVoiceEngine.register_shared(voice_dir, voice_proc)
+            logging.getLogger("parley").info("SSM voice loaded in its own process (pid %d) in "
+                                             "%.2f s", voice_proc.pid, voice_proc.load_s)
+        else:
+            engine = SSMVoiceEngine.shared(voice_dir)
+            logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
+    agent_factory = _agent_factory(spec, llm_check=not args.no_llm_check)
+    db_path = db_location(args.db) if args.db else default_db_path()
+    store = open_call_store(db_path)
+    orphans = store.close_orphans()  # calls a killed server left "in progress"
+    shown = str(db_path).rpartition("@")[2]  # a PostgreSQL URL's password stays out of the log
+    logging.getLogger("parley").info("call records: %s%s", shown,
+                                     f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
+    token = os.environ.get("TWILIO_AUTH_TOKEN")
+    model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())
+    bridge = None
+    if "remote" in (args.stt, args.tts):  # sagemaker://ENDPOINT: streams go through the bridge process
+        from deploy.sagemaker_stream.launcher import bridge_for
+
+        bridge, model_urls = bridge_for(model_urls)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_calls=args.max_calls or default_max_calls(),
+        auth_token=token,
+        # SIP without a Twilio account: serve SIP (and the browser page), not Twilio
+        twilio=bool(token) or args.insecure_dev or args.sip_port is None,
+        insecure_dev=args.insecure_dev,
+        public_url=args.public_url,
+        drain_grace_s=args.drain_s,
+        twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
+        twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"),
+        genesys=GenesysConfig.from_env(os.environ.get("PARLEY_GENESYS_API_KEY"),
+                                       os.environ.get("PARLEY_GENESYS_CLIENT_SECRET")),
+        pipeline=(
+            PipelineConfig.stock_pipecat(stt=args.stt, tts=args.tts, tts_model_dir=tts_model_dir,
+                                         model_urls=model_urls)
+            if args.stock_pipecat
+            else PipelineConfig(vad=args.vad, turn=args.turn, vad_stop_s=args.silence_ms / 1000.0,
+                                turn_hold_s=args.hold_ms / 1000.0,
+                                text_aggregation=args.text_aggregation, stt=args.stt,
+                                tts=args.tts, tts_model_dir=tts_model_dir, model_urls=model_urls)
+        ),
+    )
+    config = replace(config, pipeline=replace(
+        config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
+        stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice))
+    sphinx_procs = None
+    if config.pipeline.stt == "ssm":
+        config = _prewarm_ssm_stt(config)
+    if config.pipeline.stt == "sphinx":
+        from pipeline.engines.sphinx import SPHINX_POOL, set_default_pool
+
+        pool: SphinxPool | SphinxProcessPool = SPHINX_POOL
+        if args.stt_procs > 0:
+            from pipeline.engines.sphinx_procs import SphinxProcessPool
+
+            pool = sphinx_procs = SphinxProcessPool(args.stt_procs, max_idle=SPHINX_POOL.max_idle)
+            set_default_pool(pool)
+        t0 = time.perf_counter()
+        phone, browser = args.stt_warm
+        built = (pool.prewarm(config.pipeline.sample_rate_hz, phone) + pool.prewarm(16000, browser))
+        where = (f"in {args.stt_procs} worker process(es)" if sphinx_procs is not None
+                 else "in the server process")
+        logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
+                                         where, time.perf_counter() - t0)
+    server = CallServer(config, agent_factory=agent_factory, store=store)
+    server.metrics.read_worker_metrics(worker_metrics)
+    _register_engines(server.metrics, sphinx_procs, voice_proc,
+                      ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
+    sip = _sip_server(args, agent_factory, server) if args.sip_port is not None else None
+    emf = _emf(args, server.metrics)
+    heap = None
+    if args.heap_profile:
+        from deploy.heap import HeapProfile
+
+        heap = HeapProfile(args.heap_profile)
+
+    async def serve() -> None:
+        if heap is not None:
+            heap.install(asyncio.get_running_loop())
+        await serve_forever(server, sip=sip, emf=emf,
+                            listening=ready_file.write if ready_file is not None else None)
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if ready_file is not None:
+            ready_file.remove()
+        store.close()
+        if bridge is not None:
+            bridge.close()
+        if sphinx_procs is not None:
+            sphinx_procs.close()
+        if voice_proc is not None:
+            voice_proc.close()
+    return 0
+
+
+class ReadyFile:
+    """``--ready-file``: the bound ports as JSON, written whole (a reader never sees half a file)."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.parent.is_dir():  # said before the server starts, not after
+            from pipeline.errors import ConfigError
+
+            raise ConfigError(f"--ready-file {path}: no folder {path.parent}")
+        self.path = path
+
+    def write(self, ports: dict[str, int | None]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps({"pid": os.getpid(), **ports}) + "\n")
+            tmp.replace(self.path)
+        except OSError as exc:
+            from pipeline.errors import ConfigError
+
+            raise ConfigError(f"--ready-file {self.path}: {exc.strerror or exc}") from None
+        logging.getLogger("parley").info("ports written to %s", self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _emf(args: argparse.Namespace, metrics: "Metrics") -> "EmfPublisher | None":
+    """``--emf PATH``: the call tier's CloudWatch metrics as EMF lines (telephony.emf)."""
+    if args.emf is None:
+        return None
+    from telephony.emf import EmfPublisher
+
+    if args.emf == "-":
+        def write(line: str) -> None:
+            print(line, flush=True)
+    else:
+        try:
+            out = open(args.emf, "a", buffering=1)  # noqa: SIM115 - open for the process's life
+        except OSError as exc:
+            from pipeline.errors import ConfigError
+
+            raise ConfigError(f"--emf {args.emf}: {exc.strerror or exc}") from None
+
+        def write(line: str) -> None:
+            out.write(line + "\n")
+    return EmfPublisher(metrics, args.emf_deployment, write, interval_s=args.emf_interval_s)

@@ -1,0 +1,391 @@
+"""parley's streaming SSM recogniser as an engine: one loaded model per process, every utterance
+stepped together, finals decoded as the frames come (its pipecat service: ``services.ssm_stt``).
+
+    engine = SSMSTTEngine.shared(DEFAULT_MODEL_DIR, "beam", compile=True, runner="process")
+    utt = engine.open(8000, hints)          # one per utterance
+    fut = utt.push(pcm)                     # a Future of the model's log-probs, or None
+    await utt.take_async(fut)               # the greedy partial grows: utt.text
+    for fut in utt.finish(): await utt.take_async(fut)
+    utt.recognition()                       # the final (beam search), its confidence
+
+Model steps never run on the event loop: every call of the process shares one ``SSMSTTEngine``
+per model directory, whose ``BatchRunner`` thread steps all open utterances together; callers
+await the runner's futures. Each utterance runs the model every ``stride`` 20 ms steps (5 by
+default: partials every 100 ms), as one k-frame prefill, which ``torch.compile`` makes ~3x cheaper
+for a lone stream (``compile=True``; ~30 s of compiling when the engine starts cold, a few
+seconds from inductor's cache). 16 kHz input is resampled to the model's 8 kHz with a streaming
+soxr resampler per utterance.
+
+Decoding: interim transcripts are greedy CTC. The final one comes from a CTC prefix beam search
+with the word lexicon and trigram LM shipped beside the model (``models/stt/lm.arpa.gz``, see
+``ssm_engine.stt.beam``), advanced frame by frame while the caller speaks, so at the end only
+the flush frames and the sentence end remain. It runs on the event loop as each result arrives:
+0.14 ms a frame on average (1.5 ms the worst seen), less than handing it to a thread costs
+(``benchmarks/bench_vad_dispatch.py`` measures such a hand-off at ~0.27 ms of CPU a frame, and
+waits of 5 ms p50 under 16 calls). ``decoder="greedy"`` turns it off.
+
+A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
+restarted, and an utterance whose stream it took with it waits for the replacement (up to
+``RECOVER_TIMEOUT_S``) and replays its audio so far (up to ``REPLAY_MAX_S``) into a new stream
+(``RecognizerUtterance.recover``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import soxr
+import torch
+
+from pipeline.engines.runner_procs import RunnerProcess
+from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
+from pipeline.options import SttDecoder, SttRunner
+from ssm_engine import BatchRunner, SSMEngineError
+from ssm_engine.device import resolve_device
+from ssm_engine.errors import RunnerClosedError
+from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
+from ssm_engine.stt.errors import AudioInputError
+from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
+from ssm_engine.stt.lm import NGramLM
+from ssm_engine.stt.model import STTModel, load_stt
+from ssm_engine.stt.joint import JointSearch
+from ssm_engine.stt.phone_beam import PhoneBeamSearch
+from ssm_engine.stt.phones import Pronouncer
+from ssm_engine.runner import StreamRunner
+from ssm_engine.stt.stream import RecognizerStream
+
+__all__ = ["DEFAULT_COMPILE", "DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "DEFAULT_STRIDE", "LM_FILE",
+           "LEXICON_FILE", "Decoder", "Runner", "SSMSTTEngine", "RecognizerUtterance", "SUPPORTED_RATES_HZ"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
+LM_FILE = "lm.arpa.gz"
+LEXICON_FILE = "lexicon.dict.gz"
+"""Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
+"""
+SUPPORTED_RATES_HZ = (8000, 16000)
+REPLAY_MAX_S = 60.0        # an utterance's audio kept for a replay onto a restarted runner
+RECOVER_TIMEOUT_S = 20.0   # how long a lost utterance waits for its runner to come back
+RECOVER_POLL_S = 0.2
+Decoder = SttDecoder
+"""How finals are decoded (``pipeline.options.SttDecoder``)."""
+DEFAULT_STRIDE = 5
+"""20 ms steps per model run of an utterance (partials every 100 ms); 1 runs every frame."""
+DEFAULT_COMPILE = False
+"""Engines run their k-frame prefill eagerly unless asked to compile it (``compile=True``, about a
+third of the CPU for a lone stream, ~30 s at the first start): ``parley serve`` and ``parley eval
+stt`` ask by default (``PipelineConfig.stt_compile``, ``--stt-compile``, ``--compile``)."""
+DEFAULT_DECODER: Decoder = "beam"
+"""How services decode finals unless told otherwise (``PipelineConfig.stt_decoder``)."""
+Runner = SttRunner
+"""Where an engine steps the model (``pipeline.options.SttRunner``)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = None,
+                 kind: Literal["phones", "joint"] = "joint"
+                 ) -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
+    """One loaded LM + lexicon per file and settings for the process (read-only, shared): over
+    characters, or with ``lexicon_path`` (pronunciations) over phones (``kind`` "phones") or
+    both heads (``kind`` "joint")."""
+    try:
+        lm = NGramLM.load(lm_path)
+    except SSMEngineError as exc:
+        raise EngineUnavailableError(f"STT language model failed to load: {exc} (build it "
+                                     f"with `parley train stt-lm`)") from exc
+    if lexicon_path is None:
+        return CTCBeamSearch(lm, config)
+    try:
+        lexicon = Pronouncer.load(lexicon_path, words=lm.vocab)
+        if kind == "phones":
+            return PhoneBeamSearch(lm, lexicon, config)
+        return JointSearch(lm, lexicon, config)
+    except (SSMEngineError, ValueError, OSError) as exc:
+        raise EngineUnavailableError(f"STT pronunciation lexicon {lexicon_path} failed to load: "
+                                     f"{exc}") from exc
+
+
+class RecognizerUtterance:
+    """One utterance at the caller's rate: resamples to the model's rate, feeds a stream."""
+
+    def __init__(self, engine: SSMSTTEngine, sample_rate_hz: int,
+                 hints: Hints = NO_HINTS) -> None:
+        model_rate = engine.model.config.sample_rate_hz
+        self._resampler = (soxr.ResampleStream(sample_rate_hz, model_rate, 1, dtype="float32",
+                                               quality="HQ")
+                           if sample_rate_hz != model_rate else None)
+        self._engine, self._hints = engine, hints
+        self._stream: RecognizerStream | None
+        try:
+            self._stream = self._new_stream()
+        except SSMEngineError:   # the runner is restarting: the audio waits, the first push after
+            self._stream = None  # it is back opens the stream and replays it (push)
+        # the utterance's audio at the model's rate, for a replay onto a restarted runner
+        self._heard: list[np.ndarray] = []
+        self._heard_samples = 0
+        self._max_replay_samples = int(REPLAY_MAX_S * model_rate)
+        self.replays = 0
+
+    def _new_stream(self) -> RecognizerStream:
+        e = self._engine
+        return RecognizerStream(e.runner, e.model.config, flush_s=e.flush_s, beam=e.beam, stride=e.stride,
+                                hints=self._hints)
+
+    def _keep(self, x: np.ndarray) -> None:
+        self._heard_samples += x.size
+        if self._heard_samples <= self._max_replay_samples:
+            self._heard.append(x)
+
+    def _reopen(self) -> Future | None:
+        """A new stream, if the runner takes one, with everything heard so far pushed into it.
+        -> that push's future; None with no stream (the runner is still down) or nothing heard."""
+        if self._heard_samples > self._max_replay_samples:
+            raise SSMEngineError(f"the utterance is over {REPLAY_MAX_S:.0f} s: not replayed")
+        try:
+            self._stream = self._new_stream()
+        except SSMEngineError:
+            self._stream = None
+            return None
+        self.replays += 1
+        return self._stream.push(np.concatenate(self._heard)) if self._heard else None
+
+    async def recover(self, timeout_s: float = RECOVER_TIMEOUT_S) -> float:
+        """The runner lost this utterance's stream (its process died and is restarting): open a
+        new stream once the runner takes one, and replay the utterance's audio so far into it.
+        -> the seconds replayed. Raises SSMEngineError when the runner is not back within
+        ``timeout_s`` or the utterance is too long to replay (over ``REPLAY_MAX_S``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fut = self._reopen()
+                if self._stream is not None:
+                    if fut is not None:
+                        self._stream.take(await asyncio.wrap_future(fut))
+                    return self._heard_samples / self._engine.model.config.sample_rate_hz
+            except SSMEngineError:
+                if self._heard_samples > self._max_replay_samples or time.monotonic() > deadline:
+                    raise
+                self._stream = None          # it died again under the replay: wait, then again
+            if time.monotonic() > deadline:
+                raise RunnerClosedError(f"the recogniser was not back within {timeout_s:.0f} s")
+            await asyncio.sleep(RECOVER_POLL_S)
+
+    @property
+    def text(self) -> str:
+        """Greedy partial while open; the final transcript once ``finish``'s results are taken."""
+        return self._stream.text if self._stream is not None else ""
+
+    @property
+    def recognition(self) -> Recognition | None:
+        """The final with its confidence and alternatives, once there is one."""
+        return self._stream.recognition if self._stream is not None else None
+
+    def push(self, pcm: bytes | np.ndarray) -> Future | None:
+        """int16 PCM at the utterance's rate. -> Future of log-probs (or None, nothing to run)."""
+        try:
+            x = _as_float(pcm)
+            if self._resampler is not None:
+                x = self._resampler.resample_chunk(x)
+            if not x.size:
+                return None
+            self._keep(x)      # before the push: a push that fails is replayed too
+            if self._stream is None:   # opened while the runner restarted: open it now, if it is back
+                fut = self._reopen()
+                if self._stream is not None:
+                    logger.info("STT: the recogniser is back; %.1f s heard while it restarted go into "
+                                "a new stream", self._heard_samples / self._engine.model.config.sample_rate_hz)
+                return fut
+            return self._stream.push(x)
+        except AudioInputError as exc:
+            raise AudioFormatError(str(exc)) from exc
+
+    def finish(self) -> list[Future]:
+        """Flush the resampler, pad with silence, close. -> futures to ``take`` in order."""
+        futures = []
+        if self._resampler is not None:
+            rest = self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+            self._resampler = None          # flushed once: a finish after a replay has no rest
+            if rest.size:
+                self._keep(rest)
+                fut = self._stream.push(rest) if self._stream is not None else None
+                if fut is not None:
+                    futures.append(fut)
+        if self._stream is None:      # still no stream: the service recovers (waits) and finishes
+            raise RunnerClosedError("the recogniser is restarting: the utterance has no stream yet")
+        futures.append(self._stream.finish())
+        return futures
+
+    def take(self, log_probs: torch.Tensor) -> bool:
+        """Decode a result here (blocking: evaluation, scripts). True if the text changed."""
+        assert self._stream is not None, "a result with no stream to decode it"
+        return self._stream.take(log_probs)
+
+    async def take_async(self, fut: Future) -> bool:
+        """Await a push/finish future and decode its result (greedy, and the beam search when
+        on) here, in order. True if the text changed."""
+        log_probs = await asyncio.wrap_future(fut)
+        assert self._stream is not None, "a result with no stream to decode it"
+        return self._stream.take(log_probs)
+
+    def finish_sync(self) -> str:
+        """Blocking finish (evaluation, scripts): the final transcript."""
+        for fut in self.finish():
+            self.take(fut.result())
+        return self.text
+
+    def abort(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
+
+
+def _as_float(pcm: bytes | np.ndarray) -> np.ndarray:
+    if isinstance(pcm, (bytes, bytearray, memoryview)):
+        if len(pcm) % 2:
+            raise AudioFormatError(f"16-bit PCM needs an even byte count, got {len(pcm)}")
+        pcm = np.frombuffer(pcm, dtype="<i2")
+    x = np.asarray(pcm)
+    if x.dtype == np.int16:
+        return x.astype(np.float32) / 32768.0
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise AudioFormatError("audio holds NaN or infinite samples")
+    return x
+
+
+class SSMSTTEngine:
+    """A loaded STTModel and the BatchRunner thread that steps every utterance of the process.
+
+    ``SSMSTTEngine.shared(model_dir, decoder, compile=..., runner=...)`` returns one started engine
+    per folder and settings (thread-safe); construct one directly (and ``close()`` it) in tests."""
+
+    _shared: dict[tuple[Path, str, bool, str], SSMSTTEngine] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
+                 flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
+                 beam_config: BeamConfig | None = None,
+                 runner: Runner = "thread",
+                 stride: int = DEFAULT_STRIDE, compile: bool | None = None,
+                 device: str = "cpu") -> None:
+        """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
+        (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
+        it searches both heads with the folder's ``lexicon.dict.gz`` (``Decoder``; "char-beam"
+        and "phone-beam" search one). ``runner="process"`` steps the
+        model in a child process (``runner_procs.RunnerProcess``: its own GIL) instead of a
+        thread of this one; it needs ``model`` as a folder. ``stride``: 20 ms steps per model
+        run of an utterance. ``compile`` (default ``DEFAULT_COMPILE``): compile the
+        ``stride``-frame prefill before taking traffic (``STTModel.compile_prefill``; CPU only).
+        ``device``: ``cpu``, ``cuda[:N]`` or ``auto`` (``ssm_engine.device.resolve_device``);
+        audio and log-probs stay on the CPU, the batcher moves them."""
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+            raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
+        compile = DEFAULT_COMPILE if compile is None else compile
+        if runner not in ("thread", "process"):
+            raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
+        if runner == "process" and isinstance(model, STTModel):
+            raise PipelineError("runner='process' needs the model's folder, not a loaded model")
+        try:
+            target = resolve_device(device)
+        except SSMEngineError as exc:
+            raise EngineUnavailableError(f"SSM STT: {exc}") from None
+        if runner == "process" and target.type != "cpu":
+            raise PipelineError("runner='process' steps the model on the CPU; a GPU takes the "
+                                "thread runner (one process batches every stream)")
+        if decoder not in ("greedy", "beam", "char-beam", "phone-beam"):
+            raise PipelineError(f"decoder must be 'greedy', 'beam', 'char-beam' or 'phone-beam', "
+                                f"got {decoder!r}")
+        t0 = time.perf_counter()
+        self.decoder: Decoder = decoder
+        self.beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None
+        folder = DEFAULT_MODEL_DIR if isinstance(model, STTModel) else Path(model)
+        folder_of_model = None if isinstance(model, STTModel) else Path(model).resolve()
+        if not isinstance(model, STTModel):
+            try:
+                model = load_stt(model)
+            except SSMEngineError as exc:
+                raise EngineUnavailableError(f"SSM STT model failed to load: {exc} (train one "
+                                             f"with `parley train stt`)") from exc
+        self.model = model.eval().to(target)
+        self.device = target
+        if decoder != "greedy":
+            lexicon = None
+            if decoder == "phone-beam" or (decoder == "beam" and model.config.phone_vocab_size):
+                if not model.config.phone_vocab_size:
+                    raise PipelineError("decoder='phone-beam' needs a model with a phone head")
+                lexicon = (folder / LEXICON_FILE).resolve()
+                if not lexicon.exists():
+                    raise EngineUnavailableError(f"SSM STT: the model has a phone head but "
+                                                 f"{lexicon} is missing (decoder='char-beam' "
+                                                 f"searches over characters instead)")
+            self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
+                                     beam_config or BeamConfig(), lexicon,
+                                     "phones" if decoder == "phone-beam" else "joint")
+        self.flush_s = flush_s
+        self.stride = stride
+        # torch.compile's CPU graph (inductor, C++); on a GPU the eager step is fast enough
+        compile_frames = stride if compile and stride > 1 and target.type == "cpu" else 0
+        self.runner: StreamRunner
+        if runner == "process":
+            self.runner = RunnerProcess("ssm_engine.stt.model:load_stt_compiled",
+                                        [str(folder_of_model), str(compile_frames)], name="ssm-stt")
+        else:
+            if compile_frames and self.model.compiled_frames != compile_frames:
+                t1 = time.perf_counter()
+                try:
+                    self.model.compile_prefill(compile_frames)
+                except Exception as exc:  # inductor raises its own types (no compiler, ...)
+                    raise EngineUnavailableError(f"SSM STT: compiling the {compile_frames}-frame "
+                                                 f"prefill failed: {exc} (compile=False runs "
+                                                 f"it eagerly)") from exc
+                logger.info("SSM STT: %d-frame prefill compiled in %.1f s", compile_frames,
+                            time.perf_counter() - t1)
+            self.runner = BatchRunner(self.model, name="ssm-stt-runner")
+        try:
+            self.runner.start()
+        except SSMEngineError as exc:
+            raise EngineUnavailableError(f"SSM STT runner failed to start: {exc}") from exc
+        self.load_s = time.perf_counter() - t0
+
+    @classmethod
+    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder = "beam", *,
+               compile: bool = DEFAULT_COMPILE, runner: Runner = "thread") -> SSMSTTEngine:
+        key = (Path(model_dir).resolve(), decoder, bool(compile), runner)
+        with cls._shared_lock:
+            engine = cls._shared.get(key)
+            if engine is None:
+                engine = cls._shared[key] = cls(key[0], decoder=decoder, compile=compile, runner=runner)
+            return engine
+
+    @classmethod
+    def shared_engines(cls) -> list[SSMSTTEngine]:
+        """The engines ``shared()`` has built so far (``/metrics`` asks their runners)."""
+        with cls._shared_lock:
+            return list(cls._shared.values())
+
+    def open(self, sample_rate_hz: int, hints: Hints = NO_HINTS) -> RecognizerUtterance:
+        if sample_rate_hz not in SUPPORTED_RATES_HZ:
+            raise AudioFormatError(f"sample_rate_hz={sample_rate_hz} not in {SUPPORTED_RATES_HZ}")
+        return RecognizerUtterance(self, sample_rate_hz, hints)
+
+    def transcribe(self, pcm: np.ndarray | bytes, sample_rate_hz: int, chunk_ms: int = 20) -> str:
+        """Stream one whole clip through, ``chunk_ms`` at a time (blocking)."""
+        utt = self.open(sample_rate_hz)
+        x = np.frombuffer(pcm, "<i2") if isinstance(pcm, (bytes, bytearray)) else np.asarray(pcm)
+        step = sample_rate_hz * chunk_ms // 1000
+        for i in range(0, len(x), step):
+            fut = utt.push(x[i:i + step])
+            if fut is not None:
+                utt.take(fut.result())
+        return utt.finish_sync()
+
+    def close(self) -> None:
+        self.runner.stop()
