@@ -22,7 +22,6 @@ of :class:`agent.llm.tool_calls.ToolRunner`.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,7 +49,8 @@ def build_agent(
     http_session: aiohttp.ClientSession | None = None,
     env: Mapping[str, str] | None = None,
 ) -> FrameProcessor:
-    """The agent for one call. ``env`` holds the API key variables (``os.environ`` if None)."""
+    """The agent for one call. ``env`` holds the API key variables (None: none; the command line
+    passes ``os.environ``)."""
     toolbox = ToolBox(spec, http=http_session)
     backend = spec.llm.backend
     log.info("[%s] %s agent %r", call_sid, backend, spec.name)
@@ -62,7 +62,7 @@ def build_agent(
                                       encoder=SentenceEncoder.default())
     runner = ToolRunner(spec, toolbox)
     prompt = build_system_prompt(spec, tools=runner.schemas(), params=params)
-    env = os.environ if env is None else env
+    env = {} if env is None else env
     llm: LLMService[Any]
     if backend == "openai":
         from agent.llm.openai_compat import make_openai_llm

@@ -12,7 +12,6 @@ credentials are the AWS SDK's to find; nothing is sent to AWS at start).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 import aiohttp
@@ -30,7 +29,7 @@ async def check_llm(spec: AgentSpec, *, env: Mapping[str, str] | None = None, pr
     embedded agent. ``probe=False`` builds the agent without asking the server."""
     if spec.llm.backend == "embedded":
         return
-    env = os.environ if env is None else env
+    env = {} if env is None else env
     build_agent(spec, call_sid="start-up check", params={}, env=env)   # a missing key or model
     if not probe or spec.llm.backend != "openai" or spec.llm.base_url is None:
         return

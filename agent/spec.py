@@ -10,8 +10,8 @@ voice it speaks with (``voice: joe``, one of ``pipeline.voices.VOICES``).
 
 Every mistake raises :class:`agent.errors.SpecError` whose message starts ``path:line:`` (line
 numbers come from the YAML node marks). String values may use ``${VAR}`` and ``${VAR:-default}``;
-they are expanded against the ``env`` mapping given to :func:`load_spec` (``os.environ`` only
-when the caller passes none: the command line decides).
+they are expanded against the ``env`` mapping given to :func:`load_spec` (none: no variables;
+the command line passes ``os.environ``, which only it reads).
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def parse_spec(text: str, *, source: str = "<spec>", env: Mapping[str, str] | No
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise SpecError(f"{source}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
-    r = _Reader(source, os.environ if env is None else env, base_dir)
+    r = _Reader(source, {} if env is None else env, base_dir)
     if root is None:
         raise SpecError(f"{source}:1: the spec is empty")
     m = r.mapping(root, "the spec", _TOP)

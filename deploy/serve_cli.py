@@ -16,12 +16,15 @@ import atexit
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploy.logs import configure_logging
+from pipeline.engines.worker_metrics import ENV as WORKER_METRICS_ENV
 
 if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.emf import EmfPublisher
@@ -186,7 +189,6 @@ def serve(args: argparse.Namespace) -> int:
     from pipeline.builder import PipelineConfig
     from pipeline.call_stores import open_call_store
     from telephony.genesys import GenesysConfig
-    from pipeline.engines.worker_metrics import share_worker_metrics, unshare_worker_metrics
     from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
     configure_logging(args.log_level)
@@ -311,6 +313,22 @@ def serve(args: argparse.Namespace) -> int:
         if voice_proc is not None:
             voice_proc.close()
     return 0
+
+
+def share_worker_metrics() -> Path:
+    """A fresh folder for the workers' metric files, named in this process's environment so that
+    every worker spawned from now on writes there. ``unshare_worker_metrics`` removes it."""
+    import prometheus_client  # noqa: F401 - imported first: this process's own metrics stay in memory
+
+    folder = Path(tempfile.mkdtemp(prefix="parley-worker-metrics-"))
+    os.environ[WORKER_METRICS_ENV] = str(folder)
+    return folder
+
+
+def unshare_worker_metrics(folder: Path) -> None:
+    if os.environ.get(WORKER_METRICS_ENV) == str(folder):
+        del os.environ[WORKER_METRICS_ENV]
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 class ReadyFile:

@@ -1,7 +1,7 @@
 """What engine worker processes measure, read by the server's ``/metrics`` (prometheus_client's
 multiprocess mode).
 
-    # the server (``parley serve``), before it starts its workers:
+    # the server (``parley serve``: deploy.serve_cli), before it starts its workers:
     folder = share_worker_metrics()               # a fresh folder, named to every child it spawns
     metrics.read_worker_metrics(folder)           # telephony.metrics: merged into each scrape
     # a worker:
@@ -15,38 +15,18 @@ multiprocess mode).
 
 A worker's samples go to memory-mapped files in the shared folder (``PROMETHEUS_MULTIPROC_DIR``
 in its environment), one per process, so a worker that died and was replaced still counts what
-it did. The server's own metrics stay in its memory: the variable is set for the children only
-(``spawn_child`` copies the environment; the server's prometheus_client was imported before).
+it did. The server's own metrics stay in its memory: the command line sets the variable after
+its prometheus_client was imported, for the children (``spawn_child`` copies the environment).
+The variable is prometheus_client's own switch; a worker reads it only to skip measuring when
+the server shares no folder.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
-import tempfile
-from pathlib import Path
-
-logger = logging.getLogger(__name__)
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS_MS = (1, 2, 5, 10, 20, 35, 50, 75, 100, 150, 250, 500, 1000, 2500)
-
-
-def share_worker_metrics() -> Path:
-    """A fresh folder for the workers' metric files, named in this process's environment so that
-    every worker spawned from now on writes there. ``unshare_worker_metrics`` removes it."""
-    import prometheus_client  # noqa: F401 - imported first: this process's own metrics stay in memory
-
-    folder = Path(tempfile.mkdtemp(prefix="parley-worker-metrics-"))
-    os.environ[ENV] = str(folder)
-    return folder
-
-
-def unshare_worker_metrics(folder: Path) -> None:
-    if os.environ.get(ENV) == str(folder):
-        del os.environ[ENV]
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class RequestTimer:

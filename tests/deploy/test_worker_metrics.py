@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.engines.worker_metrics import ENV, RequestTimer, share_worker_metrics, unshare_worker_metrics
+from deploy.serve_cli import share_worker_metrics, unshare_worker_metrics
+from pipeline.engines.worker_metrics import ENV, RequestTimer
 from telephony.metrics import Metrics
 from tests.metrics_text import sample
 
