@@ -88,7 +88,6 @@ def test_model_server_device_defaults_to_auto_and_cuda_without_a_gpu_stops_at_st
     assert err.endswith("use --device cpu or auto")
 
 
-
 def test_drain_seconds_out_of_range_or_not_a_number_are_refused(capsys):
     assert build_parser().parse_args(["serve"]).drain_s == 30.0
     assert build_parser().parse_args(["serve", "--drain-s", "0"]).drain_s == 0.0
@@ -96,3 +95,12 @@ def test_drain_seconds_out_of_range_or_not_a_number_are_refused(capsys):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "--drain-s", text])
         assert "--drain-s" in capsys.readouterr().err
+
+
+def test_a_ready_file_in_no_folder_stops_serve_before_anything_loads(tmp_path, capsys):
+    from deploy.cli import main
+
+    where = tmp_path / "no-such-folder" / "ready.json"
+    assert main(["serve", "--insecure-dev", "--agent", "echo", "--ready-file", str(where)]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err == f"parley serve: --ready-file {where}: no folder {where.parent}"
