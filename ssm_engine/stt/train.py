@@ -1,4 +1,4 @@
-"""Train the streaming CTC recogniser (``parley train stt``), resumably, on one CPU thread.
+"""Train the streaming CTC recogniser (``parley train stt``), resumably, on one CPU thread or a GPU.
 
     cfg = TrainConfig(train_manifest="data/stt/v1/train.tsv",
                       heldout_manifest="data/stt/v1/heldout.tsv", run_dir="runs/stt/v1")
@@ -46,6 +46,7 @@ from ..data.audio import mulaw_roundtrip, read_wav, resample
 from ..data.augment import speed_perturb
 from ..data.human import check_not_reserved
 from ..data.manifest import read_manifest
+from ..device import resolve_device
 from ..training import cosine_lr_scale, length_batches, run_log
 from .decode import cer, greedy_decode, wer
 from .model import STTConfig, STTModel, load_stt, save_stt
@@ -92,6 +93,7 @@ class TrainConfig:
     phone_weight: float = 1.0          # its loss's weight beside the characters'
     seed: int = 1
     threads: int = 1
+    device: str = "cpu"                # where the model trains: cpu, cuda[:N], or auto (a GPU if seen)
     progress: bool = True
 
     def model_config(self) -> STTConfig:
@@ -141,11 +143,14 @@ def evaluate(model: STTModel, clips: list[tuple[np.ndarray, str]], batch: int = 
     model.eval()
     refs, hyps, phone_refs, phone_hyps = [], [], [], []
     step = model.config.step_samples
+    device = model.frontend.feat_mean.device
     for i in range(0, len(clips), batch):
         part = clips[i:i + batch]
         audio, frames = _pad([c for c, _ in part], step)
-        logits, phone_logits = model.forward_heads(audio)
-        lp = torch.log_softmax(logits, dim=-1)
+        logits, phone_logits = model.forward_heads(audio.to(device))
+        lp = torch.log_softmax(logits, dim=-1).cpu()
+        if phone_logits is not None:
+            phone_logits = phone_logits.cpu()
         for j, (_, text) in enumerate(part):
             hyps.append(greedy_decode(lp[j, : int(frames[j])]))
             refs.append(text)
@@ -171,7 +176,7 @@ def spec_augment(mel: torch.Tensor, lengths: list[int], rng: np.random.Generator
     """SpecAugment on normalised log-mel (b, T, F): masked cells are set to 0 (the feature mean).
     ``lengths`` are each clip's real frames; time masks fall inside them. Returns a new tensor."""
     b, t, f = mel.shape
-    keep = torch.ones(b, t, f, dtype=mel.dtype)
+    keep = torch.ones(b, t, f, dtype=mel.dtype, device=mel.device)
     for i in range(b):
         for _ in range(freq_masks):
             w = int(rng.integers(0, freq_mask_mels + 1))
@@ -200,14 +205,15 @@ def mel_warp(mel: torch.Tensor, factors: np.ndarray, centers_hz: torch.Tensor,
         raise ConfigError(f"mel_warp: {len(factors)} factors and {tuple(centers_hz.shape)} centres "
                          f"for mel of shape {tuple(mel.shape)}")
     raw = mel * std + mean
-    centers = centers_hz.to(torch.float64).numpy()
+    centers = centers_hz.detach().to("cpu", torch.float64).numpy()
     grid = np.arange(f, dtype=np.float64)
     out = torch.empty_like(raw)
     for i, a in enumerate(factors):
         pos_t = torch.from_numpy(np.interp(centers / float(a), centers, grid))
         lo = pos_t.floor().long().clamp(0, f - 1)
         hi = (lo + 1).clamp(max=f - 1)
-        w = (pos_t - lo.to(torch.float64)).to(raw.dtype)
+        w = (pos_t - lo.to(torch.float64)).to(raw.device, raw.dtype)
+        lo, hi = lo.to(raw.device), hi.to(raw.device)
         out[i] = raw[i][:, lo] * (1 - w) + raw[i][:, hi] * w
     return (out - mean) / std
 
@@ -227,7 +233,7 @@ def _feature_stats(model: STTModel, clips: list[np.ndarray]) -> tuple[torch.Tens
     feats = []
     for c in clips:
         x = torch.from_numpy(np.concatenate([np.zeros(fe.context, np.float32), c]))[None]
-        feats.append(fe.log_mel(x)[0])
+        feats.append(fe.log_mel(x.to(fe.feat_mean.device))[0])
     allf = torch.cat(feats)
     return allf.mean(0), allf.std(0)
 
@@ -235,10 +241,11 @@ def _feature_stats(model: STTModel, clips: list[np.ndarray]) -> tuple[torch.Tens
 def train(cfg: TrainConfig) -> dict:
     """Run (or resume) training as configured; returns the last evaluation."""
     torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)   # a GPU asked for and not seen: one line, before anything
     run = Path(cfg.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     with run_log(run):
-        return _train(cfg, run)
+        return _train(cfg, run, device)
 
 
 def load_deepened(model: STTModel, start: STTModel) -> list[int]:
@@ -285,11 +292,11 @@ def _phone_loss(logits: torch.Tensor, frames: torch.Tensor,
         return logits.sum() * 0.0
     lp = torch.log_softmax(logits[keep], dim=-1).transpose(0, 1)
     tgt = [t for t in targets if t is not None and len(t) > 0]   # the targets of ``keep``
-    return F.ctc_loss(lp, torch.cat(tgt), frames[keep], torch.tensor([len(t) for t in tgt]),
+    return F.ctc_loss(lp, torch.cat(tgt).to(lp.device), frames[keep], torch.tensor([len(t) for t in tgt]),
                       blank=PHONE_BLANK, reduction="mean", zero_infinity=True)
 
 
-def _train(cfg: TrainConfig, run: Path) -> dict:
+def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
     mcfg = cfg.model_config()
     rate, step_samples = mcfg.sample_rate_hz, mcfg.step_samples
     log.info("config %s", json.dumps(dataclasses.asdict(cfg)))
@@ -313,6 +320,9 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
              len(train_clips), hours, len(heldout), time.monotonic() - t_load)
 
     torch.manual_seed(cfg.seed)
+    if device.type == "cuda":          # TF32 matrix products: the GPU's fast path, ample for CTC
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     model = STTModel(mcfg)
     if cfg.init_from and not (run / "last.pt").exists():
         start = load_stt(cfg.init_from)
@@ -334,13 +344,15 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
                      "%d SSM layers: new layers %s start as the identity", cfg.init_from,
                      start.config.ssm_config.n_layers, mcfg.ssm_config.n_layers, added)
         model.train()
+    model.to(device)
+    log.info("training on %s", device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                             betas=(0.9, 0.98))
     step, elapsed_s, best_cer, epoch, pos = 0, 0.0, math.inf, 0, 0
     # the best check: lowest greedy CER, or with a phone head the mean of CER and phone error rate
     last = run / "last.pt"
     if last.exists():
-        ck = torch.load(last, weights_only=False)
+        ck = torch.load(last, weights_only=False, map_location=device)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step, elapsed_s, best_cer = ck["step"], ck["elapsed_s"], ck["best_cer"]
@@ -425,9 +437,9 @@ def _train(cfg: TrainConfig, run: Path) -> dict:
                 g["lr"] = cfg.lr * cosine_lr_scale(
                     step, elapsed_s, warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps,
                     max_minutes=cfg.max_minutes, min_frac=cfg.min_lr_frac)
-            logits, phone_logits = model.forward_heads(audio, augment)
+            logits, phone_logits = model.forward_heads(audio.to(device), augment)
             lp = torch.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, b, V)
-            loss = F.ctc_loss(lp, torch.cat(tgt), frames, torch.tensor([len(t) for t in tgt]),
+            loss = F.ctc_loss(lp, torch.cat(tgt).to(device), frames, torch.tensor([len(t) for t in tgt]),
                               blank=0, reduction="mean", zero_infinity=True)
             if phone_logits is not None:
                 loss = loss + cfg.phone_weight * _phone_loss(

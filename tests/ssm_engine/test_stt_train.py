@@ -255,3 +255,20 @@ def test_a_phone_head_run_from_a_plain_checkpoint_trains_checks_and_ships_its_le
     assert shipped.prons("thanks") == (("TH", "AE", "NG", "K", "S"),) and "okay" not in shipped
     assert "phones and a word boundary" in (out / "MODEL_CARD.md").read_text()
     shutil.rmtree(out)
+
+
+def test_a_gpu_asked_for_and_not_seen_stops_training_before_anything(tiny_data, tmp_path):
+    """`parley train stt --device cuda` on a machine where torch sees no GPU: one ConfigError line,
+    no run folder written. (The GPU path itself runs only where a GPU is lent.)"""
+    import dataclasses
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError, match="sees no GPU"):
+        train(dataclasses.replace(_cfg(tiny_data, run, 2), device="cuda"))
+    assert not run.exists()
+    res = train(dataclasses.replace(_cfg(tiny_data, run, 2), device="auto"))   # auto: the CPU here
+    assert res["step"] == 2 and "training on cpu" in (run / "train.log").read_text()
