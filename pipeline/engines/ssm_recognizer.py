@@ -60,7 +60,7 @@ from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.runner import StreamRunner
-from ssm_engine.stt.stream import RecognizerStream
+from ssm_engine.stt.stream import RecognizerStream, as_float
 
 __all__ = ["DEFAULT_COMPILE", "DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "DEFAULT_STRIDE", "LM_FILE",
            "LEXICON_FILE", "Decoder", "Runner", "SSMSTTEngine", "RecognizerUtterance", "SUPPORTED_RATES_HZ"]
@@ -192,7 +192,7 @@ class RecognizerUtterance:
     def push(self, pcm: bytes | np.ndarray) -> Future | None:
         """int16 PCM at the utterance's rate. -> Future of log-probs (or None, nothing to run)."""
         try:
-            x = _as_float(pcm)
+            x = as_float(pcm)      # int16 or float, mono, finite (AudioInputError below)
             if self._resampler is not None:
                 x = self._resampler.resample_chunk(x)
             if not x.size:
@@ -245,20 +245,6 @@ class RecognizerUtterance:
     def abort(self) -> None:
         if self._stream is not None:
             self._stream.abort()
-
-
-def _as_float(pcm: bytes | np.ndarray) -> np.ndarray:
-    if isinstance(pcm, (bytes, bytearray, memoryview)):
-        if len(pcm) % 2:
-            raise AudioFormatError(f"16-bit PCM needs an even byte count, got {len(pcm)}")
-        pcm = np.frombuffer(pcm, dtype="<i2")
-    x = np.asarray(pcm)
-    if x.dtype == np.int16:
-        return x.astype(np.float32) / 32768.0
-    x = x.astype(np.float32)
-    if not np.isfinite(x).all():
-        raise AudioFormatError("audio holds NaN or infinite samples")
-    return x
 
 
 class SSMSTTEngine:
