@@ -110,30 +110,20 @@ class SoakServer(Server):
         return pids
 
     def engine_pid(self, needle: str) -> int | None:
-        for pid in self.tree()[1:]:
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if needle.encode() in f.read():
-                        return pid
-            except OSError:
-                continue
-        return None
+        return next((pid for pid in self.tree()[1:] if needle.encode() in _cmdline(pid)), None)
 
     def role(self, pid: int) -> str:
         """Which process of the tree: the server, or the engine worker it runs."""
         if pid == self.proc.pid:
             return "server"
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            return "other"
+        cmd = _cmdline(pid)
         return next((role for needle, role in ROLES if needle in cmd), "other")
 
     def sample(self) -> dict:
         rss_kb, fds = 0, 0
         by_role: dict[str, float] = {}
-        for pid in self.tree():
+        pids = self.tree()
+        for pid in pids:
             try:
                 with open(f"/proc/{pid}/status") as f:
                     kb = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
@@ -145,7 +135,16 @@ class SoakServer(Server):
             role = self.role(pid)
             by_role[role] = round(by_role.get(role, 0.0) + kb / 1024, 1)
         return {"rss_mb": round(rss_kb / 1024, 1), "rss_mb_by_role": by_role, "fds": fds,
-                "processes": len(self.tree())}
+                "processes": len(pids)}
+
+
+def _cmdline(pid: int) -> bytes:
+    """A process's command line (NUL-separated), or b"" once it has gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 ROLES = ((b"runner_procs", "recogniser worker"), (b"voice_procs", "voice worker"),

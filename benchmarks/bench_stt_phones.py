@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import torch  # noqa: E402
 from harness.stt_eval import phone_channel  # noqa: E402
 from pipeline.audio.wav import read_wav  # noqa: E402
 from ssm_engine.data.manifest import read_manifest  # noqa: E402
+from ssm_engine.stt.cli import _phones_dict  # noqa: E402
 from ssm_engine.stt.model import load_stt  # noqa: E402
 from ssm_engine.stt.phones import Pronouncer  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402
@@ -48,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.manifest).exists():
         ap.error(f"{args.manifest} is missing: run scripts/install-human-speech, then parley data human")
     torch.set_num_threads(1)
-    import pocketsphinx
-
-    lexicon = Pronouncer.load(os.path.join(pocketsphinx.get_model_path(), "en-us", "cmudict-en-us.dict"))
+    lexicon = Pronouncer.load(_phones_dict("pocketsphinx"))   # the CMUdict the phone head trained on
     # voice -> source -> [(8 kHz mu-law float samples, words)]: the training check's clips
     clips: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory() as tmp:

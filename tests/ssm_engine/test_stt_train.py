@@ -61,7 +61,6 @@ def test_train_checkpoints_resumes_and_exports(tiny_data, tmp_path):
     load_stt(out)
 
 
-
 def test_export_last_ships_the_last_checkpoint_with_the_check_made_at_its_step(tiny_data, tmp_path):
     import torch
 
