@@ -127,6 +127,11 @@ def register_cli(subparsers: Any) -> None:
                    "it ships; none: characters only, as models before 2026-12-01). Phones "
                    "generalise to words heard rarely or never, which spelling does not; finals "
                    "then come from both heads (default %(default)s)")
+    p.add_argument("--norm", choices=("fixed", "stream"), default="fixed",
+                   help="feature normalisation: the training set's fixed statistics, or 'stream': "
+                        "less a running mean of the call's own speech, which takes out the "
+                        "channel and much of the speaker (default %(default)s; a run from "
+                        "--init-from keeps the weights either way)")
     p.add_argument("--device", default="cpu", metavar="cpu|cuda[:N]|auto",
                    help="where the model trains (auto: the GPU when torch sees one); the data and "
                    "its augmentation stay on the CPU, checkpoints load anywhere (default "
@@ -238,7 +243,8 @@ def _train_stt(args: argparse.Namespace) -> int:
                       batch_audio_s=args.batch_s, lr=args.lr, max_steps=args.max_steps,
                       max_minutes=args.max_minutes, eval_every_steps=args.eval_every,
                       warmup_steps=args.warmup, init_from=args.init_from,
-                      phones_dict=_phones_dict(args.phones), device=args.device, **aug)
+                      phones_dict=_phones_dict(args.phones), device=args.device, norm=args.norm,
+                      **aug)
     res = train(cfg)
     print(json.dumps({k: v for k, v in res.items() if k != "examples"}))
     return 0

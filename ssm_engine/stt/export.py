@@ -25,7 +25,7 @@ __all__ = ["export_run"]
 _CARD = """# parley streaming SSM speech-to-text
 
 A streaming character-CTC recogniser for 8 kHz phone audio: causal log-mel front end (25 ms
-windows every 10 ms, fixed normalisation), two causal convolutions down to 50 frames per second,
+windows every 10 ms, {norm}), two causal convolutions down to 50 frames per second,
 {n_layers} Mamba-2 layers (ssm_engine, d_model {d_model}), a linear CTC head over
 {vocab} characters (blank, space, a-z, apostrophe){heads}. {n_params:,} parameters,
 {size_mb:.1f} MB (float32 safetensors). Served through ssm_engine's StreamBatcher/BatchRunner, each
@@ -183,6 +183,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Path
         command = Path(command).read_text().strip()
     card = _CARD.format(
         heads=(_PHONE_HEADS if model.config.phone_vocab_size else _CHAR_HEAD),
+        norm=("fixed normalisation" if model.config.norm == "fixed" else
+              f"fixed normalisation less a running mean of the stream's speech, time constant "
+              f"{model.config.norm_tau * 10 / 1000:g} s"),
         n_layers=model.config.ssm_config.n_layers, d_model=model.config.ssm_config.d_model,
         vocab=model.config.vocab_size, n_params=model.n_params(),
         size_mb=(out / "model.safetensors").stat().st_size / 1e6,

@@ -4,11 +4,17 @@ Audio at ``sample_rate_hz`` (8 kHz) comes in steps of ``step_samples`` (160 = 20
 yields ``mels_per_step`` (2) windows of ``win_samples`` (200 = 25 ms) every ``hop_samples``
 (80 = 10 ms), each window ending at the newest sample it covers: nothing looks ahead. Log-mel
 features are normalised with fixed per-bin statistics (buffers set from training data once), so
-normalisation is the same on the first frame of a call as on the last. Two causal 1-D convs
+normalisation is the same on the first frame of a call as on the last (``norm="fixed"``). With
+``norm="stream"`` the normalised features then lose a running per-bin mean as well (streaming
+cepstral mean normalisation): it starts at the training mean and follows the call's own speech
+with a time constant of ``norm_tau`` mel frames, updated only on frames within ``GATE_MARGIN`` of
+a decaying peak level, so the silences of a call do not pull it down. It takes out what is
+constant in a call, the channel's and much of the speaker's long-term spectrum. Two causal 1-D convs
 (kernel 3 at 100 Hz, then kernel 4 stride 2) bring the features to one vector per 20 ms step.
 
 Streaming state (per stream): ``fe_audio`` (b, win - hop, the last samples), ``fe_mel``
-(b, 2, n_mels) and ``fe_conv`` (b, 2, channels): the left context of the two convolutions.
+(b, 2, n_mels) and ``fe_conv`` (b, 2, channels): the left context of the two convolutions; with
+``norm="stream"`` also ``fe_cmn`` (b, n_mels), the running mean, and ``fe_peak`` (b, 1), the peak.
 Zero state == zero left padding in ``forward``, so stepping equals the whole-clip path.
 
 Shapes: forward(audio (b, n*step)) -> (b, n, d_out); step(audio (b, step), state) -> (b, d_out);
@@ -26,7 +32,14 @@ from torch import nn
 
 from ..errors import ConfigError
 
-__all__ = ["LogMelFrontEnd", "mel_filterbank"]
+__all__ = ["LogMelFrontEnd", "mel_filterbank", "NORMS"]
+
+NORMS = ("fixed", "stream")
+# streaming mean normalisation, in units of the fixed-normalised features (per-bin z-scores; a
+# frame's level is their mean over bins: about -1.7 for silence, 0 to 1.6 for speech)
+GATE_MARGIN = 1.0        # a frame updates the mean when its level is within this of the peak
+PEAK_DECAY = 0.002       # the peak level falls this much a frame (0.2 a second) ...
+PEAK_START = 0.0         # ... from this, a typical speech level, at the start of a stream
 
 
 def _hz_to_mel(f: torch.Tensor) -> torch.Tensor:
@@ -76,8 +89,14 @@ class LogMelFrontEnd(nn.Module):
     feat_std: torch.Tensor
 
     def __init__(self, *, sample_rate_hz: int, step_samples: int, hop_samples: int,
-                 win_samples: int, n_fft: int, n_mels: int, channels: int, d_out: int) -> None:
+                 win_samples: int, n_fft: int, n_mels: int, channels: int, d_out: int,
+                 norm: str = "fixed", norm_tau: int = 200) -> None:
         super().__init__()
+        if norm not in NORMS:
+            raise ConfigError(f"norm must be one of {NORMS}, got {norm!r}")
+        if isinstance(norm_tau, bool) or not isinstance(norm_tau, int) or norm_tau < 1:
+            raise ConfigError(f"norm_tau must be a positive number of frames, got {norm_tau!r}")
+        self.norm, self.norm_tau = norm, norm_tau
         if step_samples != 2 * hop_samples:
             raise ConfigError("step_samples must be 2 * hop_samples (two mel frames per step)")
         if not hop_samples < win_samples <= n_fft:
@@ -111,6 +130,22 @@ class LogMelFrontEnd(nn.Module):
     def normalise(self, mel: torch.Tensor) -> torch.Tensor:
         return (mel - self.feat_mean) / self.feat_std
 
+    def stream_normalise(self, z: torch.Tensor, cmn: torch.Tensor, peak: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Fixed-normalised features z (b, t, n_mels), the running mean (b, n_mels) and peak level
+        (b, 1) before them -> (z less the running mean at each frame, the mean and peak after).
+        Frame by frame: a few small ops per 10 ms frame, cheap beside the model."""
+        alpha = 1.0 / self.norm_tau
+        out = []
+        for t in range(z.shape[1]):
+            zt = z[:, t]
+            level = zt.mean(dim=-1, keepdim=True)
+            peak = torch.maximum(level, peak - PEAK_DECAY)
+            gate = (level > peak - GATE_MARGIN).to(z.dtype)
+            cmn = cmn + (alpha * gate) * (zt - cmn)
+            out.append(zt - cmn)
+        return torch.stack(out, dim=1), cmn, peak
+
     @torch.no_grad()
     def set_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         self.feat_mean.copy_(mean)
@@ -119,9 +154,13 @@ class LogMelFrontEnd(nn.Module):
     # -- state ------------------------------------------------------------------------------------
     def init_state(self, batch: int, device: torch.device | None = None) -> dict[str, torch.Tensor]:
         dev = device if device is not None else self.conv1.weight.device
-        return {"fe_audio": torch.zeros(batch, self.context, device=dev),
-                "fe_mel": torch.zeros(batch, 2, self.n_mels, device=dev),
-                "fe_conv": torch.zeros(batch, 2, self.channels, device=dev)}
+        state = {"fe_audio": torch.zeros(batch, self.context, device=dev),
+                 "fe_mel": torch.zeros(batch, 2, self.n_mels, device=dev),
+                 "fe_conv": torch.zeros(batch, 2, self.channels, device=dev)}
+        if self.norm == "stream":
+            state["fe_cmn"] = torch.zeros(batch, self.n_mels, device=dev)
+            state["fe_peak"] = torch.full((batch, 1), PEAK_START, device=dev)
+        return state
 
     # -- paths ------------------------------------------------------------------------------------
     def forward(self, audio: torch.Tensor,
@@ -133,6 +172,9 @@ class LogMelFrontEnd(nn.Module):
         mel = self.normalise(self.log_mel(padded))                      # (b, 2n, n_mels)
         if augment is not None:
             mel = augment(mel)
+        if self.norm == "stream":
+            mel, _, _ = self.stream_normalise(mel, mel.new_zeros(b, self.n_mels),
+                                              mel.new_full((b, 1), PEAK_START))
         x = F.pad(mel.transpose(1, 2), (2, 0))                          # zero left context
         c1 = F.gelu(self.conv1(x))                                      # (b, C, 2n)
         c2 = F.gelu(self.conv2(F.pad(c1, (2, 0))))                      # (b, d_out, n)
@@ -149,13 +191,17 @@ class LogMelFrontEnd(nn.Module):
         """audio (b, n*step_samples) -> ((b, n, d_out), new state tensors): n steps at once."""
         padded = torch.cat([state["fe_audio"], audio], dim=1)          # (b, context + n*step)
         mel = self.normalise(self.log_mel(padded))                      # (b, 2n, n_mels)
+        norm_state = {}
+        if self.norm == "stream":
+            mel, cmn, peak = self.stream_normalise(mel, state["fe_cmn"], state["fe_peak"])
+            norm_state = {"fe_cmn": cmn, "fe_peak": peak}
         mel_ctx = torch.cat([state["fe_mel"], mel], dim=1)              # (b, 2 + 2n, n_mels)
         c1 = F.gelu(self.conv1(mel_ctx.transpose(1, 2)))                # (b, C, 2n)
         c1 = c1.transpose(1, 2)
         c1_ctx = torch.cat([state["fe_conv"], c1], dim=1)               # (b, 2 + 2n, C)
         y = F.gelu(self.conv2(c1_ctx.transpose(1, 2)))                  # (b, d_out, n)
         new = {"fe_audio": padded[:, -self.context:], "fe_mel": mel_ctx[:, -2:],
-               "fe_conv": c1_ctx[:, -2:]}
+               "fe_conv": c1_ctx[:, -2:], **norm_state}
         # contiguous: a transposed view would flow down the residual stream, and a linear layer
         # over a few transposed rows took ~12x longer than over contiguous ones (MKL, 1 thread)
         return y.transpose(1, 2).contiguous(), new

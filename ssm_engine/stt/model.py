@@ -34,7 +34,7 @@ from ..errors import CheckpointFormatError, ConfigError
 from ..stack import SSMStack
 from ..state import StackState, StreamState
 from .errors import AudioInputError
-from .frontend import LogMelFrontEnd
+from .frontend import NORMS, LogMelFrontEnd
 from .phones import PHONES
 from .text import VOCAB
 
@@ -61,6 +61,8 @@ class STTConfig:
     conv_channels: int = 256
     vocab_size: int = len(VOCAB)
     phone_vocab_size: int = 0        # len(PHONES): a second CTC head over phones (0: none)
+    norm: str = "fixed"              # feature normalisation: "fixed" statistics, or "stream"
+    norm_tau: int = 200              # with "stream": the running mean's time constant, mel frames
     ssm: dict[str, Any] = field(default_factory=_default_ssm)
 
     def __post_init__(self) -> None:
@@ -74,6 +76,10 @@ class STTConfig:
         if self.phone_vocab_size not in (0, len(PHONES)) or isinstance(self.phone_vocab_size, bool):
             raise ConfigError(f"STTConfig.phone_vocab_size must be 0 or {len(PHONES)}, got "
                               f"{self.phone_vocab_size!r}")
+        if self.norm not in NORMS:
+            raise ConfigError(f"STTConfig.norm must be one of {NORMS}, got {self.norm!r}")
+        if isinstance(self.norm_tau, bool) or not isinstance(self.norm_tau, int) or self.norm_tau < 1:
+            raise ConfigError(f"STTConfig.norm_tau must be a positive int, got {self.norm_tau!r}")
         SSMConfig.from_dict(self.ssm)
 
     @property
@@ -121,7 +127,8 @@ class STTModel(nn.Module):
         self.frontend = LogMelFrontEnd(
             sample_rate_hz=config.sample_rate_hz, step_samples=config.step_samples,
             hop_samples=config.hop_samples, win_samples=config.win_samples, n_fft=config.n_fft,
-            n_mels=config.n_mels, channels=config.conv_channels, d_out=ssm.d_model)
+            n_mels=config.n_mels, channels=config.conv_channels, d_out=ssm.d_model,
+            norm=config.norm, norm_tau=config.norm_tau)
         self.stack = SSMStack(ssm)
         self.head = nn.Linear(ssm.d_model, config.vocab_size)
         self.phone_head = (nn.Linear(ssm.d_model, config.phone_vocab_size)

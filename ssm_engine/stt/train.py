@@ -91,6 +91,7 @@ class TrainConfig:
     init_from: str | None = None       # exported checkpoint to start a new run from
     phones_dict: str | None = None     # CMUdict file: add a phone CTC head (see phones.py)
     phone_weight: float = 1.0          # its loss's weight beside the characters'
+    norm: str = "fixed"                # feature normalisation: fixed statistics, or "stream" (frontend.py)
     seed: int = 1
     threads: int = 1
     device: str = "cpu"                # where the model trains: cpu, cuda[:N], or auto (a GPU if seen)
@@ -99,6 +100,7 @@ class TrainConfig:
     def model_config(self) -> STTConfig:
         return STTConfig(conv_channels=self.conv_channels,
                          phone_vocab_size=len(PHONES) if self.phones_dict else 0,
+                         norm=self.norm,
                          ssm=dict(d_model=self.d_model, n_layers=self.n_layers,
                                   d_state=self.d_state, headdim=self.headdim, expand=2))
 
@@ -326,6 +328,12 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
     model = STTModel(mcfg)
     if cfg.init_from and not (run / "last.pt").exists():
         start = load_stt(cfg.init_from)
+        if start.config.norm != mcfg.norm:
+            # the weights carry over; the front end's normalisation is not a weight
+            log.info("%s normalises its features %s; this run: %s", cfg.init_from,
+                     start.config.norm, mcfg.norm)
+            start.config = dataclasses.replace(start.config, norm=mcfg.norm,
+                                               norm_tau=mcfg.norm_tau)
         if start.config == mcfg:
             model.load_state_dict(start.state_dict())
             log.info("initialised from %s (weights and feature statistics)", cfg.init_from)

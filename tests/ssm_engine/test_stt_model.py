@@ -342,3 +342,80 @@ def test_recognizer_stream_with_a_stride_runs_every_k_steps_and_hears_the_same()
         assert got["strided"][-1].shape[0] == 2 + 5              # the 2 left + 100 ms of silence
     torch.testing.assert_close(torch.cat(got["strided"]), torch.cat(got["every"]),
                                atol=1e-4, rtol=1e-4)
+
+
+def test_stream_norm_steps_prefills_and_forwards_alike():
+    # the running mean is stream state like any other: silence, speech, silence in any pieces
+    model = tiny_model(seed=2, norm="stream", norm_tau=20)
+    audio = speechy(60, batch=2, seed=5)
+    audio[:, :10 * 160] = 0.0
+    audio[:, 50 * 160:] *= 0.001
+    full = _forward_log_probs(model, audio)
+    state = model.init_state(2)
+    assert set(state.tensors) >= {"fe_cmn", "fe_peak"}
+    steps = []
+    for t in range(60):
+        y, state = model.step(audio[:, t * 160:(t + 1) * 160], state)
+        steps.append(y)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-4, rtol=1e-4)
+    state, outs, t = model.init_state(2), [], 0
+    for n in (7, 1, 30, 22):
+        y, state = model.prefill(audio[:, t * 160:(t + n) * 160].reshape(2, n, 160), state)
+        outs.append(y)
+        t += n
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, atol=1e-4, rtol=1e-4)
+    # the fixed-statistics model of the same weights hears the same audio differently
+    fixed = tiny_model(seed=2)
+    assert not torch.allclose(_forward_log_probs(fixed, audio), full, atol=1e-3)
+
+
+def _normalised_mels(model: STTModel, audio: torch.Tensor) -> torch.Tensor:
+    fe = model.frontend
+    padded = torch.cat([audio.new_zeros(audio.shape[0], fe.context), audio], dim=1)
+    z = fe.normalise(fe.log_mel(padded))
+    if fe.norm == "stream":
+        z, _, _ = fe.stream_normalise(z, z.new_zeros(z.shape[0], fe.n_mels),
+                                      z.new_zeros(z.shape[0], 1))
+    return z
+
+
+def test_stream_norm_takes_out_a_channel_and_ignores_silence():
+    # the same speech through a louder, tilted channel: the fixed statistics see a different
+    # spectrum for the whole call; the running mean takes the difference out within seconds
+    torch.manual_seed(0)
+    audio = speechy(300, seed=7)                                    # 6 s
+    tilted = torch.cat([audio[:, :1], audio[:, 1:] - 0.9 * audio[:, :-1]], dim=1) * 3.0
+    diff = {}
+    for norm in ("fixed", "stream"):
+        model = tiny_model(norm=norm, norm_tau=100)
+        model.frontend.set_stats(torch.full((16,), -4.0), torch.full((16,), 2.0))
+        d = (_normalised_mels(model, audio) - _normalised_mels(model, tilted)).abs().mean(-1)[0]
+        diff[norm] = (float(d[:20].mean()), float(d[-100:].mean()))
+    assert diff["fixed"][1] > 0.9 * diff["fixed"][0] > 0.1           # a constant difference
+    assert diff["stream"][0] == pytest.approx(diff["fixed"][0], rel=0.1)   # starts alike
+    assert diff["stream"][1] < 0.2 * diff["fixed"][1]              # ... and is taken out
+    # five seconds of silence after speech leave the running mean where the speech put it
+    model = tiny_model(norm="stream", norm_tau=100)
+    model.frontend.set_stats(torch.full((16,), -4.0), torch.full((16,), 2.0))
+    state = model.init_state(1)
+    _, state = model.prefill(audio.reshape(1, 300, 160), state)
+    _, state = model.prefill(torch.zeros(1, 1, 160), state)    # a window still over the speech
+    cmn = state.tensors["fe_cmn"].clone()
+    assert float(cmn.abs().mean()) > 0.05
+    _, state = model.prefill(torch.zeros(1, 250, 160), state)
+    torch.testing.assert_close(state.tensors["fe_cmn"], cmn)
+
+
+def test_stream_norm_config_is_checked_and_kept(tmp_path):
+    with pytest.raises(ConfigError, match="norm"):
+        STTConfig(norm="cepstral")
+    with pytest.raises(ConfigError, match="norm_tau"):
+        STTConfig(norm="stream", norm_tau=0)
+    model = tiny_model(norm="stream", norm_tau=50)
+    save_stt(model, tmp_path / "ck")
+    back = load_stt(tmp_path / "ck")
+    assert (back.config.norm, back.config.norm_tau) == ("stream", 50)
+    audio = speechy(30)
+    torch.testing.assert_close(_forward_log_probs(back, audio), _forward_log_probs(model, audio))
+    assert STTConfig.from_dict({k: v for k, v in tiny_config().to_dict().items()
+                                if k not in ("norm", "norm_tau")}).norm == "fixed"

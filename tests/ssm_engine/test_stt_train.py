@@ -183,6 +183,28 @@ def test_a_new_run_starts_from_an_exported_checkpoint_with_augmentation(tiny_dat
         train(bad)
 
 
+def test_a_stream_normalised_run_starts_from_a_fixed_checkpoint_and_ships_its_front_end(
+        tiny_data, tmp_path):
+    import dataclasses
+
+    import torch
+
+    train(_cfg(tiny_data, tmp_path / "a", 2))
+    start = load_stt(tmp_path / "a" / "best")
+    assert start.config.norm == "fixed"
+    cfg = dataclasses.replace(_cfg(tiny_data, tmp_path / "b", 1), norm="stream", lr=1e-9,
+                              init_from=str(tmp_path / "a" / "best"), warmup_steps=1)
+    train(cfg)
+    assert "normalises its features fixed; this run: stream" in (tmp_path / "b" / "train.log").read_text()
+    after = load_stt(tmp_path / "b" / "best")
+    assert (after.config.norm, after.config.norm_tau) == ("stream", 200)
+    for (name, a), b in zip(start.state_dict().items(), after.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name     # the weights carried over
+    card = (export_run(tmp_path / "b", tmp_path / "out", data_dir=tiny_data) / "MODEL_CARD.md").read_text()
+    assert "less a running mean of the stream's speech, time constant 2 s" in card
+    assert load_stt(tmp_path / "out").config.norm == "stream"
+
+
 def test_a_deeper_run_starts_from_a_shallower_checkpoint_computing_the_same(tiny_data, tmp_path):
     import dataclasses
 
