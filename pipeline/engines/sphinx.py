@@ -36,17 +36,22 @@ made the default with ``set_default_pool``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import soxr
 from pocketsphinx import Decoder, get_model_path
 
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
+from ssm_engine.stt.hints import Hints, Recognition
 
 logger = logging.getLogger(__name__)
 
@@ -291,3 +296,118 @@ def set_default_pool(pool: object) -> object:
     global _default_pool
     previous, _default_pool = _default_pool, pool
     return previous
+
+
+class EnginePool(Protocol):
+    """Where a call's engine comes from: ``SphinxPool``, or ``sphinx_procs.SphinxProcessPool``
+    (worker processes; its engines answer the same calls as ``SphinxEngine``)."""
+
+    def acquire(self, sample_rate_hz: int, partial_every_ms: int = 100) -> SphinxEngine: ...
+
+    def release(self, engine: SphinxEngine) -> None: ...
+
+
+def _ignore(exc: Exception) -> None:
+    """The report callback before ``start`` hands one over."""
+
+
+# -- pocketsphinx behind a TranscriptStream -----------------------------------------------------------------------------------
+class SphinxBackend:
+    """The engine lives on one thread of its own (``executor``): it is taken there, fed there and
+    handed back there, after the work already queued, so it is never in two calls at once."""
+
+    errors: tuple[type[Exception], ...] = (PipelineError,)
+
+    def __init__(self, pool: EnginePool, partial_every_ms: int = 100) -> None:
+        self.pool = pool
+        self.partial_every_ms = partial_every_ms
+        self.engine: SphinxEngine | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._rate = 0
+        self._report: Callable[[Exception], None] = _ignore
+
+    async def _run(self, fn: Callable, *args: object):  # -> what fn returns
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def start(self, sample_rate_hz: int, report: Callable[[Exception], None]) -> None:
+        self._rate, self._report = sample_rate_hz, report
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sphinx-stt")
+        self.engine = await self._run(self.pool.acquire, sample_rate_hz, self.partial_every_ms)
+
+    async def open(self, sample_rate_hz: int, hints: Hints) -> _SphinxUtterance | None:
+        if self.engine is None:   # lost, and no replacement could be had
+            return None
+        try:
+            await self._run(self.engine.start_utt)
+        except EngineUnavailableError as exc:
+            # the worker died between utterances, so nothing is lost yet: report it and start
+            # this utterance on a fresh engine
+            await self.replace_engine()
+            self._report(exc)
+            if self.engine is None:
+                return None
+            try:
+                await self._run(self.engine.start_utt)
+            except EngineUnavailableError:
+                await self.replace_engine()
+                raise
+        return _SphinxUtterance(self, self.engine)
+
+    async def replace_engine(self) -> None:
+        """The engine's worker failed: drop it and take a fresh engine, so the call goes on
+        (the utterance in progress is lost). If none can be had, the call goes on unheard."""
+        broken, self.engine = self.engine, None
+        if broken is not None:
+            await self._run(self.pool.release, broken)
+        try:
+            self.engine = await self._run(self.pool.acquire, self._rate, self.partial_every_ms)
+        except EngineUnavailableError:
+            logger.error("STT: no pocketsphinx engine to replace the failed one; the rest of this "
+                         "call is not transcribed", exc_info=True)
+            return
+        logger.warning("STT: the pocketsphinx engine failed; went on with a fresh one")
+
+    async def close(self) -> None:
+        """Hand the engine back after the work already queued on its thread, then shut that down.
+
+        Shielded: if this await is cancelled, the release still runs (``shutdown(wait=False)``
+        lets queued work finish), so the engine goes back to the pool all the same."""
+        engine, self.engine = self.engine, None
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        released = executor.submit(self.pool.release, engine) if engine is not None else None
+        executor.shutdown(wait=False)
+        if released is not None:
+            await asyncio.shield(asyncio.wrap_future(released))
+
+
+class _SphinxUtterance:
+    def __init__(self, backend: SphinxBackend, engine: SphinxEngine) -> None:
+        self._backend, self._engine = backend, engine
+        self._heard = ""
+
+    @property
+    def heard(self) -> str:
+        return self._heard
+
+    async def push(self, pcm: bytes) -> str | None:
+        try:
+            partial = await self._backend._run(self._engine.feed, pcm)
+        except EngineUnavailableError:
+            await self._backend.replace_engine()
+            raise
+        if partial:
+            self._heard = partial
+        return partial or None
+
+    async def finish(self) -> tuple[str, Recognition | None]:
+        try:
+            text = await self._backend._run(self._engine.end_utt)
+        except EngineUnavailableError:
+            await self._backend.replace_engine()
+            raise
+        return text, None
+
+    def abort(self) -> None:
+        """The pool resets the engine when it goes back (``close``)."""

@@ -39,7 +39,8 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import soxr
@@ -62,8 +63,12 @@ from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.runner import StreamRunner
 from ssm_engine.stt.stream import RecognizerStream, as_float
 
+if TYPE_CHECKING:
+    from pipeline.engines.remote_recognizer import RemoteRecognizerEngine, RemoteRecognizerUtterance
+
 __all__ = ["DEFAULT_COMPILE", "DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "DEFAULT_STRIDE", "LM_FILE",
-           "LEXICON_FILE", "Decoder", "Runner", "SSMSTTEngine", "RecognizerUtterance", "SUPPORTED_RATES_HZ"]
+           "LEXICON_FILE", "Decoder", "Runner", "SSMSTTEngine", "RecognizerUtterance", "SUPPORTED_RATES_HZ",
+           "SSMRecognizerBackend"]
 
 logger = logging.getLogger(__name__)
 
@@ -375,3 +380,84 @@ class SSMSTTEngine:
 
     def close(self) -> None:
         self.runner.stop()
+
+
+# -- the SSM recogniser behind a TranscriptStream -------------------------------------------------------------------------------
+class SSMRecognizerBackend:
+    errors: tuple[type[Exception], ...] = (PipelineError, SSMEngineError)
+
+    def __init__(self, engine: SSMSTTEngine | RemoteRecognizerEngine | None = None, *,
+                 model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder | None = None,
+                 compile: bool = DEFAULT_COMPILE, runner: Runner = "thread") -> None:
+        self.engine = engine
+        self.model_dir = model_dir
+        self.decoder: Decoder = decoder or DEFAULT_DECODER
+        self.compile = compile
+        self.runner: Runner = runner
+
+    async def start(self, sample_rate_hz: int, report: Callable[[Exception], None]) -> None:
+        if sample_rate_hz not in SUPPORTED_RATES_HZ:
+            raise AudioFormatError(f"SSMSTTService: sample rate {sample_rate_hz} not in "
+                                   f"{SUPPORTED_RATES_HZ}")
+        if self.engine is None:
+            self.engine = await asyncio.to_thread(functools.partial(
+                SSMSTTEngine.shared, self.model_dir, self.decoder, compile=self.compile,
+                runner=self.runner))
+
+    async def open(self, sample_rate_hz: int, hints: Hints) -> _SSMUtterance:
+        assert self.engine is not None, "open before start"
+        return _SSMUtterance(self.engine.open(sample_rate_hz, hints))
+
+    async def close(self) -> None:
+        """The engine is shared by the process's calls: nothing to let go."""
+
+
+class _SSMUtterance:
+    def __init__(self, utt: RecognizerUtterance | RemoteRecognizerUtterance) -> None:
+        self._utt = utt
+
+    @property
+    def heard(self) -> str:
+        return self._utt.text
+
+    async def push(self, pcm: bytes) -> str | None:
+        try:
+            fut = self._utt.push(pcm)
+            changed = fut is not None and await self._utt.take_async(fut)
+        except SSMEngineError:
+            if await self._recovered():
+                return None
+            raise
+        return self._utt.text if changed else None
+
+    async def finish(self) -> tuple[str, Recognition | None]:
+        try:
+            for fut in self._utt.finish():
+                await self._utt.take_async(fut)
+        except SSMEngineError:
+            if not await self._recovered():
+                raise
+            for fut in self._utt.finish():    # the replayed utterance, finished again
+                await self._utt.take_async(fut)
+        return self._utt.text, self._utt.recognition
+
+    async def _recovered(self) -> bool:
+        """After the runner lost the utterance's stream: replay it onto the restarted runner.
+        True when it was (the caller's words so far are not lost). The model tier's utterances
+        fail over by themselves and are never replayed here."""
+        if not isinstance(self._utt, RecognizerUtterance):
+            return False
+        try:
+            seconds = await self._utt.recover()
+        except SSMEngineError as exc:
+            logger.warning("STT: the recogniser's stream was lost and could not be replayed: %s", exc)
+            return False
+        logger.warning("STT: the recogniser restarted; the utterance so far (%.1f s) was replayed "
+                       "into it", seconds)
+        return True
+
+    def abort(self) -> None:
+        try:
+            self._utt.abort()
+        except SSMEngineError:
+            pass  # the runner forgot the stream already

@@ -27,16 +27,20 @@ recogniser is safe to share between threads (calls are serialised by a lock); it
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import soxr
 
-from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
+from ssm_engine.stt.hints import Hints, Recognition
 
-__all__ = ["WhisperRecognizer", "MODEL_RATE_HZ"]
+__all__ = ["WhisperRecognizer", "MODEL_RATE_HZ", "WhisperBackend", "shared_whisper"]
 
 MODEL_RATE_HZ = 16000
 _NUMERIC = frozenset("0123456789$%#&@")
@@ -140,3 +144,63 @@ def _to_model_audio(pcm: np.ndarray, sample_rate_hz: int) -> np.ndarray:
     if sample_rate_hz != MODEL_RATE_HZ and audio.size:
         audio = soxr.resample(audio, int(sample_rate_hz), MODEL_RATE_HZ, quality="HQ")
     return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+# -- Whisper behind a TranscriptStream ------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def shared_whisper() -> WhisperRecognizer:
+    """One Whisper per process (calls are serialised by its lock)."""
+    asr = WhisperRecognizer(beam_size=1)
+    asr.load()
+    return asr
+
+
+class WhisperBackend:
+    """An utterance longer than ``max_utterance_s`` keeps only its last ``max_utterance_s``
+    seconds (Whisper reads 30 s at most); its finals carry no confidence."""
+
+    errors: tuple[type[Exception], ...] = (PipelineError,)
+
+    def __init__(self, recognizer: WhisperRecognizer | None = None,
+                 max_utterance_s: float = 28.0) -> None:
+        self.recognizer = recognizer
+        self.max_utterance_s = max_utterance_s
+
+    async def start(self, sample_rate_hz: int, report: Callable[[Exception], None]) -> None:
+        if self.recognizer is None:
+            self.recognizer = await asyncio.to_thread(shared_whisper)
+
+    async def open(self, sample_rate_hz: int, hints: Hints) -> _WhisperUtterance:
+        assert self.recognizer is not None, "open before start"
+        return _WhisperUtterance(self.recognizer, sample_rate_hz,
+                                 int(self.max_utterance_s * sample_rate_hz) * 2)
+
+    async def close(self) -> None:
+        """One Whisper serves the process: nothing to let go."""
+
+
+class _WhisperUtterance:
+    heard = ""                   # no partials: a failed read has heard nothing
+
+    def __init__(self, asr: WhisperRecognizer, rate: int, limit_bytes: int) -> None:
+        self._asr, self._rate, self._limit = asr, rate, limit_bytes
+        self._chunks: list[bytes] = []
+        self._bytes = 0
+
+    async def push(self, pcm: bytes) -> str | None:
+        if len(pcm) % 2:
+            raise AudioFormatError(f"16-bit PCM needs an even byte count, got {len(pcm)}")
+        self._chunks.append(pcm)
+        self._bytes += len(pcm)
+        while self._chunks and self._bytes - len(self._chunks[0]) >= self._limit:
+            self._bytes -= len(self._chunks.pop(0))
+        return None
+
+    async def finish(self) -> tuple[str, Recognition | None]:
+        pcm = np.frombuffer(b"".join(self._chunks), dtype="<i2")
+        self._chunks = []
+        text = await asyncio.to_thread(self._asr.transcribe, pcm, self._rate) if pcm.size else ""
+        return " ".join(text.split()), None
+
+    def abort(self) -> None:
+        self._chunks = []        # an utterance cut off by a cancel is dropped

@@ -30,30 +30,18 @@ Without VAD frames in the pipeline nothing is ever transcribed.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from concurrent.futures import ThreadPoolExecutor
-
-from pipecat.frames.frames import (
-    ErrorFrame,
-    InterimTranscriptionFrame,
-    StartFrame,
-)
 from pipecat.services.settings import STTSettings
 from pipecat.transcriptions.language import Language
-from pipecat.utils.time import time_now_iso8601
 
-from pipeline.engines.sphinx import SphinxEngine, SphinxPool, default_pool
-from pipeline.errors import EngineUnavailableError
+from pipeline.engines.sphinx import EnginePool, SphinxBackend, default_pool
 from pipeline.services.queued_stt import QueuedSTTService
 
-logger = logging.getLogger(__name__)
-
-# Commands for the decode worker, in arrival order.
+__all__ = ["SphinxSTTService"]
 
 
 class SphinxSTTService(QueuedSTTService):
-    """Streaming pocketsphinx recognizer (en-us) for pipecat.
+    """Streaming pocketsphinx recognizer (en-us) for pipecat: ``QueuedSTTService`` on a
+    ``SphinxBackend``.
 
     sample_rate: input rate; None takes the pipeline's ``audio_in_sample_rate``.
     preroll_s: audio kept before the VAD's start signal, fed at the start of each utterance.
@@ -63,121 +51,11 @@ class SphinxSTTService(QueuedSTTService):
         None means ``default_pool()``.
     """
 
-    def __init__(
-        self,
-        *,
-        sample_rate: int | None = None,
-        preroll_s: float = 0.5,
-        partial_every_ms: int = 100,
-        ttfs_p99_latency: float = 0.15,
-        pool: SphinxPool | None = None,
-        **kwargs,
-    ) -> None:
+    def __init__(self, *, sample_rate: int | None = None, preroll_s: float = 0.5,
+                 partial_every_ms: int = 100, ttfs_p99_latency: float = 0.15,
+                 pool: EnginePool | None = None, **kwargs) -> None:
         super().__init__(
-            sample_rate=sample_rate,
-            ttfs_p99_latency=ttfs_p99_latency,
+            backend=SphinxBackend(pool if pool is not None else default_pool(), partial_every_ms),
+            sample_rate=sample_rate, ttfs_p99_latency=ttfs_p99_latency,
             settings=STTSettings(model="pocketsphinx-en-us", language=Language.EN),
-            preroll_s=preroll_s,
-            **kwargs,
-        )
-        self._partial_every_ms = partial_every_ms
-        self._pool = pool if pool is not None else default_pool()
-        self._engine: SphinxEngine | None = None
-        self._executor: ThreadPoolExecutor | None = None
-
-    def can_generate_metrics(self) -> bool:
-        return True
-
-    async def start(self, frame: StartFrame) -> None:
-        await super().start(frame)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sphinx-stt")
-        loop = asyncio.get_running_loop()
-        self._engine = await loop.run_in_executor(
-            self._executor, self._pool.acquire, self.sample_rate, self._partial_every_ms
-        )
-        self._worker = self.create_task(self._decode_loop(), name="sphinx_decode")
-
-    async def _release(self) -> None:
-        """Hand the engine back after the work already queued on its thread, then shut that down.
-
-        Shielded: if this await is cancelled, the release still runs (``shutdown(wait=False)``
-        lets queued work finish), so the engine goes back to the pool all the same."""
-        engine, self._engine = self._engine, None
-        executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        released = executor.submit(self._pool.release, engine) if engine is not None else None
-        executor.shutdown(wait=False)
-        if released is not None:
-            await asyncio.shield(asyncio.wrap_future(released))
-
-    async def _on_audio(self, audio: bytes) -> None:
-        engine = self._engine
-        if engine is None:  # lost, and no replacement could be had: nothing to decode with
-            return
-        if not engine.in_utterance:
-            self._keep_preroll(audio)
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            partial = await loop.run_in_executor(self._executor, engine.feed, audio)
-        except EngineUnavailableError:
-            await self._replace_engine()
-            raise
-        if partial:
-            await self.push_frame(
-                InterimTranscriptionFrame(partial, self._user_id, time_now_iso8601(), Language.EN)
-            )
-
-    async def _on_speech_started(self) -> None:
-        engine = self._engine
-        if engine is None or engine.in_utterance:
-            return
-        loop = asyncio.get_running_loop()
-        preroll = self._take_preroll()
-        try:
-            await loop.run_in_executor(self._executor, self._start_with, engine, preroll)
-        except EngineUnavailableError as exc:
-            # the worker died between utterances, so nothing is lost yet: report it and start
-            # this utterance on a fresh engine
-            await self._replace_engine()
-            await self.push_error_frame(ErrorFrame(error=f"{self}: {exc}", exception=exc))
-            if self._engine is not None:
-                try:
-                    await loop.run_in_executor(self._executor, self._start_with, self._engine, preroll)
-                except EngineUnavailableError:
-                    await self._replace_engine()
-                    raise
-
-    async def _on_speech_stopped(self, received_s: float) -> None:
-        engine = self._engine
-        if engine is None or not engine.in_utterance:
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            text = await loop.run_in_executor(self._executor, engine.end_utt)
-        except EngineUnavailableError:
-            await self._replace_engine()
-            raise
-        await self._push_final(text, received_s)
-
-    async def _replace_engine(self) -> None:
-        """The engine's worker failed: drop it and take a fresh engine, so the call goes on
-        (the utterance in progress is lost). If none can be had, the call goes on unheard."""
-        broken, self._engine = self._engine, None
-        loop = asyncio.get_running_loop()
-        if broken is not None:
-            await loop.run_in_executor(self._executor, self._pool.release, broken)
-        try:
-            self._engine = await loop.run_in_executor(
-                self._executor, self._pool.acquire, self.sample_rate, self._partial_every_ms)
-        except EngineUnavailableError:
-            logger.error("%s: no pocketsphinx engine to replace the failed one; the rest of this "
-                         "call is not transcribed", self, exc_info=True)
-            return
-        logger.warning("%s: the pocketsphinx engine failed; went on with a fresh one", self)
-
-    @staticmethod
-    def _start_with(engine: SphinxEngine, preroll: bytes) -> None:
-        engine.start_utt()
-        engine.feed(preroll)
+            preroll_s=preroll_s, **kwargs)

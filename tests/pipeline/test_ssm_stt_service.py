@@ -282,7 +282,7 @@ def test_the_recognisers_settings_travel_in_the_pipeline_config():
     with pytest.raises(PipelineError, match="stt_runner"):
         PipelineConfig(stt_runner="gpu")
     stt = _make_stt(PipelineConfig(stt="ssm", stt_decoder="greedy", stt_runner="thread"))
-    assert (stt._decoder, stt._compile, stt._runner) == ("greedy", False, "thread")
+    assert (stt.backend.decoder, stt.backend.compile, stt.backend.runner) == ("greedy", False, "thread")
     greedy = SSMSTTEngine.shared(DEFAULT_MODEL_DIR, "greedy")
     try:
         assert SSMSTTEngine.shared(DEFAULT_MODEL_DIR, "greedy", compile=False, runner="thread") is greedy

@@ -1,0 +1,145 @@
+"""The one recogniser stream contract (``TranscriptStream``), run through the same scenarios on
+every real backend: the SSM recogniser, pocketsphinx and Whisper tiny.en."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.engines.sphinx import SphinxBackend, SphinxPool
+from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, SSMRecognizerBackend, SSMSTTEngine
+from pipeline.engines.transcripts import Failed, Final, Partial, TranscriptStream
+from pipeline.engines.whisper import WhisperBackend, shared_whisper
+from pipeline.errors import AudioFormatError, PipelineError
+
+RATE = 8000
+BACKENDS = ["ssm", "sphinx", "whisper"]
+STREAMING = {"ssm", "sphinx"}          # Whisper reads an utterance whole: no partials
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def ssm_engine():
+    engine = SSMSTTEngine(DEFAULT_MODEL_DIR, decoder="beam")
+    yield engine
+    engine.close()
+
+
+def make_backend(kind: str, ssm_engine, pool: SphinxPool):
+    if kind == "ssm":
+        return SSMRecognizerBackend(ssm_engine)
+    if kind == "sphinx":
+        return SphinxBackend(pool)
+    return WhisperBackend(shared_whisper())
+
+
+def pushed(stream: TranscriptStream, pcm: np.ndarray) -> None:
+    for i in range(0, len(pcm), RATE // 50):
+        stream.push(pcm[i:i + RATE // 50].tobytes())
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * RATE), np.int16)
+
+
+async def events_of(stream: TranscriptStream) -> list:
+    return [event async for event in stream]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_an_utterance_is_heard_with_the_audio_before_the_vad_fired(kind, ssm_engine,
+                                                                          flite_speech):
+    speech = flite_speech("hello, what are your opening hours", RATE, voice="awb")
+    early = int(0.4 * RATE)                # the VAD fires 0.4 s into the speech
+    results = {}
+    for preroll_s in (0.5, 0.0):
+        stream = TranscriptStream(make_backend(kind, ssm_engine, SphinxPool()), RATE,
+                                  preroll_s=preroll_s)
+        await stream.start()
+        pushed(stream, np.concatenate([silence(1.0), speech[:early]]))
+        stream.start_utterance()
+        pushed(stream, np.concatenate([speech[early:], silence(0.3)]))
+        stream.flush()
+        stream.end_input()
+        events = await asyncio.wait_for(events_of(stream), 60)
+        await stream.aclose()
+        finals = [e for e in events if isinstance(e, Final)]
+        assert len(finals) == 1 and not any(isinstance(e, Failed) for e in events), events
+        assert (any(isinstance(e, Partial) for e in events)) == (kind in STREAMING)
+        results[preroll_s] = finals[0].text.split()
+    assert "opening" in results[0.5], results
+    # without the pre-roll the first 0.4 s (the start of "hello") is never heard
+    assert len(results[0.0]) < len(results[0.5]) or results[0.0][0] != results[0.5][0], results
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_an_engine_error_fails_the_utterance_and_the_next_is_heard(kind, ssm_engine,
+                                                                           flite_speech):
+    speech = flite_speech("what are your opening hours", RATE, voice="awb")
+    stream = TranscriptStream(make_backend(kind, ssm_engine, SphinxPool()), RATE)
+    await stream.start()
+    stream.start_utterance()
+    pushed(stream, speech[: RATE // 2])
+    stream.push(b"\x00\x01\x02")             # not 16-bit PCM
+    stream.flush()
+    stream.start_utterance()
+    pushed(stream, np.concatenate([speech, silence(0.3)]))
+    stream.end_input()
+    events = await asyncio.wait_for(events_of(stream), 60)
+    await stream.aclose()
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert len(failed) == 1 and isinstance(failed[0].error, AudioFormatError), events
+    finals = [e for e in events if isinstance(e, Final)]
+    # the failed utterance was dropped at its error (whisper only reads it at its end, which
+    # then fails); the next one is heard whole
+    assert events.index(failed[0]) < events.index(finals[-1])
+    assert "opening" in finals[-1].text.split(), finals
+
+
+async def test_closing_mid_utterance_lets_the_engines_go(ssm_engine, flite_speech):
+    speech = flite_speech("what are your opening hours", RATE, voice="awb")
+    pool = SphinxPool()
+    open_before = len(ssm_engine.runner.open_streams)
+    for kind in ("sphinx", "ssm"):
+        stream = TranscriptStream(make_backend(kind, ssm_engine, pool), RATE)
+        await stream.start()
+        partial = asyncio.Event()
+
+        async def read(stream=stream, partial=partial) -> None:
+            async for event in stream:
+                if isinstance(event, Partial):
+                    partial.set()
+
+        reader = asyncio.create_task(read())
+        stream.start_utterance()
+        pushed(stream, speech)
+        await asyncio.wait_for(partial.wait(), 30)
+        assert stream.in_utterance
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        await stream.aclose()
+        await stream.aclose()                  # idempotent
+        assert not stream.in_utterance
+    assert pool.idle_count(RATE) == 1          # the pocketsphinx engine went back, reset
+    assert len(ssm_engine.runner.open_streams) == open_before   # the SSM stream was closed
+
+
+async def test_the_contract_is_checked():
+    stream = TranscriptStream(WhisperBackend(shared_whisper()), RATE)
+    stream.__aiter__()
+    with pytest.raises(PipelineError, match="once"):
+        stream.__aiter__()
+    with pytest.raises(PipelineError, match="preroll_s"):
+        TranscriptStream(WhisperBackend(shared_whisper()), RATE, preroll_s=-1)
+    with pytest.raises(AudioFormatError, match="sample rate"):
+        await TranscriptStream(SSMRecognizerBackend(), 44100).start()
