@@ -22,18 +22,21 @@ start of the utterance, ``text_position``/``length`` locate it in the text (1-ba
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import soxr
 
+from pipeline.engines.speaking import SpeechChunk
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 
 logger = logging.getLogger(__name__)
@@ -125,6 +128,7 @@ class _Utterance:
     resampler: soxr.ResampleStream | None
     out_rate_hz: int
     pending_words: list[tuple[str, float]] = field(default_factory=list)
+    words_end: int = 0            # where in the text the last reported word ends
     aborted: bool = False
     error: BaseException | None = None
 
@@ -230,8 +234,11 @@ class _Library:
                 if ev.type == _EVENT_WORD:
                     start = max(ev.text_position - 1, 0)
                     word = utt.text[start : start + ev.length].strip()
-                    if word:  # espeak-ng now and then reports an empty word at a pause
+                    # espeak-ng now and then reports an empty word at a pause, and reads a
+                    # number in pieces, a word event for each inside the one written word
+                    if word and start >= utt.words_end:
                         utt.pending_words.append((word, ev.audio_position / 1000.0))
+                        utt.words_end = start + ev.length
                 i += 1
             if utt.cancel is not None and utt.cancel.is_set():
                 utt.aborted = True
@@ -385,3 +392,96 @@ class EspeakEngine:
         self.synthesize_stream(text, collect)
         pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
         return SynthChunk(pcm, self.sample_rate_hz, tuple(words))
+
+
+# -- espeak-ng behind the speaking contract (pipeline.engines.speaking) ---------------------------
+_SYNTH_THREAD: ThreadPoolExecutor | None = None
+_SYNTH_THREAD_LOCK = threading.Lock()
+_DONE = object()
+
+
+def _synth_thread() -> ThreadPoolExecutor:
+    """The process's one espeak-ng thread: the library speaks one utterance at a time anyway
+    (its lock), so every call's utterances queue here (each ~1/500 of its duration)."""
+    global _SYNTH_THREAD
+    with _SYNTH_THREAD_LOCK:
+        if _SYNTH_THREAD is None:
+            _SYNTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="espeak-tts")
+        return _SYNTH_THREAD
+
+
+class EspeakVoice:
+    """espeak-ng as a ``speaking.Voice``: ``open(rate)`` -> an utterance whose ``speak`` yields
+    ``chunk_ms`` of audio per chunk (the last shorter) as the library makes it (~50 ms at a
+    time), each chunk carrying the words that start in it, as written in the text."""
+
+    voice_name = "espeak-ng"
+    errors: tuple[type[Exception], ...] = (PipelineError,)
+    written_words = True
+
+    def __init__(self, voice: str = "en-us", rate_wpm: int = 175, pitch: int = 50,
+                 chunk_ms: int = 20) -> None:
+        if chunk_ms <= 0:
+            raise ConfigError(f"chunk_ms must be positive, got {chunk_ms}")
+        self.voice, self.rate_wpm, self.pitch, self.chunk_ms = voice, rate_wpm, pitch, chunk_ms
+        self._engines: dict[int, EspeakEngine] = {}
+
+    def engine(self, sample_rate_hz: int) -> EspeakEngine:
+        """The engine for this output rate (checks voice, rate and pitch on first use)."""
+        if sample_rate_hz not in self._engines:
+            self._engines[sample_rate_hz] = EspeakEngine(
+                voice=self.voice, rate_wpm=self.rate_wpm, pitch=self.pitch,
+                sample_rate_hz=sample_rate_hz)
+        return self._engines[sample_rate_hz]
+
+    def open(self, sample_rate_hz: int, *, seed: int = 0) -> EspeakUtterance:
+        return EspeakUtterance(self.engine(sample_rate_hz), self.chunk_ms)
+
+
+class EspeakUtterance:
+    def __init__(self, engine: EspeakEngine, chunk_ms: int) -> None:
+        self._engine = engine
+        self._chunk_samples = engine.sample_rate_hz * chunk_ms // 1000
+        self._cancel = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def cancel(self) -> None:
+        """The library stops at its next callback (within ~50 ms of audio, microseconds)."""
+        self._cancel.set()
+
+    async def speak(self, text: str) -> AsyncGenerator[SpeechChunk, None]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        cancel, engine = self._cancel, self._engine
+
+        def on_chunk(chunk: SynthChunk) -> bool:  # on the synthesis thread
+            loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            return cancel.is_set()
+
+        def synthesize() -> bool:
+            try:
+                return cancel.is_set() or engine.synthesize_stream(text, on_chunk, cancel)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+
+        rate, size = engine.sample_rate_hz, self._chunk_samples
+        pending = np.zeros(0, np.int16)
+        words: tuple[tuple[str, float], ...] = ()
+        made = 0
+        done = loop.run_in_executor(_synth_thread(), synthesize)
+        try:
+            while (item := await queue.get()) is not _DONE:
+                assert isinstance(item, SynthChunk)
+                words += item.words
+                pending = np.concatenate([pending, item.pcm]) if pending.size else item.pcm
+                while len(pending) >= size:
+                    yield SpeechChunk(pending[:size].copy(), made / rate, words)
+                    pending, words, made = pending[size:], (), made + size
+            if len(pending) or words:
+                yield SpeechChunk(pending.copy(), made / rate, words)
+            await done                       # the library's error, if it failed
+        finally:
+            cancel.set()                     # interrupted or closed early: no more chunks

@@ -35,10 +35,11 @@ import aiohttp
 import numpy as np
 
 from pipeline.engines.replicas import Replicas
-from pipeline.engines.ssm_voice import SpeechChunk
+from pipeline.engines.speaking import SpeechChunk
 from pipeline.engines.written import WrittenWords
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.model_wire import TTS_PATH
+from ssm_engine import SSMEngineError
 
 __all__ = ["RemoteVoiceEngine", "RemoteVoiceUtterance"]
 
@@ -136,6 +137,10 @@ class _Connection:
 
 class RemoteVoiceEngine:
     """The voice of a set of model servers, for every call of the process (one event loop)."""
+
+    voice_name = "the SSM voice"     # the speaking contract (pipeline.engines.speaking.Voice)
+    errors: tuple[type[Exception], ...] = (SSMEngineError, PipelineError)
+    written_words = False            # its words are the ones it spoke
 
     def __init__(self, replicas: Replicas, *, voice: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  stall_timeout_s: float = STALL_TIMEOUT_S) -> None:

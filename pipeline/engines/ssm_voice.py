@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import AsyncGenerator
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -50,7 +49,8 @@ import numpy as np
 import soxr
 import torch
 
-from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError
+from pipeline.engines.speaking import SpeechChunk
+from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 from ssm_engine import SSMEngineError
 from ssm_engine.device import resolve_device
 from ssm_engine.tts.synth import TTSStream, TTSVoice
@@ -102,22 +102,15 @@ class HalfRateFilter:
         return out
 
 
-@dataclass(frozen=True)
-class SpeechChunk:
-    """``pcm``: int16 mono at the utterance's rate; ``start_s``: its offset in the utterance;
-    ``words``: ``(word, start_s)`` of the words starting in it."""
-
-    pcm: np.ndarray
-    start_s: float
-    words: tuple[tuple[str, float], ...] = ()
-
-
 class SSMVoiceEngine:
     """A loaded voice and the one thread that runs every model step, earliest deadline first.
 
     ``SSMVoiceEngine.shared(model_dir)`` returns one engine per directory for the whole process
     (thread-safe); build one directly from a ``TTSVoice`` (and ``close()`` it) in tests."""
 
+    voice_name = "the SSM voice"     # the speaking contract (pipeline.engines.speaking.Voice)
+    errors: tuple[type[Exception], ...] = (SSMEngineError, PipelineError)
+    written_words = False            # its words are the ones it spoke
     _shared: dict[Path, SSMVoiceEngine] = {}
     _shared_lock = threading.Lock()
 

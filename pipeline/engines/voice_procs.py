@@ -45,6 +45,7 @@ from pipeline.engines.child import ChildClient, ChildEnd
 from pipeline.engines.framing import spawn_child
 from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, VoiceUtterance, check_voice_dir
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
+from ssm_engine import SSMEngineError
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,9 @@ class VoiceProcess(ChildClient):
 
     label = "the SSM voice process"
     unavailable = EngineUnavailableError
+    voice_name = "the SSM voice"     # the speaking contract (pipeline.engines.speaking.Voice)
+    errors: tuple[type[Exception], ...] = (SSMEngineError, PipelineError)
+    written_words = False            # its words are the ones it spoke
 
     def __init__(self, model_dir: str | Path = DEFAULT_MODEL_DIR, *, lead_chunks: int = 5,
                  max_batch: int = 32) -> None:
