@@ -26,7 +26,12 @@ from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
 @pytest.mark.parametrize("text, unfinished", [
     ("hello", True), ("Hello,", True), ("so", True), ("i would like to", True),
     ("my number is five five and", True), ("i would like to check my order", False),
-    ("what are your opening hours", False), ("yes", False), ("no thanks", False), ("", False),
+    ("what are your opening hours", False), ("yes", False), ("", False),
+    # the first half of a goodbye, and a phone number's first groups, are held
+    ("no thanks", True), ("Thank you,", True), ("thank you goodbye", False),
+    ("five five five", True), ("five five five three four zero", True),
+    ("five five five three four zero one two three four", False), ("one", False),
+    ("i have three cats", False),
 ])
 def test_what_cannot_be_a_whole_turn(text, unfinished):
     assert looks_unfinished(text) is unfinished
