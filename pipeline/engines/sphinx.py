@@ -311,7 +311,7 @@ def _ignore(exc: Exception) -> None:
     """The report callback before ``start`` hands one over."""
 
 
-# -- pocketsphinx behind a TranscriptStream -----------------------------------------------------------------------------------
+# -- pocketsphinx behind a TranscriptStream -------------------------------------------------------
 class SphinxBackend:
     """The engine lives on one thread of its own (``executor``): it is taken there, fed there and
     handed back there, after the work already queued, so it is never in two calls at once."""

@@ -382,7 +382,7 @@ class SSMSTTEngine:
         self.runner.stop()
 
 
-# -- the SSM recogniser behind a TranscriptStream -------------------------------------------------------------------------------
+# -- the SSM recogniser behind a TranscriptStream -------------------------------------------------
 class SSMRecognizerBackend:
     errors: tuple[type[Exception], ...] = (PipelineError, SSMEngineError)
 

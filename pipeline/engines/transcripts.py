@@ -43,7 +43,7 @@ __all__ = ["AudioIn", "CloseQueue", "Command", "Event", "Failed", "Final", "Part
            "RecognizerBackend", "SpeechStarted", "SpeechStopped", "TranscriptStream", "Utterance"]
 
 
-# -- commands (in) ---------------------------------------------------------------------------------
+# -- commands (in) --------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class AudioIn:
     """Caller audio (16-bit PCM at the stream's rate), in arrival order."""
@@ -76,7 +76,7 @@ class CloseQueue:
 Command: TypeAlias = AudioIn | SpeechStarted | SpeechStopped | CloseQueue
 
 
-# -- events (out) ----------------------------------------------------------------------------------
+# -- events (out) ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Partial:
     """The open utterance's transcript so far changed."""
@@ -105,7 +105,7 @@ class Failed:
 Event: TypeAlias = Partial | Final | Failed
 
 
-# -- what a recogniser implements ------------------------------------------------------------------
+# -- what a recogniser implements -----------------------------------------------------------------
 class Utterance(Protocol):
     """One caller utterance on an engine."""
 
@@ -145,7 +145,7 @@ class RecognizerBackend(Protocol):
         ...
 
 
-# -- the executor -----------------------------------------------------------------------------------
+# -- the executor ---------------------------------------------------------------------------------
 class TranscriptStream:
     """See the module docstring. One iteration per stream; commands before ``start`` wait."""
 

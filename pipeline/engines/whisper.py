@@ -146,7 +146,7 @@ def _to_model_audio(pcm: np.ndarray, sample_rate_hz: int) -> np.ndarray:
     return np.ascontiguousarray(audio, dtype=np.float32)
 
 
-# -- Whisper behind a TranscriptStream ------------------------------------------------------------------------------------------
+# -- Whisper behind a TranscriptStream ------------------------------------------------------------
 @functools.lru_cache(maxsize=1)
 def shared_whisper() -> WhisperRecognizer:
     """One Whisper per process (calls are serialised by its lock)."""
