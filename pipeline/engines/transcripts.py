@@ -21,9 +21,10 @@ What differs between recognisers is only a ``RecognizerBackend`` (``recognizer_b
 SSM recogniser in process or in its worker process, on the model tier, pocketsphinx in a thread
 or a worker process, Whisper): it takes its engine in ``start``, opens an ``Utterance`` per
 caller utterance, and lets the engine go in ``close``. An error of a type the backend lists in
-``errors`` becomes a ``Failed`` event and the stream goes on: an utterance whose ``push`` failed
-is dropped (its audio goes to the pre-roll again), one whose ``finish`` failed still yields a
-``Final`` of what it had heard (``heard``) before the ``Failed``.
+``errors`` becomes a ``Failed`` event and the stream goes on, and what the caller said is kept:
+an utterance whose ``push`` failed is dropped (the rest of its audio goes to the pre-roll again)
+and what it had heard (``heard``) is its ``Final`` at the VAD's stop; one whose ``finish``
+failed yields a ``Final`` of what it had heard before the ``Failed``.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ class TranscriptStream:
         self._preroll_limit = int(preroll_s * sample_rate_hz) * 2
         self._queue: asyncio.Queue[Command] = asyncio.Queue()
         self._utt: Utterance | None = None
+        self._lost = ""                # what a dropped utterance had heard, for its Final
         self._preroll: collections.deque[bytes] = collections.deque()
         self._preroll_bytes = 0
         self._reported: list[Event] = []
@@ -241,7 +243,8 @@ class TranscriptStream:
             partial = await utt.push(pcm)
         except self.backend.errors:
             self._utt = None           # its engine lost it: one error, not one per chunk;
-            utt.abort()                # the next utterance opens afresh
+            self._lost = utt.heard     # the next utterance opens afresh
+            utt.abort()
             raise
         if partial is not None:
             events.append(Partial(partial))
@@ -249,6 +252,7 @@ class TranscriptStream:
     async def _on_started(self, hints: Hints, events: list[Event]) -> None:
         if self._utt is not None:
             return
+        self._lost = ""
         preroll = self._take_preroll()
         self._utt = await self.backend.open(self.sample_rate_hz, hints)
         if self._utt is not None and preroll:
@@ -257,6 +261,9 @@ class TranscriptStream:
     async def _on_stopped(self, received_s: float, events: list[Event]) -> None:
         utt, self._utt = self._utt, None
         if utt is None:
+            if self._lost:
+                events.append(Final(self._lost, received_s))
+                self._lost = ""
             return
         try:
             text, recognition = await utt.finish()

@@ -143,3 +143,54 @@ async def test_the_contract_is_checked():
         TranscriptStream(WhisperBackend(shared_whisper()), RATE, preroll_s=-1)
     with pytest.raises(AudioFormatError, match="sample rate"):
         await TranscriptStream(SSMRecognizerBackend(), 44100).start()
+
+
+async def test_a_worker_killed_mid_utterance_keeps_what_was_heard_and_the_call_goes_on(
+        flite_speech):
+    """pocketsphinx in a worker process: the worker dies while the caller speaks. The words
+    heard so far still come out as the utterance's final, one Failed says why, and the next
+    utterance is heard on a fresh worker."""
+    import os
+    import signal
+
+    from pipeline.engines.sphinx_procs import SphinxProcessPool
+    from pipeline.errors import EngineUnavailableError
+
+    speech = flite_speech("what are your opening hours", RATE, voice="awb")
+    pool = SphinxProcessPool(procs=1)
+    try:
+        stream = TranscriptStream(SphinxBackend(pool), RATE)
+        await stream.start()
+        events: list = []
+        partial = asyncio.Event()
+
+        async def read() -> None:
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, Partial):
+                    partial.set()
+
+        reader = asyncio.create_task(read())
+        stream.start_utterance()
+        half = len(speech) // 2
+        pushed(stream, speech[:half])
+        await asyncio.wait_for(partial.wait(), 30)
+        await asyncio.sleep(0.2)                     # the first half decoded
+        heard = [e.text for e in events if isinstance(e, Partial)][-1]
+        for pid in pool.worker_pids():
+            os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(0.2)
+        pushed(stream, np.concatenate([speech[half:], silence(0.2)]))
+        stream.flush()
+        stream.start_utterance()
+        pushed(stream, np.concatenate([speech, silence(0.3)]))
+        stream.end_input()
+        await asyncio.wait_for(reader, 60)
+        await stream.aclose()
+    finally:
+        pool.close()
+    failed = [e for e in events if isinstance(e, Failed)]
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(failed) == 1 and isinstance(failed[0].error, EngineUnavailableError), events
+    assert finals[0].text == heard and events.index(failed[0]) < events.index(finals[0])
+    assert "opening" in finals[-1].text.split() and events.index(failed[0]) < events.index(finals[-1])
