@@ -102,6 +102,8 @@ class Conversation:
         if self.state is State.COLLECTING and self._slot is not None:
             if self._slot.kind in ("phone", "number"):
                 return Hints(expect=frozenset({"digits"}))
+            if self._slot.kind == "name":
+                return Hints(expect=frozenset({"name"}))
             if self._slot.kind == "yes_no":
                 return Hints(expect=frozenset({"yes_no"}))
             return Hints()

@@ -1,17 +1,23 @@
-"""Do per-turn hints help the recogniser hear yes/no and digit strings, and at what risk?
+"""Do per-turn hints help the recogniser hear yes/no, digit strings and names, and at what risk?
 
     .venv/bin/python benchmarks/bench_stt_hints.py [--voices flite:slt espeak:en-us+f3] [--n 4]
 
-Callers' answers to the agent's two commonest questions ("Is that right?", "What is your
-number?") are spoken by voices the recogniser never trained on (the held-out voices), through
-the 8 kHz mu-law phone channel, and by the people of the human development set where it has such
-answers (its digit strings). Each clip is decoded twice by the shipped recogniser, in one run:
-free (the baseline) and with the turn's hint (``yes_no`` or ``digits``). Reported per kind:
+Callers' answers to the agent's three commonest questions ("Is that right?", "What is your
+number?", "May I have your name?") are spoken by voices the recogniser never trained on (the
+held-out voices), through the 8 kHz mu-law phone channel, and by the people of the human
+development set where it has such answers (its digit strings). Each clip is decoded twice by the
+shipped recogniser, in one run: free (the baseline) and with the turn's hint (``yes_no``,
+``digits`` or ``name``). Reported per kind:
 
 - yes/no: the agent's reading (``agent.slots.yes_or_no``) of the final is the one meant;
 - digits: every digit right (``agent.slots.digits_in``), and the digit error rate;
-- open sentences decoded under a yes/no hint (a caller who asks something else instead): how
-  many turn into a yes or a no (must stay near 0) and their WER beside the free decode;
+- names: the name the agent takes from the final (``agent.slots.extract("name", ...)``) is the
+  one said, spelled as said; the names are drawn by how common they are (US Census shares, the
+  table the name hint searches, so the draw is callers' names, not the hint's tuning), half of
+  them given in a carrier ("my name is ...", "it's ...", "this is ..."), half bare;
+- open sentences decoded under a yes/no hint and under a name hint (a caller who asks something
+  else instead): how many turn into a yes or a no, or into a hinted name (must stay near 0), and
+  their WER beside the free decode;
 - confidence: the final's posterior, mean on right and wrong answers, and how many wrong
   answers a 0.6 threshold would catch;
 - cost: final latency (end of audio to final) p50/p95/p99 free and hinted.
@@ -33,13 +39,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import git_sha  # noqa: E402
 
-from agent.slots import digits_in, yes_or_no  # noqa: E402
+from agent.slots import digits_in, extract, yes_or_no  # noqa: E402
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
 from pipeline.engines.ssm_recognizer import SSMSTTEngine  # noqa: E402
 from ssm_engine.data.audio import resample  # noqa: E402
 from ssm_engine.data.voices import voice  # noqa: E402
 from ssm_engine.stt.decode import edit_distance, wer  # noqa: E402
 from ssm_engine.stt.hints import Hints  # noqa: E402
+from ssm_engine.stt.names import NameTable  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402
 
 YES = ("yes", "yeah", "yes please", "that's right", "correct", "yep", "yes it is",
@@ -62,6 +69,19 @@ def _digit_sentences(rng: random.Random, n: int) -> list[tuple[str, str]]:
         spoken = ", ".join(" ".join("oh" if c == "0" and rng.random() < 0.3 else _WORD[int(c)]
                                     for c in g) for g in groups)
         out.append((spoken, d))
+    return out
+
+
+def _name_sentences(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """(spoken text, the name as the agent should write it): names drawn by how common they are."""
+    table = NameTable.load()
+    firsts, f_w = zip(*table.first.items())
+    lasts, l_w = zip(*table.last.items())
+    carriers = ("my name is {}", "it's {}", "this is {}", "{}")
+    out = []
+    for i in range(n):
+        name = f"{rng.choices(firsts, f_w)[0]} {rng.choices(lasts, l_w)[0]}"
+        out.append((carriers[i % len(carriers)].format(name), name.title()))
     return out
 
 
@@ -93,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--voices", nargs="+", default=["flite:slt", "espeak:en-us+f3"])
     ap.add_argument("--n", type=int, default=6, help="digit strings per voice")
+    ap.add_argument("--names", type=int, default=12, help="names per voice")
     ap.add_argument("--human", default="data/stt/human/human.tsv",
                     help="human development set (its digit strings join the digit test)")
     ap.add_argument("--seed", type=int, default=11)
@@ -111,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         for spoken, digits in _digit_sentences(rng, args.n):
             x, rate = v.synthesize(spoken, nrng)
             clips.append(("digits", digits, _phone(x, rate), name))
+        for spoken, person in _name_sentences(rng, args.names):
+            x, rate = v.synthesize(spoken, nrng)
+            clips.append(("name", person, _phone(x, rate), name))
     human = Path(args.human)
     if human.exists():
         from ssm_engine.data.manifest import read_manifest
@@ -125,10 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         _decode(engine, clips[0][2][:4000], Hints())                    # warm-up
         rows = []
         for kind, truth, pcm, name in clips:
-            hint = Hints(expect=frozenset({"digits" if kind == "digits" else "yes_no"}))
             free, free_ms = _decode(engine, pcm, Hints())
-            hinted, hinted_ms = _decode(engine, pcm, hint)
-            rows.append((kind, truth, name, free, free_ms, hinted, hinted_ms))
+            for hint_kind in {"digits": ("digits",), "name": ("name",),
+                              "open": ("yes_no", "name")}.get(kind, ("yes_no",)):
+                hinted, hinted_ms = _decode(engine, pcm, Hints(expect=frozenset({hint_kind})))
+                row_kind = f"open_{hint_kind}" if kind == "open" else kind
+                rows.append((row_kind, truth, name, free, free_ms, hinted, hinted_ms))
     finally:
         engine.close()
 
@@ -141,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         i = 3 if mode == "free" else 5
         ynr = [r for r in rows if r[0] == "yes_no"]
         dr = [r for r in rows if r[0] == "digits"]
-        opr = [r for r in rows if r[0] == "open"]
+        opr = [r for r in rows if r[0] == "open_yes_no"]
+        onr = [r for r in rows if r[0] == "open_name" and extract("name", r[1]) is None]
+        nr = [r for r in rows if r[0] == "name"]
+        name_ok = [extract("name", r[i].text) == r[1] for r in nr]
         right = [yn(r[i].text) == r[1] for r in ynr]
         digit_ok = [digits_in(r[i].text) == r[1] for r in dr]
         der = (sum(edit_distance(list(r[1]), list(digits_in(r[i].text))) for r in dr)
@@ -154,14 +183,19 @@ def main(argv: list[str] | None = None) -> int:
             "digits_exact": round(sum(digit_ok) / max(1, len(digit_ok)), 3),
             "digits_n": len(digit_ok), "digit_error_rate": round(der, 3),
             "human_digits_exact": [digits_in(r[i].text) == r[1] for r in dr if r[2] == "human"],
+            "names_exact": round(sum(name_ok) / max(1, len(name_ok)), 3), "names_n": len(nr),
+            "names_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r}" for r, ok in zip(nr, name_ok)
+                            if not ok][:8],
             "open_turned_yes_no": sum(yn(r[i].text) != "none" for r in opr),
             "open_n": len(opr),
+            "open_taken_by_name_hint": sum(bool(r[i].hinted) for r in onr if mode == "hinted"),
+            "open_name_n": len(onr),
             "open_wer": round(wer([r[1] for r in opr], [normalize_text(r[i].text) for r in opr]), 3),
             "confidence_right_mean": round(float(np.mean([c for c, ok in confs if ok] or [0])), 3),
             "confidence_wrong_mean": round(float(np.mean(wrong or [0])), 3),
             "wrong_caught_at_0.6": f"{sum(c < 0.6 for c in wrong)}/{len(wrong)}",
             "right_refused_at_0.6": sum(c < 0.6 for c, ok in confs if ok),
-            "final_ms": _pct([r[i + 1] for r in rows]),
+            "final_ms": _pct([r[i + 1] for r in rows if mode == "hinted" or r[0] != "open_name"]),
             "yes_no_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r} {r[i].confidence or 0:.2f}"
                              for r, ok in zip(ynr, right) if not ok],
         }

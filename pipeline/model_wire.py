@@ -42,9 +42,10 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from pipeline.errors import WireError
+from ssm_engine.stt.hints import HintKind
 
 __all__ = [
     "ENCODINGS", "MAX_TEXT_MESSAGE_BYTES", "MAX_TRANSCRIPT_CHARS", "STT_PATH", "STT_RATES_HZ",
@@ -64,7 +65,8 @@ MAX_TEXT_MESSAGE_BYTES: Final = 64 * 1024
 """A text message longer than this is refused (a reply's sentence is a few hundred bytes)."""
 MAX_TRANSCRIPT_CHARS: Final = 5000
 """One transcript's longest text; a context may hold many."""
-HINT_KINDS: Final = ("yes_no", "digits")
+HINT_KINDS: Final[tuple[str, ...]] = get_args(HintKind)
+"""The recogniser's hint kinds, as ``ssm_engine.stt.hints`` defines them."""
 
 
 def _obj(raw: str | bytes) -> dict[str, Any]:

@@ -9,8 +9,9 @@ parley ends a turn on a short silence (the VAD's 200 ms) so that it answers as f
 People pause for 250-500 ms at a comma ("hello, I would like to check my order"), and a turn that
 ends there answers the half sentence and then runs one turn behind. Waiting longer on every turn
 would slow every answer; instead, when the transcript so far cannot be a whole turn (it ends on
-a word a sentence does not end on, it is only an opener such as "hello" or "so", a thanks that
-usually goes on to a goodbye, or the first groups of a phone number's digits), the turn is
+a word a sentence does not end on, it is only an opener such as "hello" or "so", a question's
+first two words ("can you", "do you"), a thanks that usually goes on to a goodbye, or the first
+groups of a phone number's digits), the turn is
 held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
 start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the
 turn as before, so the common case keeps its latency.
@@ -63,6 +64,11 @@ NEVER_LAST = frozenset({
     "was", "were", "am", "be", "have", "has", "um", "uh", "er", "erm", "some", "any", "this",
     "these", "those", "what's", "where's", "when's", "how's", "let", "just", "also", "very",
 })
+# a turn of only an auxiliary and a pronoun is a question's start ("can you ... take a message");
+# in bench_conversations it was also "thank you" misheard as "can you" before ", goodbye"
+_QUESTION_AUX = frozenset({"can", "could", "would", "will", "do", "does", "did", "may", "is",
+                           "are", "have", "shall"})
+_PRONOUNS = frozenset({"you", "i", "we", "he", "she", "they", "it", "there"})
 _WORDS = re.compile(r"[a-z']+")
 
 
@@ -73,6 +79,7 @@ def looks_unfinished(text: str) -> bool:
         return False
     phrase = " ".join(ws)
     return (phrase in OPENERS or phrase in CLOSERS or ws[-1] in NEVER_LAST
+            or (len(ws) == 2 and ws[0] in _QUESTION_AUX and ws[1] in _PRONOUNS)
             or (len(ws) in (3, 6) and all(w in _DIGITS for w in ws)))
 
 

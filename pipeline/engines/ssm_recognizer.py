@@ -113,7 +113,9 @@ def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = 
         lexicon = Pronouncer.load(lexicon_path, words=lm.vocab)
         if kind == "phones":
             return PhoneBeamSearch(lm, lexicon, config)
-        return JointSearch(lm, lexicon, config)
+        search = JointSearch(lm, lexicon, config)
+        search.warm_grammars()          # ~0.4 s here, rather than in a caller's first name turn
+        return search
     except (SSMEngineError, ValueError, OSError) as exc:
         raise EngineUnavailableError(f"STT pronunciation lexicon {lexicon_path} failed to load: "
                                      f"{exc}") from exc

@@ -95,6 +95,19 @@ def register_cli(subparsers: Any) -> None:
                    "under (default %(default)s)")
     p.set_defaults(func=_data_human)
 
+    p = data.add_parser(
+        "names", help="the callers' names table the name hint listens for (Faker's US names, "
+        "CMUdict's pronunciations)",
+        description="Writes the table of common US first and last names, with how often people "
+        "have them (Faker's en_US provider, from the US Census) and their pronunciations "
+        "(CMUdict), that the recogniser's name hint searches when the agent asks for a name "
+        "(ssm_engine/stt/names.py). The shipped table was made by this command as it stands.")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="output file (default: the shipped ssm_engine/stt/names.tsv.gz)")
+    p.add_argument("--phones", default="pocketsphinx", metavar="DICT|pocketsphinx",
+                   help="CMUdict-format pronunciations (default %(default)s: its CMUdict)")
+    p.set_defaults(func=_data_names)
+
     train = group_subparsers(subparsers, "train", "train models")
     p = train.add_parser("stt", help="train the streaming SSM recogniser (resumes from RUN/last.pt)")
     p.add_argument("--data", default="data/stt/v1", help="folder with train.tsv and heldout.tsv")
@@ -218,6 +231,18 @@ def _data_human(args: argparse.Namespace) -> int:
         print(f"{src['name']:<18} {src['package']:<32} {state}")
     print(f"{'total':<18} {'':<32} {summary['clips']} clips, {summary['seconds']} s, "
           f"{summary['words']} words -> {args.out}/human.tsv")
+    return 0
+
+
+def _data_names(args: argparse.Namespace) -> int:
+    from .names import NAMES_PATH, write_names
+
+    if args.phones == "none":
+        raise SystemExit("parley data names: --phones none: names need pronunciations")
+    out = args.out or NAMES_PATH
+    kept = write_names(out, _phones_dict(args.phones) or "")
+    print(f"{kept['first']} first names, {kept['last']} last names ({kept['unpronounceable']} "
+          f"left out: no pronunciation) -> {out}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
     hints = Hints(expect=frozenset({"yes_no"}))                 # "Is that right?"
     hints = Hints(expect=frozenset({"digits"}))                 # "What is your number?"
+    hints = Hints(expect=frozenset({"name"}))                   # "May I have your name?"
     hints = Hints(phrases=("opening hours", "leave a message"))  # the agent's own intents
     dec = joint_search.stream(hints)                            # finals biased toward them
     result = dec.result()                                       # text, confidence, n-best
@@ -18,6 +19,9 @@ what the caller really said when that is something else. Kinds:
 - ``digits``: a second phone beam search whose lexicon is the digit words (zero, oh, one...,
   double, triple) advances beside the free one while the caller speaks; its best strings join
   the pool (a digit string the LM finds unlikely is still found);
+- ``name``: the same with callers' names (``names.py``: common US first and last names, in
+  the ways callers give them, "my name is sarah jones", "it's anna", "brown"): a name the word
+  LM rarely saw is found, and of two said alike the commoner spelling wins;
 - ``phrases``: sentences the agent gives (its intents' key phrases, a menu's choices).
 
 ``result()`` also gives each pooled sentence's posterior, ``exp(scale * score)`` normalised over
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from .lm import NGramLM, build_lm
 from .text import normalize_text
@@ -38,8 +42,8 @@ from ..errors import ConfigError
 __all__ = ["Hints", "HintKind", "Recognition", "YES_SENTENCES", "NO_SENTENCES", "DIGIT_WORDS",
            "digits_lm", "NO_HINTS"]
 
-HintKind = Literal["yes_no", "digits"]
-_KINDS = ("yes_no", "digits")
+HintKind = Literal["yes_no", "digits", "name"]
+_KINDS: tuple[str, ...] = get_args(HintKind)
 
 YES_SENTENCES = ("yes", "yeah", "yep", "yes please", "yes it is", "yes that's right",
                  "that's right", "correct", "that's correct", "yes correct", "sure", "okay",
@@ -72,7 +76,7 @@ class Hints:
         return bool(self.expect or self.phrases)
 
     def sentences(self) -> tuple[str, ...]:
-        """The fixed hinted sentences (digits come from their own search)."""
+        """The fixed hinted sentences (digits and names come from their own searches)."""
         out: list[str] = list(self.phrases)
         if "yes_no" in self.expect:
             out += YES_SENTENCES + NO_SENTENCES

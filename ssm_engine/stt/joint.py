@@ -21,9 +21,10 @@ pool's best pronounceable score less ``unpronounced_penalty``: with a ``char_wei
 characters can decide that the name was there.
 
 Per-turn hints (``hints.py``): ``stream(hints)`` adds the hinted sentences (yes/no, the agent's
-phrases) and the best strings of a digit search to the pool, each scored as above plus the
-hint's bonus, a yes/no sentence with the grammar's prior and a digit string with the digits'
-LM in place of the word LM; ``result()`` gives the final with each reading's posterior.
+phrases) and the best strings of a grammar's own phone search (digit strings; callers' names,
+``names.py``) to the pool, each scored as above plus the hint's bonus, a yes/no sentence with
+the grammar's prior and a grammar's string with its own LM (and lexicon) in place of the word
+LM; ``result()`` gives the final with each reading's posterior.
 
 Defaults were tuned on the development set of held-out voices (``data/stt/dev-lm``, 120 clips),
 never on the scored held-out manifest: over LM weight 0.8-1.6, word bonus 2-6, character weight
@@ -35,8 +36,10 @@ words: a name the lexicon lacks, which the character beam search used to spell, 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -45,12 +48,19 @@ import torch.nn.functional as F
 from .beam import BeamConfig, CTCBeamSearch
 from .hints import NO_HINTS, NO_SENTENCES, YES_SENTENCES, Hints, Recognition, digits_lm
 from .lm import BOS, EOS, NGramLM
+from .names import NameTable, names_lm
 from .phone_beam import PhoneBeamSearch
 from .phones import PHONE_BLANK, PHONES, Pronouncer
 from .text import BLANK, VOCAB, encode
-from ..errors import ConfigError
+from ..errors import ConfigError, SSMEngineError
 
-__all__ = ["JointConfig", "JointSearch", "JointDecoder"]
+__all__ = ["JointConfig", "JointSearch", "JointDecoder", "Grammar"]
+
+log = logging.getLogger(__name__)
+
+Grammar = Literal["digits", "name"]
+"""Hint kinds with a phone search of their own (``JointSearch.grammar``)."""
+_GRAMMARS: tuple[Grammar, ...] = get_args(Grammar)
 
 
 @dataclass(frozen=True)
@@ -99,26 +109,72 @@ class JointSearch:
         self.vocab_size = len(VOCAB)
         self._ctx_len = max(1, lm.order - 1)
         self._beam_config = beam
-        self._digits: PhoneBeamSearch | None = None
-        self._prons: dict[str, list[int] | None] = {}
+        self._grammars: dict[Grammar, PhoneBeamSearch] = {}
+        self._names: NameTable | None = None
+        self._unavailable: dict[Grammar, str] = {}
+        self._prons: dict[tuple[Grammar | None, str], list[int] | None] = {}
 
     def stream(self, hints: Hints = NO_HINTS) -> JointDecoder:
         """One utterance's decoder; ``hints`` bias its final (``hints.py``)."""
         return JointDecoder(self, hints)
 
-    def digit_search(self) -> PhoneBeamSearch:
-        """The phone beam search over the digit words (built on first use, then shared)."""
-        if self._digits is None:
-            self._digits = PhoneBeamSearch(digits_lm(), self.pronouncer, self._beam_config)
-        return self._digits
+    def has_grammar(self, kind: Grammar) -> bool:
+        """Whether the hint kind's grammar can be built here (a small lexicon may lack the digit
+        words); a grammar that cannot is logged once and its hint left out."""
+        if kind in self._grammars:
+            return True
+        if kind in self._unavailable:
+            return False
+        try:
+            self.grammar(kind)
+        except SSMEngineError as exc:
+            self._unavailable[kind] = str(exc)
+            log.warning("the %s hint is off for this recogniser: %s", kind, exc)
+            return False
+        return True
 
-    def pronounce_cached(self, text: str) -> list[int] | None:
-        """``pronounce`` for hinted sentences, which come back turn after turn."""
-        if text not in self._prons:
+    def grammar(self, kind: Grammar) -> PhoneBeamSearch:
+        """The phone beam search of a hint kind with a grammar of its own: the digit words
+        (``hints.digits_lm``) or callers' names (``names.py``: its own LM and the names'
+        pronunciations beside this lexicon). Built on first use (the names' in ~0.5 s; the
+        services build it at start, ``warm_grammars``), then shared."""
+        if kind not in self._grammars:
+            if kind == "digits":
+                self._grammars[kind] = PhoneBeamSearch(digits_lm(), self.pronouncer,
+                                                       self._beam_config)
+            elif kind == "name":
+                table = self._names = NameTable.load()
+                self._grammars[kind] = PhoneBeamSearch(names_lm(table, self.pronouncer),
+                                                       table.pronouncer(self.pronouncer),
+                                                       self._beam_config)
+            else:
+                raise ConfigError(f"no grammar for hint kind {kind!r} (known: {_GRAMMARS})")
+        return self._grammars[kind]
+
+    def grammar_logp(self, kind: Grammar, text: str) -> float | None:
+        """A grammar string's prior: the digits' LM, or the names' exact grammar (``NameTable.
+        logp``); None for a string the names' search found that fits no way of giving a name
+        ("this is it's beltran": its trigram allows more than the grammar)."""
+        search = self.grammar(kind)
+        if kind == "name" and self._names is not None:
+            return self._names.logp(text)
+        return search.lm.sentence_logp(text.split())
+
+    def warm_grammars(self) -> None:
+        """Build every grammar now, so that no caller's turn waits for one."""
+        for kind in _GRAMMARS:
+            self.has_grammar(kind)
+
+    def pronounce_cached(self, text: str, grammar: Grammar | None = None) -> list[int] | None:
+        """``pronounce`` for hinted sentences, which come back turn after turn; a grammar's
+        strings with that grammar's lexicon (a name the recogniser's lexicon lacks)."""
+        key = (grammar, text)
+        if key not in self._prons:
             if len(self._prons) > 4096:
                 self._prons.clear()
-            self._prons[text] = self.pronounce(text)
-        return self._prons[text]
+            self._prons[key] = (self.pronounce(text) if grammar is None
+                                else self.grammar(grammar).pronouncer.encode(text, compounds=True))
+        return self._prons[key]
 
     def decode(self, log_probs: torch.Tensor | np.ndarray) -> str:
         """(T, V + P) log-probs of one utterance -> best transcript."""
@@ -172,7 +228,8 @@ class JointDecoder:
         self.hints = hints
         self._chars = search.chars.stream()
         self._phones = search.phones.stream()
-        self._digits = search.digit_search().stream() if "digits" in hints.expect else None
+        self._grammars = {k: search.grammar(k).stream() for k in _GRAMMARS
+                          if k in hints.expect and search.has_grammar(k)}
         self._rows: list[torch.Tensor] = []
         self.frames = 0
 
@@ -189,8 +246,8 @@ class JointDecoder:
                              f"phones), got {tuple(rows.shape)}")
         self._chars.push(rows[:, :v])
         self._phones.push(rows[:, v:])
-        if self._digits is not None:
-            self._digits.push(rows[:, v:])
+        for g in self._grammars.values():
+            g.push(rows[:, v:])
         self._rows.append(rows)
         self.frames += rows.shape[0]
 
@@ -218,12 +275,16 @@ class JointDecoder:
             + [t for t, _ in self._phones.nbest(cfg.nbest)]))
         if not any(free):
             return []           # nothing heard: a hint must not put words into silence
-        hinted = list(self.hints.sentences())
-        digit_strings: set[str] = set()
-        if self._digits is not None:
-            digit_strings = {t for t, _ in self._digits.nbest(cfg.nbest) if t}
-            hinted += sorted(digit_strings)
-        hinted = [t for t in dict.fromkeys(hinted) if search.pronounce_cached(t) is not None]
+        # each grammar string with its grammar (the first that found it) and prior, fixed
+        # sentences None
+        source: dict[str, Grammar | None] = dict.fromkeys(self.hints.sentences())
+        priors: dict[str, float] = {}
+        for kind, g in self._grammars.items():
+            for t, _ in g.nbest(cfg.nbest):
+                prior = search.grammar_logp(kind, t) if t and t not in source else None
+                if prior is not None:
+                    source[t], priors[t] = kind, prior
+        hinted = [t for t, k in source.items() if search.pronounce_cached(t, k) is not None]
         marked = set(hinted)
         pool = list(dict.fromkeys(free + hinted))
         if not pool:
@@ -236,7 +297,8 @@ class JointDecoder:
         char_scores = _ctc_scores(rows[:, :v], [encode(t) if t else [] for t in pool], BLANK,
                                   skip) \
             if cfg.char_weight else [0.0] * len(pool)
-        prons = [search.pronounce_cached(t) if t in marked else search.pronounce(t) for t in pool]
+        prons = [search.pronounce_cached(t, source[t]) if t in marked else search.pronounce(t)
+                 for t in pool]
         known = [i for i, p in enumerate(prons) if p is not None]
         phone_scores: list[float] = [0.0] * len(pool)
         if cfg.phone_weight and known:
@@ -248,16 +310,17 @@ class JointDecoder:
             for i, pron in enumerate(prons):
                 if pron is None:
                     phone_scores[i] = best - cfg.unpronounced_penalty
-        # a yes/no sentence's prior is the grammar's (every one alike) and a digit string's the
-        # digits' LM, not the word LM: it knows "that's right" far better than "that's not
-        # right", which must not turn a no into a yes. The agent's phrases keep the word LM.
+        # a yes/no sentence's prior is the grammar's (every one alike) and a digit string's or a
+        # name's its grammar's prior, not the word LM: it knows "that's right" far better than
+        # "that's not right", which must not turn a no into a yes, and "sara jones" better than
+        # "sarah jones" by chance. The agent's phrases keep the word LM.
         grammar = set(YES_SENTENCES + NO_SENTENCES) if "yes_no" in self.hints.expect else set()
         prior = -math.log(max(1, len(grammar)))
         out = []
         for t, c, p in zip(pool, char_scores, phone_scores):
             bonus = self.hints.bonus if t in marked else 0.0
-            if t in digit_strings:
-                lm = search.digit_search().lm.sentence_logp(t.split())
+            if t in priors and t in marked:
+                lm = priors[t]
             elif t in grammar:
                 lm = prior
             else:

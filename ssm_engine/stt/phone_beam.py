@@ -53,6 +53,7 @@ class PhoneBeamSearch:
     def __init__(self, lm: NGramLM, pronouncer: Pronouncer,
                  config: BeamConfig | None = None) -> None:
         self.lm = lm
+        self.pronouncer = pronouncer
         self.config = config or BeamConfig()
         self._ctx_len = max(1, lm.order - 1)
         homophones: dict[str, list[str]] = {}

@@ -196,8 +196,8 @@ async def test_typing_digits_without_pound_gets_a_silence_prompt():
 
 
 async def test_hints_follow_the_conversation_and_an_unsure_yes_is_asked_again():
-    """The recogniser is told what to listen for (digits for the number, a yes/no for the
-    read-back), and a yes heard with little confidence never confirms a slot: guards the call
+    """The recogniser is told what to listen for (a name for the name, digits for the number,
+    a yes/no for the read-back), and a yes heard with little confidence never confirms a slot: guards the call
     where a caller's "no" was heard as "yeah" and a wrong number was kept."""
     spec = receptionist()
     unsure = Recognition("yeah", 0.4, (("yeah", 0.4), ("no", 0.35), ("nope", 0.25)))
@@ -209,7 +209,7 @@ async def test_hints_follow_the_conversation_and_an_unsure_yes_is_asked_again():
     ])
     hints = [f.hints for f in up if isinstance(f, RecognitionHintsFrame)]
     kinds = [set(h.expect) for h in hints]
-    assert kinds == [set(), {"yes_no"}, {"digits"}, {"yes_no"}, {"digits"}]   # sent on change
+    assert kinds == [{"name"}, {"yes_no"}, {"digits"}, {"yes_no"}, {"digits"}]   # on change
     idle = Conversation(spec).expectation()                  # at the start: the agent's intents
     assert "what are your opening hours" in idle.phrases and "goodbye" in idle.phrases
     said = texts(down)

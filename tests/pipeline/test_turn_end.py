@@ -32,6 +32,9 @@ from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
     ("five five five", True), ("five five five three four zero", True),
     ("five five five three four zero one two three four", False), ("one", False),
     ("i have three cats", False),
+    # a question's first two words (also "thank you" misheard as "can you")
+    ("can you", True), ("Do you?", True), ("can you help", False), ("thank you", True),
+    ("i do", False), ("are you open", False),
 ])
 def test_what_cannot_be_a_whole_turn(text, unfinished):
     assert looks_unfinished(text) is unfinished
