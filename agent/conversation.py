@@ -86,9 +86,11 @@ class Conversation:
             [k.question for k in spec.knowledge]
             + [t for task in spec.tasks for t in task.triggers if " " in t]
             + list(KEY_PHRASES)))
-        # built once (each normalises its phrases): after an answer, also a yes/no
-        self._idle_hints = {False: Hints(phrases=self._phrases),
-                            True: Hints(expect=frozenset({"yes_no"}), phrases=self._phrases)}
+        # built once (each normalises its phrases): after an answer, also a yes/no; digits too
+        # where a number said at once starts a task ("What is your order number?")
+        idle = frozenset({"digits"}) if self._number_first_task() is not None else frozenset()
+        self._idle_hints = {False: Hints(expect=idle, phrases=self._phrases),
+                            True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases)}
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -277,10 +279,12 @@ class Conversation:
         """A task whose first slot is a number the caller already said (3 digits or more)."""
         if len(digits_in(text)) < 3:
             return None
-        for task in self.spec.tasks:
-            if task.slots and self.spec.slot(task.slots[0]).kind in ("number", "phone"):
-                return task
-        return None
+        return self._number_first_task()
+
+    def _number_first_task(self) -> TaskSpec | None:
+        """The first task whose first slot is a number or a phone number, if any."""
+        return next((t for t in self.spec.tasks
+                     if t.slots and self.spec.slot(t.slots[0]).kind in ("number", "phone")), None)
 
     def _start_task(self, task: TaskSpec, text: str) -> list[Action]:
         self._task = task

@@ -15,9 +15,10 @@ shipped recogniser, in one run: free (the baseline) and with the turn's hint (``
   one said, spelled as said; the names are drawn by how common they are (US Census shares, the
   table the name hint searches, so the draw is callers' names, not the hint's tuning), half of
   them given in a carrier ("my name is ...", "it's ...", "this is ..."), half bare;
-- open sentences decoded under a yes/no hint and under a name hint (a caller who asks something
-  else instead): how many turn into a yes or a no, or into a hinted name (must stay near 0), and
-  their WER beside the free decode;
+- open sentences decoded under a yes/no hint, a name hint and a digits hint (a caller who asks
+  something else instead; the order line listens for digits on its first turn): how many turn
+  into a yes or a no, a hinted name or a digit string (must stay near 0), and their WER beside
+  the free decode;
 - confidence: the final's posterior, mean on right and wrong answers, and how many wrong
   answers a 0.6 threshold would catch;
 - cost: final latency (end of audio to final) p50/p95/p99 free and hinted.
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind, truth, pcm, name in clips:
             free, free_ms = _decode(engine, pcm, Hints())
             for hint_kind in {"digits": ("digits",), "name": ("name",),
-                              "open": ("yes_no", "name")}.get(kind, ("yes_no",)):
+                              "open": ("yes_no", "name", "digits")}.get(kind, ("yes_no",)):
                 hinted, hinted_ms = _decode(engine, pcm, Hints(expect=frozenset({hint_kind})))
                 row_kind = f"open_{hint_kind}" if kind == "open" else kind
                 rows.append((row_kind, truth, name, free, free_ms, hinted, hinted_ms))
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         dr = [r for r in rows if r[0] == "digits"]
         opr = [r for r in rows if r[0] == "open_yes_no"]
         onr = [r for r in rows if r[0] == "open_name" and extract("name", r[1]) is None]
+        odr = [r for r in rows if r[0] == "open_digits"]
         nr = [r for r in rows if r[0] == "name"]
         name_ok = [extract("name", r[i].text) == r[1] for r in nr]
         right = [yn(r[i].text) == r[1] for r in ynr]
@@ -190,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
             "open_n": len(opr),
             "open_taken_by_name_hint": sum(bool(r[i].hinted) for r in onr if mode == "hinted"),
             "open_name_n": len(onr),
+            "open_taken_by_digits_hint": sum(bool(r[i].hinted) for r in odr if mode == "hinted"),
+            "open_digits_n": len(odr),
             "open_wer": round(wer([r[1] for r in opr], [normalize_text(r[i].text) for r in opr]), 3),
             "confidence_right_mean": round(float(np.mean([c for c, ok in confs if ok] or [0])), 3),
             "confidence_wrong_mean": round(float(np.mean(wrong or [0])), 3),
             "wrong_caught_at_0.6": f"{sum(c < 0.6 for c in wrong)}/{len(wrong)}",
             "right_refused_at_0.6": sum(c < 0.6 for c, ok in confs if ok),
-            "final_ms": _pct([r[i + 1] for r in rows if mode == "hinted" or r[0] != "open_name"]),
+            "final_ms": _pct([r[i + 1] for r in rows
+                              if mode == "hinted" or r[0] not in ("open_name", "open_digits")]),
             "yes_no_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r} {r[i].confidence or 0:.2f}"
                              for r, ok in zip(ynr, right) if not ok],
         }

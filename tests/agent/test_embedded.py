@@ -212,6 +212,12 @@ async def test_hints_follow_the_conversation_and_an_unsure_yes_is_asked_again():
     assert kinds == [{"name"}, {"yes_no"}, {"digits"}, {"yes_no"}, {"digits"}]   # on change
     idle = Conversation(spec).expectation()                  # at the start: the agent's intents
     assert "what are your opening hours" in idle.phrases and "goodbye" in idle.phrases
+    assert idle.expect == frozenset()          # a message starts with a name, not a number
+    # the order line greets with "What is your order number?" and takes a number at once: its
+    # first turn listens for digits beside its intents (bench_conversations: "one two three four
+    # five" heard as "line to return five" without)
+    orders = Conversation(load_spec(EXAMPLES / "order_status.yaml", env={})).expectation()
+    assert orders.expect == frozenset({"digits"}) and "how long does shipping take" in orders.phrases
     said = texts(down)
     assert said[-2] == ("Sorry, was that a yes or a no? I have your number as 5 5 5, 0 1 2 3. "
                         "Is that right? You can also press 1 for yes, or 2 for no.")
