@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 
 from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Transfer
-from agent.phrases import GENERIC, KEY_PHRASES, QUESTION_WORDS, REPEAT, THANKS
+from agent.phrases import GENERIC, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
 from agent.phrases import has_any, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
 from agent.retrieval import STOPWORDS, stem, words
 from agent.slots import digits_in, extract, spoken_digits, yes_or_no
 from agent.spec import AgentSpec, DtmfOption, SlotSpec, TaskSpec
-from pipeline.frames import Hints, Recognition
+from pipeline.frames import Hints, HintKind, Recognition
 
 if TYPE_CHECKING:
     from agent.semantic import SentenceEncoder
@@ -53,6 +53,9 @@ On the held-out voices under a yes/no hint, 2 of the 3 wrong readings (0.49, 0.3
 and one (0.71) does not; over yes/no and digit answers together 4 of 41 right ones fall under it
 (benchmarks/bench_stt_hints.py: the top reading's posterior, a little below the summed one)."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
+# what the recogniser listens for when a slot of each kind is asked (a text slot: anything)
+_SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name": "name",
+                                    "yes_no": "yes_no"}
 
 
 class _Fill(dict):
@@ -102,16 +105,23 @@ class Conversation:
         if self.state in (State.CONFIRMING, State.OFFERED_TRANSFER):
             return Hints(expect=frozenset({"yes_no"}))
         if self.state is State.COLLECTING and self._slot is not None:
-            if self._slot.kind in ("phone", "number"):
-                return Hints(expect=frozenset({"digits"}))
-            if self._slot.kind == "name":
-                return Hints(expect=frozenset({"name"}))
-            if self._slot.kind == "yes_no":
-                return Hints(expect=frozenset({"yes_no"}))
-            return Hints()
+            kind = _SLOT_HINTS.get(self._slot.kind)
+            return Hints(expect=frozenset({kind})) if kind is not None else Hints()
         if self.state is State.IDLE:
+            if self._offered_task is not None:
+                # "Would you like to leave a message?": a yes or a no, or straight to the
+                # task's first answer ("my name is ...")
+                return self._offered_hints(self._offered_task)
             return self._idle_hints[self._asked_anything_else]
         return Hints()
+
+    def _offered_hints(self, task: TaskSpec) -> Hints:
+        expect = {"yes_no"}
+        if task.slots:
+            kind = _SLOT_HINTS.get(self.spec.slot(task.slots[0]).kind)
+            if kind is not None:
+                expect.add(kind)
+        return Hints(expect=frozenset(expect), phrases=self._phrases)
 
     def hear(self, text: str, heard: Recognition | None = None) -> list[Action]:
         """A caller turn as the recognizer heard it; ``heard``, when the recogniser gives it,
@@ -216,8 +226,9 @@ class Conversation:
 
     def _asks_beyond_tasks(self, ws: list[str]) -> bool:
         """A question with words no task's triggers explain ("can I bring my dog to the
-        appointment"): a trigger word in it is not a request to start that task."""
-        if not ws or ws[0] not in QUESTION_WORDS:
+        appointment"): a trigger word in it is not a request to start that task. A request form
+        ("I would like to ...") makes it a request, whatever came first ("who low" is "hello")."""
+        if not ws or ws[0] not in QUESTION_WORDS or has_any(ws, REQUESTS):
             return False
         content = [stem(w) for w in ws if w not in STOPWORDS and w not in GENERIC
                    and not digits_in(w) and w not in ("oh", "double", "triple")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from agent.retrieval import find_phrase, similar
 
 __all__ = ["GENERIC", "GOODBYE", "HUMAN_STRONG", "HUMAN_WEAK", "KEY_PHRASES", "QUESTION_WORDS",
-           "REPEAT", "TALK", "THANKS", "has_any", "says_goodbye", "wants_human"]
+           "REPEAT", "REQUESTS", "TALK", "THANKS", "has_any", "says_goodbye", "wants_human"]
 
 REPEAT = ("repeat", "say that again", "say again", "come again", "pardon", "what did you say",
           "one more time", "didn't hear", "did not hear", "didn't catch", "say it again")
@@ -24,6 +24,9 @@ QUESTION_WORDS = {"can", "could", "do", "does", "did", "is", "are", "will", "wou
                   "where's", "who's", "how's", "when's"}
 GENERIC = {"bring", "come", "go", "get", "make", "please", "someone", "somebody", "doctor",
            "dentist", "team", "back", "them", "him", "her", "one", "today", "tomorrow"}
+# a caller saying what they want: a request, whatever word came first ("who low [hello], I would
+# like to leave a message" is not a question)
+REQUESTS = ("i would like", "i'd like", "i want", "i need", "i wanna", "i'd love")
 KEY_PHRASES = ("goodbye", "thank you goodbye", "that's all thank you", "talk to a person",
                "can you repeat that", "no thank you")
 

@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -116,10 +117,11 @@ def scripts(rng: random.Random) -> list[Script]:
 # --- running the calls --------------------------------------------------------------------------
 
 class Server(ServeProcess):
-    def __init__(self, name: str, extra: list[str], log_dir: str, env: dict[str, str]):
+    def __init__(self, name: str, extra: list[str], log_dir: str, env: dict[str, str],
+                 log_level: str = "WARNING"):
         port = free_port()
         super().__init__(name, ["-m", "deploy.cli", "serve", "--port", str(port),
-                                "--log-level", "WARNING", *extra],
+                                "--log-level", log_level, *extra],
                          port=port, log_path=Path(log_dir) / f"{name}.log",
                          env={"TWILIO_AUTH_TOKEN": TOKEN, **env})
 
@@ -241,21 +243,26 @@ def summarise(rows: list[dict]) -> dict:
 async def main_async(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     all_scripts = [s for _ in range(args.repeat) for s in scripts(rng)]
+    if args.goals:
+        all_scripts = [s for s in all_scripts if s.goal in args.goals]
     if args.quick:
         all_scripts = all_scripts[:3]
-    logs = tempfile.TemporaryDirectory(prefix="parley-bench-conv-")
-    wavs = Path(logs.name) / "wav"
+    log_dir = Path(tempfile.mkdtemp(prefix="parley-bench-conv-"))
+    if args.keep_logs:
+        print(f"server logs and caller WAVs are kept in {log_dir}", file=sys.stderr)
+    wavs = log_dir / "wav"
     wavs.mkdir()
     api_port = free_port()
     api = ServeProcess("order-api", ["-m", "agent.examples.order_api", "--port", str(api_port)],
-                       port=api_port, log_path=Path(logs.name) / "order-api.log")
+                       port=api_port, log_path=log_dir / "order-api.log")
     env = {"ORDER_API_URL": f"http://127.0.0.1:{api_port}"}
     servers: dict[tuple[str, str], Server] = {}
     for stt in args.stt:
         for agent, spec in (("receptionist", "agent/examples/receptionist.yaml"),
                             ("orders", "agent/examples/order_status.yaml")):
             servers[(stt, agent)] = Server(f"{stt}-{agent}",
-                                           ["--stt", stt, "--agent", spec], logs.name, env)
+                                           ["--stt", stt, "--agent", spec], str(log_dir), env,
+                                           "DEBUG" if args.keep_logs else "WARNING")
     results: dict[str, list[dict]] = {stt: [] for stt in args.stt}
     try:
         await asyncio.gather(api.wait_ready(), *(s.wait_ready(timeout_s=180)
@@ -277,7 +284,8 @@ async def main_async(args: argparse.Namespace) -> dict:
         for s in servers.values():
             s.stop()
         api.stop()
-        logs.cleanup()
+        if not args.keep_logs:
+            shutil.rmtree(log_dir, ignore_errors=True)
     out: dict = {"bench": "conversations", "voices": args.voices, "seed": args.seed,
                  "git": git_sha()}
     for stt, rows in results.items():
@@ -304,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
                     "names and numbers)")
     ap.add_argument("--seed", type=int, default=22)
     ap.add_argument("--quick", action="store_true", help="three scripts only (a smoke run)")
+    ap.add_argument("--goals", nargs="+", default=None, metavar="GOAL",
+                    help="only the scripts with these goals (e.g. 'message after a comma' order)")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep the servers' logs and the callers' WAVs (the folder is printed)")
     args = ap.parse_args(argv)
     if args.voices is None:
-        import shutil
-
         args.voices = ["flite:slt", "espeak:en-us+f3"]
         if shutil.which("mbrola") and Path("/usr/share/mbrola/us1").exists():
             args.voices.append("mbrola:mb-us1")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pipecat.frames.frames import SystemFrame
 
+from ssm_engine.stt.hints import HintKind as HintKind  # re-exported for the agent
 from ssm_engine.stt.hints import Hints, Recognition
 
 

@@ -138,6 +138,7 @@ class QueuedSTTService(STTService):
         if self._stream is None:
             return
         if isinstance(frame, VADUserStartedSpeakingFrame):
+            logger.debug("%s utterance starts, hints %s", self, sorted(self.hints.expect))
             self._stream.start_utterance(self.hints)
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._stream.flush(time.perf_counter())

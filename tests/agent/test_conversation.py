@@ -65,9 +65,22 @@ def test_a_question_it_cannot_answer_gets_an_honest_answer_and_a_message_offer(r
     conv = Conversation(receptionist)
     m = receptionist.messages
     assert said(conv.hear(question)) == f"{m.cannot_answer} {m.offer_message}"
+    # the offer is a yes/no question, and a caller may answer it with the task's first answer
+    assert conv.expectation().expect == {"yes_no", "name"}
     actions = conv.hear("yes")                       # yes: the message task starts
     assert said(actions) == "Sure, I can take a message. May I have your name, please?"
     assert conv.state is State.COLLECTING
+    assert conv.expectation().expect == {"name"}
+
+
+def test_a_name_given_to_the_message_offer_starts_the_message(receptionist):
+    """Guards the call where the offer's answer "my name is sarah jones" was heard with no name
+    hint (the offer listened for the agent's phrases only) and written "sara jones"."""
+    conv = Conversation(receptionist)
+    conv.hear("what's the weather like today")
+    assert "name" in conv.expectation().expect
+    assert said(conv.hear("my name is sarah jones")) == "I have your name as Sarah Jones. Is that right?"
+    assert conv.expectation().expect == {"yes_no"}
 
 
 def test_two_misses_offer_a_person_and_yes_transfers(receptionist):
@@ -121,10 +134,13 @@ def test_introducing_oneself_starts_the_message_with_the_name(receptionist):
     assert conv.state is State.CONFIRMING
 
 
-def test_garbled_request_for_a_message(receptionist):
-    conv = Conversation(receptionist)   # "I would like to leave a message", as pocketsphinx heard it
-    assert said(conv.hear("i would like to leave the magnet high")) == (
-        "Sure, I can take a message. May I have your name, please?")
+@pytest.mark.parametrize("heard", [
+    "i would like to leave the magnet high",      # as pocketsphinx heard it
+    "who low i would like to leah message",       # "hello, ...": a request, not a question
+])
+def test_garbled_request_for_a_message(receptionist, heard):
+    conv = Conversation(receptionist)   # "(hello,) I would like to leave a message"
+    assert said(conv.hear(heard)) == "Sure, I can take a message. May I have your name, please?"
 
 
 def test_phone_with_too_few_digits_is_asked_again(receptionist):
