@@ -258,7 +258,8 @@ class Conversation:
                 self._asked_anything_else = False
                 return [self._say("Sure. What can I help you with?")]
         strong = self._knowledge.questions.search(text, min_coverage=0.75)
-        if kb is not None and (strong is not None or task is None) and number_task is None:
+        if kb is not None and (strong is not None or task is None
+                               or self._explained_by(task, ws, kb)) and number_task is None:
             self._misses = 0
             return self._answer(self.spec.knowledge[kb].answer)
         chosen = task if task is not None else number_task
@@ -272,6 +273,14 @@ class Conversation:
             return [self._say(f"{self.spec.messages.not_understood} "
                               f"{self.spec.messages.offer_transfer}")]
         return [self._say(self.spec.messages.not_understood)]
+
+    def _explained_by(self, task: TaskSpec, ws: list[str], kb: int) -> bool:
+        """Whether every trigger of ``task`` heard in ``ws`` is one of knowledge item ``kb``'s
+        own keywords: "(how long does) shipping take" asks the shipping question, although
+        "shipping" is also the order task's "shipped"."""
+        keywords = {stem(w) for k in self.spec.knowledge[kb].keywords for w in words(k)}
+        heard = [p for p in task.triggers if has_any(ws, (p,))]
+        return bool(heard) and all(stem(w) in keywords for p in heard for w in words(p))
 
     def _cannot_answer(self) -> list[Action]:
         """An honest answer to a question the knowledge does not hold, and the offer of a

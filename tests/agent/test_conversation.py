@@ -271,6 +271,22 @@ def test_order_lookup_with_garbled_trigger(orders):
     assert conv.state is State.IDLE
 
 
+@pytest.mark.parametrize("heard, starts_task", [
+    ("high on the shipping take", False),      # "how long does shipping take", misheard
+    ("how long does shipping take", False),
+    ("has my order shipped", True),            # "order" is no shipping keyword
+    ("i want to track my package it shipped", True),
+])
+def test_a_trigger_that_is_the_questions_own_keyword_asks_the_question(orders, heard,
+                                                                       starts_task):
+    """Guards the call where "shipping" (the order task's "shipped") started an order lookup."""
+    conv = Conversation(orders)
+    conv.start()
+    reply = said(conv.hear(heard))
+    assert (reply == orders.slot("order_number").prompt) is starts_task, reply
+    assert reply.startswith("Standard shipping takes") is not starts_task, reply
+
+
 def test_order_number_said_straight_after_the_greeting(orders):
     conv = Conversation(orders)
     conv.start()
