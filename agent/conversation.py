@@ -90,8 +90,11 @@ class Conversation:
             + [t for task in spec.tasks for t in task.triggers if " " in t]
             + list(KEY_PHRASES)))
         # built once (each normalises its phrases): after an answer, also a yes/no; digits too
-        # where a number said at once starts a task ("What is your order number?")
-        idle = frozenset({"digits"}) if self._number_first_task() is not None else frozenset()
+        # where a number said at once starts a task ("What is your order number?"), a name
+        # where an introduction does ("my name is ..." starts a message)
+        idle = frozenset(
+            {"digits"} if self._number_first_task() is not None else set()) | frozenset(
+            {"name"} if self._introduction_task() is not None else set())
         self._idle_hints = {False: Hints(expect=idle, phrases=self._phrases),
                             True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases)}
 
@@ -305,6 +308,13 @@ class Conversation:
         """The first task whose first slot is a number or a phone number, if any."""
         return next((t for t in self.spec.tasks
                      if t.slots and self.spec.slot(t.slots[0]).kind in ("number", "phone")), None)
+
+    def _introduction_task(self) -> TaskSpec | None:
+        """The first task that a caller's introduction starts ("my name is ..." among its
+        triggers) and whose first slot is that name, if any."""
+        return next((t for t in self.spec.tasks
+                     if t.slots and self.spec.slot(t.slots[0]).kind == "name"
+                     and any(_INTRODUCTION.fullmatch(f"{p} x") for p in t.triggers)), None)
 
     def _start_task(self, task: TaskSpec, text: str) -> list[Action]:
         self._task = task
