@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                               "open": ("yes_no", "name", "digits")}.get(kind, ("yes_no", "name")):
                 hinted, hinted_ms = _decode(engine, pcm, Hints(expect=frozenset({hint_kind})))
                 row_kind = (f"open_{hint_kind}" if kind == "open"
-                            else "short_name" if hint_kind == "name" else kind)
+                            else "short_name" if kind == "yes_no" and hint_kind == "name"
+                            else kind)
                 rows.append((row_kind, truth, name, free, free_ms, hinted, hinted_ms))
     finally:
         engine.close()
