@@ -92,9 +92,12 @@ class Conversation:
         # built once (each normalises its phrases): after an answer, also a yes/no; digits too
         # where a number said at once starts a task ("What is your order number?"), a name
         # where an introduction does ("my name is ..." starts a message)
-        idle = frozenset(
-            {"digits"} if self._number_first_task() is not None else set()) | frozenset(
-            {"name"} if self._introduction_task() is not None else set())
+        idle_kinds: set[HintKind] = set()
+        if self._number_first_task() is not None:
+            idle_kinds.add("digits")
+        if self._introduction_task() is not None:
+            idle_kinds.add("name")
+        idle = frozenset(idle_kinds)
         self._idle_hints = {False: Hints(expect=idle, phrases=self._phrases),
                             True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases)}
 

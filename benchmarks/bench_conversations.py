@@ -1,7 +1,7 @@
 """Do whole calls succeed? Scripted callers with goals, in voices the recogniser never trained on.
 
     .venv/bin/python benchmarks/bench_conversations.py [--voices flite:slt espeak:en-us+f3]
-        [--repeat 2] [--stt ssm whisper] [--quick]
+        [--repeat 2] [--stt ssm whisper] [--quick] [--goals message order] [--keep-logs]
 
 Each call has a goal a real caller would have: ask the opening hours, the address, parking or
 insurance, leave a message with a name and a 10-digit number (read back and confirmed, or
