@@ -199,12 +199,17 @@ def score(script: Script, report, record: dict) -> dict:
         ok &= "hangup" in kinds or bool(record.get("end_reason"))
     slot_right = [slots.get(n) == v for n, v in script.slots.items()]
     phone = [slots.get(n) == v for n, v in script.slots.items() if len(v) == 10]
+    # a turn cut at a comma shifts the server's turns after it: the answer to step k's read-back
+    # is the first turn from k on (within the extra turns) that follows an "Is that right?"
+    extra = max(0, len(turns) - len(script.steps))
     yes_no = []
     for step, said_yes in script.yes_no:
-        if step >= len(turns):
+        at = next((i for i in range(step, min(len(turns), step + extra + 1))
+                   if "is that right" in replies[i].lower()), step)
+        if at >= len(turns):
             yes_no.append(False)
             continue
-        t = turns[step]
+        t = turns[at]
         kept = any(e.get("kind") == "slot" for e in t.get("events", []))
         asked_again = t.get("agent_text", "").startswith("Sorry about that")
         yes_no.append(kept if said_yes else asked_again)
