@@ -44,7 +44,11 @@ __all__ = ["Action", "CallTool", "Conversation", "EndCall", "Say", "SlotFilled",
            "Transfer"]
 
 
-_INTRODUCTION = re.compile(r"\b(?:my name is|my name's|this is)\s+(.+)$", re.IGNORECASE)
+_INTRODUCTIONS = ("my name is", "my name's", "this is")
+"""What a caller says before their name when they start with it (a task with one of these among
+its triggers is started, its name slot filled, by "my name is ...")."""
+_INTRODUCTION = re.compile(r"\b(?:" + "|".join(map(re.escape, _INTRODUCTIONS)) + r")\s+(.+)$",
+                           re.IGNORECASE)
 _MAX_SLOT_ATTEMPTS = 3
 _MAX_MISSES_BEFORE_OFFER = 2
 YES_NO_MIN_CONFIDENCE = 0.6
@@ -317,7 +321,7 @@ class Conversation:
         triggers) and whose first slot is that name, if any."""
         return next((t for t in self.spec.tasks
                      if t.slots and self.spec.slot(t.slots[0]).kind == "name"
-                     and any(_INTRODUCTION.fullmatch(f"{p} x") for p in t.triggers)), None)
+                     and any(p.lower() in _INTRODUCTIONS for p in t.triggers)), None)
 
     def _start_task(self, task: TaskSpec, text: str) -> list[Action]:
         self._task = task
