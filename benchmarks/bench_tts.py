@@ -295,7 +295,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
             out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kinds) if k == kind])
         errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
     for name in voices_dirs:
-        teacher = f"teacher-{name}"
+        teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
         out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
                                                    / out[f"{teacher}_line_audio_s"], 3)
         if out.get(f"{teacher}_wer"):
@@ -319,7 +319,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--voices", default=",".join(n for n, v in VOICES.items() if v.folder.is_dir()),
                         help="SSM voices to measure: shipped names or NAME=FOLDER (default: every "
-                        "shipped voice present)")
+                        "shipped voice present); a NAME like joe-spec is scored against joe's "
+                        "teacher")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="passes over the sentences")
     parser.add_argument("--concurrency", type=int, default=16)

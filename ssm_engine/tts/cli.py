@@ -76,6 +76,14 @@ def register_train_cli(subparsers: Any) -> None:
     p.add_argument("--max-minutes", type=float, default=60.0,
                    help="training time budget; the LR schedule ends with it (default %(default)s)")
     p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--envelope-loss", choices=("cepstrum", "spectrum"), default="cepstrum",
+                   help="cepstrum: L1 on each normalised cepstral coefficient (every coefficient "
+                   "alike); spectrum: L1 on the log envelope at mel-spaced frequencies, weighted "
+                   "to the phone band (each coefficient by what it changes in the sound) "
+                   "(default %(default)s)")
+    p.add_argument("--init-from", metavar="VOICE", default=None,
+                   help="fine-tune a voice folder (e.g. models/tts-joe) instead of starting from "
+                   "scratch; its sizes replace --d-model/--layers")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card and samples, then exit")
     p.add_argument("--checkpoint", choices=("best", "last"), default="best",
@@ -104,7 +112,8 @@ def _train_tts(args: argparse.Namespace) -> int:
         cfg = TTSTrainConfig(data_dir=args.data, run_dir=args.run, d_model=args.d_model,
                              n_layers=args.layers, batch_frames=args.batch_frames, lr=args.lr,
                              max_steps=args.max_steps, max_minutes=args.max_minutes,
-                             eval_every_steps=args.eval_every)
+                             eval_every_steps=args.eval_every, envelope_loss=args.envelope_loss,
+                             init_from=args.init_from)
         print(json.dumps(train(cfg)))
     except TTSError as exc:
         print(f"parley train tts: {exc}", file=sys.stderr)

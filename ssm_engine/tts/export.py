@@ -72,12 +72,12 @@ transfer messages), {data}, pitch and envelope by analysis of its audio (`vocode
 ```
 {command}
 ```
-Steps {step}, {train_min:.0f} min on one CPU thread, AdamW lr {lr}, {batch_frames} frames
-(10 ms) per batch, teacher-forced durations. Losses: L1 on cepstrum and voiced log f0, BCE on
+{start}Steps {step}, {train_min:.0f} min on one CPU thread, AdamW lr {lr}, {batch_frames} frames
+(10 ms) per batch, teacher-forced durations. Losses: {envelope}, L1 on voiced log f0, BCE on
 voicing, squared error on log durations. Log: `training.log`.
 
-Held-out losses of the shipped checkpoint ({which}): total {loss:.3f} (cepstrum {cep:.3f}, log f0 {lf0:.3f},
-voicing {vuv:.3f}, durations {dur:.3f}), n={n}.
+Held-out losses of the shipped checkpoint ({which}): total {loss:.3f} (cepstrum {cep:.3f}, log spectrum
+{spec}, log f0 {lf0:.3f}, voicing {vuv:.3f}, durations {dur:.3f}), n={n}.
 
 ## Evaluation
 {evals}
@@ -183,6 +183,12 @@ def export_voice(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Pa
         n_params=sum(p.numel() for p in model.parameters()),
         size_mb=(out / "model.safetensors").stat().st_size / 1e6,
         train_utts=rows["train"][0], train_hours=rows["train"][1], heldout_utts=rows["heldout"][0],
+        start=(f"Fine-tuned from the voice in `{cfg['init_from']}` (its weights and feature "
+               "normalisation). " if cfg.get("init_from") else "From scratch. "),
+        envelope=("L1 on the log envelope (nats) at 64 mel-spaced frequencies, weighted to "
+                  "the phone band\n(`train.envelope_bands`)"
+                  if cfg.get("envelope_loss") == "spectrum" else "L1 on each normalised cepstral coefficient"),
+        spec=f"{metrics['spec']:.3f}" if "spec" in metrics else "not measured",
         command=command, step=metrics["step"], train_min=metrics["elapsed_min"],
         lr=cfg.get("lr"), batch_frames=cfg.get("batch_frames"), loss=metrics["loss"],
         cep=metrics["cep"], lf0=metrics["lf0"], vuv=metrics["vuv"], dur=metrics["dur"],

@@ -90,3 +90,75 @@ def test_bad_data_sets_name_the_problem(tmp_path: Path) -> None:
     (tmp_path / "d" / "train.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(TTSError, match="unknown phone symbol"):
         load_split(tmp_path / "d", "train")
+
+
+def test_fine_tune_with_the_spectrum_loss_starts_from_the_voice(tmp_path: Path) -> None:
+    import torch
+
+    from ssm_engine.tts.export import export_voice
+
+    data, run, voice = tmp_path / "data", tmp_path / "run", tmp_path / "voice"
+    _write_set(data)
+    small = dict(d_model=32, n_layers=1, d_state=8, headdim=16, batch_frames=400,
+                 eval_every_steps=2, warmup_steps=1, progress=False)
+    train(TTSTrainConfig(data_dir=str(data), run_dir=str(run), max_steps=2, **small))
+    export_voice(run, voice, data_dir=data, command="parley train tts (test)", checkpoint="last")
+    start = TTSVoice.load(voice).model
+    tuned = tmp_path / "tuned"
+    res = train(TTSTrainConfig(data_dir=str(data), run_dir=str(tuned), max_steps=2, lr=1e-9,
+                               envelope_loss="spectrum", init_from=str(voice),
+                               **{**small, "d_model": 64}))     # the voice's sizes win
+    assert res["step"] == 2 and res["spec"] > 0 and np.isfinite(res["loss"])
+    # with a vanishing learning rate the fine-tune is still the voice it started from
+    after = torch.load(tuned / "last.pt", weights_only=False)
+    assert all(torch.allclose(after["model"][k], v, atol=1e-5) for k, v in start.state_dict().items())
+    assert np.allclose(after["std"], start.config.feat_std)
+    log = (tuned / "train.log").read_text()
+    assert f"fine-tuning {voice}" in log and "envelope loss: spectrum" in log
+    export_voice(tuned, tmp_path / "tuned-voice", data_dir=data, command="parley train tts (test)")
+    card = (tmp_path / "tuned-voice" / "MODEL_CARD.md").read_text()
+    assert f"Fine-tuned from the voice in `{voice}`" in card and "L1 on the log envelope" in card
+    assert "From scratch. " in (voice / "MODEL_CARD.md").read_text()
+    with pytest.raises(TTSError, match="not a voice folder"):
+        train(TTSTrainConfig(data_dir=str(data), run_dir=str(tmp_path / "r3"), max_steps=1,
+                             init_from=str(data), **small))
+    with pytest.raises(TTSError, match="envelope loss must be one of"):
+        train(TTSTrainConfig(data_dir=str(data), run_dir=str(tmp_path / "r4"), max_steps=1,
+                             envelope_loss="mel", **small))
+
+
+def test_the_spectrum_loss_weighs_coefficients_by_what_they_change() -> None:
+    """One standard deviation of error on a formant-placing coefficient (c1) and on a ripple
+    coefficient (c39) cost the cepstrum loss the same; the spectrum loss, what the ear gets,
+    charges c1 many times more."""
+    import torch
+
+    from ssm_engine.tts.model import TTSConfig, TTSModel
+    from ssm_engine.tts.phonemes import SYMBOLS
+    from ssm_engine.tts.train import Clip, _collate, losses
+    from ssm_engine.tts.vocoder import CEP0, N_FEATURES, VUV
+
+    std = [1.0] * N_FEATURES
+    std[CEP0 + 1], std[CEP0 + 39] = 0.6, 0.03
+    model = TTSModel(TTSConfig(n_symbols=len(SYMBOLS), feat_mean=tuple([0.0] * N_FEATURES),
+                               feat_std=tuple(std)))
+    tokens = np.array([[1, 0, 0]] * 4, dtype=np.int64)
+    clip = Clip("c", tokens, np.full(4, 3, dtype=np.int64), np.zeros((12, N_FEATURES), np.float32), "")
+    batch = _collate([clip], np.zeros(N_FEATURES), np.ones(N_FEATURES))
+    with torch.no_grad():
+        enc = model.encode(batch["tokens"], batch["mask"])
+        pred = model.decode(enc, batch["frame_phone"], batch["frame_pos"])[:, :12]
+    pred[..., VUV] = 1.0
+
+    def cost(k: int) -> tuple[float, float]:
+        target = pred.clone()
+        target[..., CEP0 + k] += 1.0          # one standard deviation of error
+        with torch.no_grad():
+            out = losses(model, {**batch, "target": target})
+            base = losses(model, {**batch, "target": pred.clone()})
+        return float(out["cep"] - base["cep"]), float(out["spec"] - base["spec"])
+
+    cep1, spec1 = cost(1)
+    cep39, spec39 = cost(39)
+    assert abs(cep1 - cep39) < 1e-4
+    assert spec1 > 10 * spec39 > 0
