@@ -39,15 +39,22 @@ def register_cli(subparsers: Any) -> None:
                    help="held-out utterances, sentences never in train (default %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
+                   help="instead of generating, join these data sets of one teacher into --out "
+                   "(training sentences that are another set's held-out ones are left out)")
     p.set_defaults(func=_data_tts)
     register_train_cli(subparsers)
 
 
 def _data_tts(args: argparse.Namespace) -> int:
-    from .dataset import DatasetConfig, generate
+    from .dataset import DatasetConfig, generate, merge
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.merge:
+        merged = merge(args.out, args.merge)
+        print(json.dumps({k: merged[k] for k in ("splits", "dropped")}))
+        return 0
     summary = generate(DatasetConfig(out_dir=args.out, n_train=args.train,
                                      n_heldout=args.heldout, workers=args.workers,
                                      seed=args.seed, teacher=args.teacher))

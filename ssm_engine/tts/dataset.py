@@ -25,6 +25,8 @@ has 3-25 words, all in the lexicon (so the data never depends on the letter-to-s
 and its word sequence is new. Held-out sentences are drawn first, from their own seed.
 Generation runs in ``workers`` processes, each with one teacher (a festival process, or Piper on
 one onnxruntime thread), with a progress bar.
+
+:func:`merge` joins data sets of one teacher into a bigger one (manifests and links only).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from .sentences import AgentSentences
 from .teacher import SAMPLE_RATE_HZ, FestivalTeacher
 from ..errors import ConfigError
 
-__all__ = ["DatasetConfig", "generate", "pick_sentences", "utterance_record"]
+__all__ = ["DatasetConfig", "generate", "merge", "pick_sentences", "utterance_record"]
 
 log = logging.getLogger(__name__)
 
@@ -224,4 +226,81 @@ def generate(cfg: DatasetConfig) -> dict:
                "sample_rate_hz": SAMPLE_RATE_HZ, "hop": SAMPLE_RATE_HZ // FRAME_RATE_HZ,
                "teacher": TEACHERS[cfg.teacher]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _text_key(text: str) -> str:
+    """A sentence's words, lower case, punctuation dropped: two texts with one key say the same."""
+    return " ".join("".join(c for c in w if c.isalnum() or c == "'") for w in text.lower().split()).strip()
+
+
+def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
+    """Join data sets made by :func:`generate` with one teacher into ``out_dir``.
+
+    The held-out splits are joined (a sentence once); a training sentence that is a held-out sentence of any
+    source, or that an earlier source already has, is left out, so held-out stays held-out. Ids
+    gain their source's folder name (``joe3-tr00012``); the audio stays where it is (relative
+    paths) and the cached features are linked, not copied. -> summary (also ``summary.json``)."""
+    out = Path(out_dir)
+    srcs = [Path(s) for s in sources]
+    if len(srcs) < 2:
+        raise TTSError("merge needs at least two data sets")
+    names = [s.resolve().name for s in srcs]
+    if len(set(names)) != len(names):
+        raise TTSError(f"data sets to merge need distinct folder names, not {names}")
+    if out.resolve() in {s.resolve() for s in srcs}:
+        raise TTSError(f"{out}: the merged set cannot be one of its sources")
+    teachers = set()
+    for src in srcs:
+        try:
+            teachers.add(json.loads((src / "summary.json").read_text())["teacher"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise TTSError(f"{src}: not a finished data set (summary.json: {exc})") from exc
+    if len(teachers) != 1:
+        raise TTSError(f"the data sets have different teachers: {sorted(teachers)}")
+
+    def rows(src: Path, split: str) -> list[dict]:
+        path = src / f"{split}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+            if path.exists() else []
+
+    (out / "feats").mkdir(parents=True, exist_ok=True)
+    heldout_keys = {_text_key(r["text"]) for src in srcs for r in rows(src, "heldout")}
+    seen = set(heldout_keys)
+    heldout_seen: set[str] = set()
+    stats: dict = {}
+    dropped = {"heldout_sentence": 0, "repeated_sentence": 0}
+    for split in ("heldout", "train"):
+        lines, frames = [], 0
+        for name, src in zip(names, srcs):
+            for row in rows(src, split):
+                key = _text_key(row["text"])
+                if split == "heldout":
+                    if key in heldout_seen:
+                        dropped["repeated_sentence"] += 1
+                        continue
+                    heldout_seen.add(key)
+                elif key in seen:
+                    dropped["heldout_sentence" if key in heldout_keys else "repeated_sentence"] += 1
+                    continue
+                else:
+                    seen.add(key)
+                new_id = f"{name}-{row['id']}"
+                feats = src / "feats" / f"{row['id']}.npy"
+                link = out / "feats" / f"{new_id}.npy"
+                if feats.exists() and not link.exists():
+                    link.symlink_to(os.path.relpath(feats.resolve(), link.parent.resolve()))
+                row = row | {"id": new_id,
+                             "wav": os.path.relpath((src / row["wav"]).resolve(), out.resolve())}
+                frames += sum(row["durations"])
+                lines.append(json.dumps(row) + "\n")
+        tmp = out / f"{split}.jsonl.tmp"
+        tmp.write_text("".join(lines))
+        os.replace(tmp, out / f"{split}.jsonl")
+        stats[split] = {"utterances": len(lines), "hours": round(frames / FRAME_RATE_HZ / 3600, 3)}
+    summary = {"merged_from": [str(s) for s in srcs], "splits": stats, "dropped": dropped,
+               "sample_rate_hz": SAMPLE_RATE_HZ, "hop": SAMPLE_RATE_HZ // FRAME_RATE_HZ,
+               "teacher": teachers.pop()}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    log.info("merged %s -> %s: %s (left out: %s)", names, out, stats, dropped)
     return summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ import pytest
 from ssm_engine.data.audio import read_wav
 from ssm_engine.tts import phonemize
 from ssm_engine.tts.align import HOP
-from ssm_engine.tts.dataset import DatasetConfig, generate, pick_sentences
+from ssm_engine.tts.dataset import DatasetConfig, generate, merge, pick_sentences
+from ssm_engine.tts.errors import TTSError
+from ssm_engine.tts.train import load_split
 from ssm_engine.tts.sentences import AgentSentences
 from ssm_engine.tts.teacher import festival_available
 from ssm_engine.errors import ConfigError
@@ -77,6 +80,42 @@ def test_generate_writes_a_consistent_data_set_and_resumes(tmp_path: Path) -> No
     assert wav0.stat().st_mtime_ns == stamp0
     assert json.loads(meta1.read_text())["tokens"] != stale["tokens"]
     assert (tmp_path / "wav" / "tr00002.wav").exists()
+
+
+@needs_festival
+def test_merge_keeps_heldout_apart_and_training_reads_it(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    generate(DatasetConfig(out_dir=str(a), n_train=3, n_heldout=2, workers=1, seed=2, progress=False))
+    load_split(a, "train")                     # caches a's features, which the merge links
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    heldout_a = [json.loads(x) for x in (a / "heldout.jsonl").read_text().splitlines()]
+    train_b = [json.loads(x) for x in (b / "train.jsonl").read_text().splitlines()]
+    train_b[0]["text"] = heldout_a[1]["text"].upper()      # another set's held-out sentence
+    train_b[1]["text"] = "A sentence only the second set has."
+    (b / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_b))
+    (b / "heldout.jsonl").write_text("")
+
+    out = tmp_path / "ab"
+    summary = merge(out, [a, b])
+    assert summary["splits"]["train"]["utterances"] == 4
+    assert summary["splits"]["heldout"]["utterances"] == 2
+    assert summary["dropped"] == {"heldout_sentence": 1, "repeated_sentence": 1}
+    clips = load_split(out, "train")
+    assert [c.id for c in clips] == ["a-tr00000", "a-tr00001", "a-tr00002", "b-tr00001"]
+    assert clips[3].text == "A sentence only the second set has."
+    assert (out / "feats" / "a-tr00000.npy").is_symlink()
+    assert len(clips[3].feats) == sum(train_b[1]["durations"])
+    assert [c.id for c in load_split(out, "heldout")] == ["a-ho0000", "a-ho0001"]
+
+    with pytest.raises(TTSError, match="at least two"):
+        merge(tmp_path / "x", [a])
+    with pytest.raises(TTSError, match="cannot be one of its sources"):
+        merge(a, [a, b])
+    summary_b = json.loads((b / "summary.json").read_text())
+    (b / "summary.json").write_text(json.dumps(summary_b | {"teacher": "another voice"}))
+    with pytest.raises(TTSError, match="different teachers"):
+        merge(tmp_path / "x", [a, b])
 
 
 def test_config_validates() -> None:
