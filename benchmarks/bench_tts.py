@@ -316,7 +316,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--voices", default=",".join(n for n, v in VOICES.items() if v.folder.is_dir()),
                         help="SSM voices to measure: shipped names or NAME=FOLDER (default: every "
                         "shipped voice present); a NAME like joe-spec is scored against joe's "
