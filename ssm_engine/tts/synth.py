@@ -20,6 +20,13 @@ per step: per-step overhead, not arithmetic, is what costs at batch 1); the voco
 states, the vocoder's state and the text so far; nothing grows with the length of the call
 except the (bounded, trimmed) window of phone tokens.
 
+Questions rise: a yes/no question (its sentence or its last clause starts with an auxiliary:
+"Is that right?", "..., can I take a message?") has its log f0 raised over the phones within the
+look-ahead of its "?", up to ``question_rise_st`` semitones (default 6) on the last one, a ramp
+frame by frame. Wh-questions ("What time works for you?") fall, as statements do, and are left
+alone. The voices learn little of this themselves: festival's slt teacher does not rise at all,
+and the joe voice regresses Piper's varied rises to a shallow mean (bench_tts, "prosody").
+
 Every phone is encoded on a window of exactly ``2 * lookahead + 1`` token slots (padding where the
 text starts or has ended), so the arithmetic, and therefore the samples, do not depend on how the
 text was split into pushes. ``TTSStream.cancel()`` drops everything not yet pulled.
@@ -48,9 +55,9 @@ from ..device import model_device
 from ..state import StackState
 from .errors import TextError, TTSError
 from .model import TTSModel, frame_position, load_tts
-from .vocoder import HOP_SAMPLES, SAMPLE_RATE_HZ, StreamingVocoder
+from .vocoder import HOP_SAMPLES, LF0, SAMPLE_RATE_HZ, StreamingVocoder
 
-__all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS"]
+__all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS", "QUESTION_RISE_ST"]
 
 
 class _Phone(enum.Enum):
@@ -59,6 +66,15 @@ class _Phone(enum.Enum):
 
 PHONE = _Phone.PHONE            # TTSStream._advance: "my next phone can be spoken"
 PAUSE_SYMBOLS = frozenset({"pau", "end", "qend"})
+QUESTION_RISE_ST = 6.0         # semitones a yes/no question's last phone is raised
+# a sentence or clause that starts with one of these and ends in "?" asks yes or no
+AUXILIARIES = frozenset({
+    "is", "are", "am", "was", "were", "do", "does", "did", "can", "could", "will", "would",
+    "shall", "should", "may", "might", "must", "have", "has", "had", "isn't", "aren't", "wasn't",
+    "weren't", "don't", "doesn't", "didn't", "can't", "couldn't", "won't", "wouldn't",
+    "shouldn't", "haven't", "hasn't", "hadn't",
+})
+_LEAD_INS = frozenset({"and", "so", "but", "also", "then", "now", "or"})   # "and is it ...?"
 MAX_PHONE_FRAMES = 60          # a predicted duration never exceeds 600 ms
 DEFAULT_CHUNK_FRAMES = 2       # 20 ms chunks
 
@@ -105,12 +121,14 @@ class TTSVoice:
         return cls(load_tts(directory).to(device))
 
     def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES,
-                    pace: float = 1.0) -> TTSStream:
-        return TTSStream(self, seed=seed, chunk_frames=chunk_frames, pace=pace)
+                    pace: float = 1.0, question_rise_st: float = QUESTION_RISE_ST) -> TTSStream:
+        return TTSStream(self, seed=seed, chunk_frames=chunk_frames, pace=pace,
+                         question_rise_st=question_rise_st)
 
-    def synthesize(self, text: str, *, seed: int = 0, pace: float = 1.0) -> Synthesis:
+    def synthesize(self, text: str, *, seed: int = 0, pace: float = 1.0,
+                   question_rise_st: float = QUESTION_RISE_ST) -> Synthesis:
         """The whole utterance at once (the streaming path run to the end)."""
-        stream = self.open_stream(seed=seed, pace=pace)
+        stream = self.open_stream(seed=seed, pace=pace, question_rise_st=question_rise_st)
         stream.push_text(text)
         stream.end_text()
         if stream.n_tokens == 0:
@@ -217,14 +235,25 @@ class TTSStream:
     """One utterance (or one agent turn) being spoken. Not thread-safe on its own: call it from
     one thread at a time (the voice's lock serialises the model)."""
 
-    def __init__(self, voice: TTSVoice, *, seed: int, chunk_frames: int, pace: float = 1.0) -> None:
+    def __init__(self, voice: TTSVoice, *, seed: int, chunk_frames: int, pace: float = 1.0,
+                 question_rise_st: float = QUESTION_RISE_ST) -> None:
         from .phonemes import IncrementalPhonemizer
 
         if chunk_frames < 1:
             raise TTSError(f"chunk_frames must be >= 1, got {chunk_frames}")
         if not 0.5 <= pace <= 2.0:
             raise TTSError(f"pace must be within 0.5..2.0 (1.0: the voice's own), got {pace}")
+        if not 0.0 <= question_rise_st <= 12.0:
+            raise TTSError(f"question_rise_st must be within 0..12 semitones, got {question_rise_st}")
         self._pace = pace                   # predicted phone durations times this
+        self._rise = question_rise_st * np.log(2.0) / 12.0   # in log f0
+        self._offsets: list[float] = []     # each queued frame's log f0 offset (questions rise)
+        self._taken_offsets: list[float] = []
+        self._last_offset = 0.0
+        self._clause_start = True           # the next word starts a clause (and maybe a sentence)
+        self._sentence_start = True
+        self._sentence_asks = False         # this sentence starts with an auxiliary
+        self._clause_asks = False           # this clause does
         self._voice = voice
         self._model = voice.model
         self._phonemizer = IncrementalPhonemizer()
@@ -267,6 +296,7 @@ class TTSStream:
         self._pending = np.zeros(0, np.float32)
         self._tokens.clear()
         self._queue.clear()
+        self._offsets.clear()
 
     @property
     def n_tokens(self) -> int:
@@ -334,10 +364,16 @@ class TTSStream:
         r = self._model.config.frames_per_step
         frames = self._queue[:n]
         del self._queue[:n]
+        self._taken_offsets = self._offsets[:n]
+        del self._offsets[:n]
         return torch.stack(frames + [torch.zeros_like(frames[0])] * (r - n))
 
     def _vocode(self, feats: np.ndarray) -> None:
         """Vocoder features (n, N_FEATURES) of the frames just decoded -> pending samples."""
+        offsets, self._taken_offsets = self._taken_offsets, []
+        if any(offsets):
+            feats = feats.copy()
+            feats[: len(offsets), LF0] += np.asarray(offsets, dtype=feats.dtype)
         pcm = np.concatenate([self._vocoder.push(row) for row in feats]).astype(np.float32)
         self._pending = np.concatenate([self._pending, pcm])
 
@@ -372,10 +408,14 @@ class TTSStream:
         tok = self._tokens[self._next - self._offset]
         frames = int(round(np.expm1(max(log_dur, 0.0)) * self._pace))
         frames = min(MAX_PHONE_FRAMES, max(0 if tok.symbol in PAUSE_SYMBOLS else 1, frames))
+        target = self._rise_target(tok)
         if frames:
             pos = frame_position(torch.arange(frames, device=enc.device),
                                  torch.full((frames,), frames, device=enc.device))
             self._queue.extend(self._model.frame_inputs(enc.expand(frames, -1), pos).unbind(0))
+            start = self._last_offset
+            self._offsets.extend(start + (target - start) * (k + 1) / frames for k in range(frames))
+        self._last_offset = target
         if tok.word is not None and tok.position in (0, 1):
             self._pending_words.append((tok.word, self._frames_made * HOP_SAMPLES / SAMPLE_RATE_HZ))
         self._frames_made += frames
@@ -386,6 +426,37 @@ class TTSStream:
             del self._tokens[:drop]
             del self._encoded[:drop]
             self._offset += drop
+
+
+    def _rise_target(self, tok) -> float:
+        """The log f0 offset at the end of the phone being spoken (``tok``, utterance index
+        ``self._next``): a yes/no question's phones within the look-ahead of its "?" ramp up to
+        the full rise on the last one; everything else 0. Reads only the tokens the phone's own
+        encoding saw (up to ``lookahead`` ahead), so how the text was pushed changes nothing."""
+        if tok.symbol in PAUSE_SYMBOLS:
+            self._clause_start = True
+            self._sentence_start = self._sentence_start or tok.symbol != "pau"
+            return 0.0
+        if self._clause_start and tok.word is not None:
+            word = tok.word.lower()
+            if word in _LEAD_INS:       # "and is it ...?": the next word decides
+                return 0.0
+            asks = word in AUXILIARIES
+            self._clause_asks = asks
+            if self._sentence_start:
+                self._sentence_asks = asks
+            self._clause_start = self._sentence_start = False
+        if not self._rise or not (self._sentence_asks or self._clause_asks):
+            return 0.0
+        i, la = self._next, self._lookahead
+        known = self._offset + len(self._tokens)
+        for k in range(1, la + 1):
+            if i + k >= known:
+                return 0.0
+            ahead = self._tokens[i + k - self._offset]
+            if ahead.symbol in PAUSE_SYMBOLS:
+                return self._rise * (la + 1 - k) / la if ahead.symbol == "qend" else 0.0
+        return 0.0
 
 
 def _encode_one(tok) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Streaming synthesis: text pushed piece by piece gives the very samples of the whole text,
-chunks are small and arrive before the text ends, cancel stops at once, bad text is handled.
+chunks are small and arrive before the text ends, cancel stops at once, bad text is handled,
+yes/no questions rise.
 
 The voice here is untrained (random weights, durations biased to ~6 frames a phone): the
-arithmetic and the streaming contract do not depend on training."""
+arithmetic and the streaming contract do not depend on training. The question rise is heard
+in the shipped voice (models/tts), whose pitch is a voice's."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ssm_engine.tts.errors import TextError, TTSError
 from ssm_engine.tts.model import TTSConfig, TTSModel
 from ssm_engine.tts.phonemes import SYMBOLS
 from ssm_engine.tts.synth import TTSVoice
-from ssm_engine.tts.vocoder import HOP_SAMPLES
+from ssm_engine.tts.vocoder import HOP_SAMPLES, LF0, VUV, analyze
 
 TEXT = "Your order 4521 ships on Tuesday, the 3rd. Is that OK?"
 
@@ -113,3 +115,29 @@ def test_pace_stretches_every_phone(voice: TTSVoice) -> None:
     for pace in (0.4, 2.5):
         with pytest.raises(TTSError, match="pace must be within"):
             voice.open_stream(pace=pace)
+
+
+def test_a_yes_no_question_rises_at_its_end_and_nothing_else_changes() -> None:
+    shipped = TTSVoice.load("models/tts")
+
+    def say(text: str, rise: float) -> np.ndarray:
+        return shipped.synthesize(text, question_rise_st=rise).pcm
+
+    for text in ("Can I have your name?", "Your number is 555-1234, is that right?",
+                 "And do you have an account?"):
+        flat, risen = say(text, 0.0), say(text, 4.0)
+        assert len(flat) == len(risen)                 # the timing is the voice's own
+        first = int(np.nonzero(flat != risen)[0][0])
+        assert first > len(flat) // 3                  # only the last phones change
+        a, b = analyze(flat), analyze(risen)
+        voiced = np.nonzero((a[:, VUV] > 0.5) & (b[:, VUV] > 0.5))[0]
+        last = voiced[-4:]
+        gain_st = 12 / np.log(2) * float(np.median(b[last, LF0] - a[last, LF0]))
+        assert 1.5 < gain_st < 5.0, (text, gain_st)
+        assert abs(12 / np.log(2) * float(np.median(b[voiced[:10], LF0] - a[voiced[:10], LF0]))) < 0.2
+    # wh-questions fall as statements do; a statement that starts like a question is one
+    for text in ("What time works for you?", "Is it ready. Thanks.", "Thank you for calling."):
+        assert np.array_equal(say(text, 0.0), say(text, 4.0)), text
+    for rise in (-1.0, 13.0):
+        with pytest.raises(TTSError, match="question_rise_st"):
+            shipped.open_stream(question_rise_st=rise)
