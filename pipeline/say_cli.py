@@ -27,9 +27,10 @@ __all__ = ["register_cli", "say"]
 
 
 def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm",
-        pace: float = 1.0) -> dict[str, Any]:
+        pace: float = 1.0, question_rise_st: float | None = None) -> dict[str, Any]:
     """Speak ``text`` with a shipped voice (a name) or a voice folder. Returns the int16 samples
-    (``"pcm"``) and the figures ``parley say`` prints."""
+    (``"pcm"``) and the figures ``parley say`` prints. ``question_rise_st``: how far a yes/no
+    question's end rises (None: the voice's default, ``synth.QUESTION_RISE_ST``)."""
     import torch
 
     from pipeline.audio.g711 import ulaw_decode, ulaw_encode
@@ -37,7 +38,7 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     from pipeline.errors import ConfigError
     from pipeline.voices import voice_dir
     from ssm_engine.tts.errors import TTSError
-    from ssm_engine.tts.synth import TTSVoice
+    from ssm_engine.tts.synth import QUESTION_RISE_ST, TTSVoice
 
     if rate_hz not in (8000, 16000):
         raise ConfigError(f"--rate must be 8000 or 16000, not {rate_hz}")
@@ -53,10 +54,12 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
         raise ConfigError(f"cannot load the voice at {folder}: {exc}") from exc
     tts.synthesize("Hello.")        # warm-up: the first step pays for allocations
     t0 = time.perf_counter()
+    rise = QUESTION_RISE_ST if question_rise_st is None else question_rise_st
     try:
-        stream = tts.open_stream(pace=pace)
+        stream = tts.open_stream(pace=pace, question_rise_st=rise)
     except TTSError as exc:
-        raise ConfigError(str(exc).replace("pace", "--pace", 1)) from exc
+        raise ConfigError(str(exc).replace("question_rise_st", "--question-rise", 1)
+                          .replace("pace", "--pace", 1)) from exc
     stream.push_text(text)
     stream.end_text()
     if stream.n_tokens == 0:
@@ -75,7 +78,7 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     if codec == "mulaw":
         out = ulaw_decode(ulaw_encode(out))
     return {"pcm": out, "voice": str(voice), "folder": str(folder), "rate_hz": rate_hz,
-            "codec": codec, "pace": pace, "seconds": round(seconds, 3),
+            "codec": codec, "pace": pace, "question_rise_st": rise, "seconds": round(seconds, 3),
             "first_audio_ms": round((first_s or wall_s) * 1000, 2),
             "rtf": round(wall_s / max(seconds, 1e-9), 4),
             "words": [[w, round(s, 3)] for c in chunks for w, s in c.words]}
@@ -109,6 +112,9 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--pace", type=float, default=1.0,
                    help="phone durations times this: 1.2 speaks 20%% slower (0.5-2.0, default "
                    "%(default)s: the voice's own pace)")
+    p.add_argument("--question-rise", type=float, default=None, metavar="SEMITONES",
+                   help="how far the end of a yes/no question (\"Is that right?\") rises, 0-12 "
+                   "semitones; 0 leaves it as the model says it (default 6)")
     p.set_defaults(func=_run)
 
 
@@ -120,7 +126,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"parley say: cannot write {args.out}: no folder {folder}", file=sys.stderr)
         return 2
     text = sys.stdin.read() if args.text == "-" else args.text
-    result = say(text, args.voice, rate_hz=args.rate, codec=args.codec, pace=args.pace)
+    result = say(text, args.voice, rate_hz=args.rate, codec=args.codec, pace=args.pace,
+                 question_rise_st=args.question_rise)
     try:
         write_wav(args.out, result.pop("pcm"), args.rate)
     except OSError as exc:

@@ -66,6 +66,7 @@ def test_the_phone_line_version_is_8_khz_mu_law(tmp_path, capsys, monkeypatch):
     (["  "], "nothing to say: the text is empty"),
     (["!?", ], "nothing to say in '!?'"),
     (["hi", "--pace", "3"], "--pace must be within 0.5..2.0"),
+    (["hi", "--question-rise", "20"], "--question-rise must be within 0..12 semitones"),
 ])
 def test_mistakes_are_one_line(tmp_path, capsys, argv, message):
     out = tmp_path / "x.wav"
@@ -94,6 +95,21 @@ def test_say_with_a_voice_folder_and_at_8_khz_and_slower(tmp_path):
     assert len(result["pcm"]) == pytest.approx(result["seconds"] * 8000, abs=2)
     slower = say("Thank you for calling.", VOICES["slt"].folder, rate_hz=8000, pace=1.25)
     assert slower["seconds"] == pytest.approx(1.25 * result["seconds"], rel=0.1)
+
+
+def test_a_yes_no_question_ends_higher_unless_asked_not_to(tmp_path, capsys):
+    question = "Is that the right number?"
+    risen, flat = tmp_path / "risen.wav", tmp_path / "flat.wav"
+    assert cli.main(["say", question, "--out", str(risen)]) == 0
+    assert json.loads(capsys.readouterr().out)["question_rise_st"] == 6.0
+    assert cli.main(["say", question, "--out", str(flat), "--question-rise", "0"]) == 0
+    a, b = _wav(flat)[0], _wav(risen)[0]
+    assert len(a) == len(b)
+    differ = np.nonzero(a != b)[0]
+    assert differ.size and differ[0] > len(a) // 3       # the end rises, the start is the same
+    statement = say("That is the right number.", VOICES["slt"].folder)["pcm"]
+    assert np.array_equal(statement, say("That is the right number.", VOICES["slt"].folder,
+                                         question_rise_st=0.0)["pcm"])
 
 
 def _folder(*argv: str):
