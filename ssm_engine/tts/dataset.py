@@ -253,11 +253,13 @@ def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
     teachers = set()
     for src in srcs:
         try:
-            teachers.add(json.loads((src / "summary.json").read_text())["teacher"])
-        except (OSError, ValueError, KeyError) as exc:
+            info = json.loads((src / "summary.json").read_text())
+            teachers.add((info["config"]["teacher"], info["teacher"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise TTSError(f"{src}: not a finished data set (summary.json: {exc})") from exc
     if len(teachers) != 1:
-        raise TTSError(f"the data sets have different teachers: {sorted(teachers)}")
+        raise TTSError(f"the data sets have different teachers: {sorted(t[1] for t in teachers)}")
+    teacher_key, teacher_text = teachers.pop()
 
     def rows(src: Path, split: str) -> list[dict]:
         path = src / f"{split}.jsonl"
@@ -298,9 +300,10 @@ def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
         tmp.write_text("".join(lines))
         os.replace(tmp, out / f"{split}.jsonl")
         stats[split] = {"utterances": len(lines), "hours": round(frames / FRAME_RATE_HZ / 3600, 3)}
-    summary = {"merged_from": [str(s) for s in srcs], "splits": stats, "dropped": dropped,
+    summary = {"config": {"out_dir": str(out), "teacher": teacher_key},
+               "merged_from": [str(s) for s in srcs], "splits": stats, "dropped": dropped,
                "sample_rate_hz": SAMPLE_RATE_HZ, "hop": SAMPLE_RATE_HZ // FRAME_RATE_HZ,
-               "teacher": teachers.pop()}
+               "teacher": teacher_text}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     log.info("merged %s -> %s: %s (left out: %s)", names, out, stats, dropped)
     return summary

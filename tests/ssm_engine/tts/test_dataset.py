@@ -101,6 +101,7 @@ def test_merge_keeps_heldout_apart_and_training_reads_it(tmp_path: Path) -> None
     assert summary["splits"]["train"]["utterances"] == 4
     assert summary["splits"]["heldout"]["utterances"] == 2
     assert summary["dropped"] == {"heldout_sentence": 1, "repeated_sentence": 1}
+    assert summary["config"]["teacher"] == "festival"     # what export's card reads
     clips = load_split(out, "train")
     assert [c.id for c in clips] == ["a-tr00000", "a-tr00001", "a-tr00002", "b-tr00001"]
     assert clips[3].text == "A sentence only the second set has."
@@ -113,7 +114,8 @@ def test_merge_keeps_heldout_apart_and_training_reads_it(tmp_path: Path) -> None
     with pytest.raises(TTSError, match="cannot be one of its sources"):
         merge(a, [a, b])
     summary_b = json.loads((b / "summary.json").read_text())
-    (b / "summary.json").write_text(json.dumps(summary_b | {"teacher": "another voice"}))
+    (b / "summary.json").write_text(json.dumps(summary_b | {"config": {"teacher": "piper:joe"},
+                                                              "teacher": "another voice"}))
     with pytest.raises(TTSError, match="different teachers"):
         merge(tmp_path / "x", [a, b])
 
