@@ -250,6 +250,12 @@ def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
         raise TTSError(f"data sets to merge need distinct folder names, not {names}")
     if out.resolve() in {s.resolve() for s in srcs}:
         raise TTSError(f"{out}: the merged set cannot be one of its sources")
+    try:
+        made_here = "merged_from" in json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        made_here = not (out / "train.jsonl").exists()
+    if not made_here:      # a generated set's manifests would be overwritten: refuse
+        raise TTSError(f"{out} holds a data set of its own: merge into a new folder (--out)")
     teachers = set()
     for src in srcs:
         try:

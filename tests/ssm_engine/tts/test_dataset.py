@@ -113,6 +113,9 @@ def test_merge_keeps_heldout_apart_and_training_reads_it(tmp_path: Path) -> None
         merge(tmp_path / "x", [a])
     with pytest.raises(TTSError, match="cannot be one of its sources"):
         merge(a, [a, b])
+    with pytest.raises(TTSError, match="holds a data set of its own"):
+        merge(b, [a, out])                     # b was made by generate, not by a merge
+    assert merge(out, [a, b])["splits"] == summary["splits"]     # a merge again is fine
     summary_b = json.loads((b / "summary.json").read_text())
     (b / "summary.json").write_text(json.dumps(summary_b | {"config": {"teacher": "piper:joe"},
                                                               "teacher": "another voice"}))
