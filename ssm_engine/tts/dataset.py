@@ -267,13 +267,14 @@ def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
         raise TTSError(f"the data sets have different teachers: {sorted(t[1] for t in teachers)}")
     teacher_key, teacher_text = teachers.pop()
 
-    def rows(src: Path, split: str) -> list[dict]:
+    def read(src: Path, split: str) -> list[dict]:
         path = src / f"{split}.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
             if path.exists() else []
 
+    rows = {(src, split): read(src, split) for src in srcs for split in ("heldout", "train")}
     (out / "feats").mkdir(parents=True, exist_ok=True)
-    heldout_keys = {_text_key(r["text"]) for src in srcs for r in rows(src, "heldout")}
+    heldout_keys = {_text_key(r["text"]) for src in srcs for r in rows[(src, "heldout")]}
     seen = set(heldout_keys)
     heldout_seen: set[str] = set()
     stats: dict = {}
@@ -281,7 +282,7 @@ def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
     for split in ("heldout", "train"):
         lines, frames = [], 0
         for name, src in zip(names, srcs):
-            for row in rows(src, split):
+            for row in rows[(src, split)]:
                 key = _text_key(row["text"])
                 if split == "heldout":
                     if key in heldout_seen:
