@@ -20,6 +20,10 @@ What the recogniser should listen for next (``expectation()``: a yes/no after a 
 digits for a number, the agent's key phrases otherwise) goes to it as hints, and what it heard
 may come with its confidence (``hear(text, heard)``): a yes or no the recogniser is unsure of
 is never taken as an answer; the caller is asked again and offered the keypad (1 yes, 2 no).
+
+``checkpoint()`` and ``rollback(cp)`` save and restore the dialogue's state (not the spec): the
+agent takes back a turn whose answer the caller never heard because they were still talking, and
+hears the two utterances as one (``EmbeddedAgentProcessor``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Tra
 from agent.phrases import GENERIC, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
 from agent.phrases import has_any, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
-from agent.retrieval import STOPWORDS, stem, words
+from agent.retrieval import STOPWORDS, phrase_end, stem, words
 from agent.slots import digits_in, extract, spoken_digits, yes_or_no
 from agent.spec import AgentSpec, DtmfOption, SlotSpec, TaskSpec
 from pipeline.frames import Hints, HintKind, Recognition
@@ -40,8 +44,8 @@ from pipeline.frames import Hints, HintKind, Recognition
 if TYPE_CHECKING:
     from agent.semantic import SentenceEncoder
 
-__all__ = ["Action", "CallTool", "Conversation", "EndCall", "Say", "SlotFilled", "State",
-           "Transfer"]
+__all__ = ["Action", "CallTool", "Checkpoint", "Conversation", "EndCall", "Say", "SlotFilled",
+           "State", "Transfer"]
 
 
 _INTRODUCTIONS = ("my name is", "my name's", "this is")
@@ -67,6 +71,21 @@ class _Fill(dict):
         raise KeyError(key)
 
 
+_DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_attempts",
+                   "_misses", "_silences", "_keypad", "_asked_anything_else", "_heard",
+                   "_offered_task")
+"""Every attribute an input may change; the rest is built from the spec once."""
+
+
+class Checkpoint:
+    """The dialogue's state at one moment (``Conversation.checkpoint``); opaque."""
+
+    __slots__ = ("_saved",)
+
+    def __init__(self, saved: dict[str, Any]) -> None:
+        self._saved = saved
+
+
 class Conversation:
     """One call's dialogue with the caller, following ``spec`` deterministically."""
 
@@ -89,6 +108,8 @@ class Conversation:
         self._heard: Recognition | None = None
         self._offered_task: TaskSpec | None = None
         self._trigger_words = {stem(w) for t in spec.tasks for p in t.triggers for w in words(p)}
+        self._known_words = self._trigger_words | {
+            stem(w) for k in spec.knowledge for w in words(" ".join((k.question, *k.keywords)))}
         self._phrases = tuple(dict.fromkeys(
             [k.question for k in spec.knowledge]
             + [t for task in spec.tasks for t in task.triggers if " " in t]
@@ -104,6 +125,18 @@ class Conversation:
         idle = frozenset(idle_kinds)
         self._idle_hints = {False: Hints(expect=idle, phrases=self._phrases),
                             True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases)}
+
+    def checkpoint(self) -> Checkpoint:
+        """The dialogue's state now (where it is, the slots so far, its counters), for
+        ``rollback``."""
+        return Checkpoint({name: dict(v) if isinstance(v := getattr(self, name), dict) else v
+                           for name in _DIALOGUE_STATE})
+
+    def rollback(self, cp: Checkpoint) -> None:
+        """Back to ``cp``: the inputs since are forgotten (their actions are not undone: take
+        back only turns whose actions were all ``Say``)."""
+        for name, value in cp._saved.items():
+            setattr(self, name, dict(value) if isinstance(value, dict) else value)
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -260,6 +293,8 @@ class Conversation:
                 (task is not None and self._asks_beyond_tasks(ws))
                 or (task is None and question)):
             return self._cannot_answer()
+        if kb is None and number_task is None and task is None and self._asks_for_more(ws):
+            return self._cannot_answer(self.spec.messages.cannot_do)
         if self._asked_anything_else and task is None and number_task is None and kb is None:
             answer = self._yes_no(text)
             if answer is False or ws == ["nothing"] or set(ws) <= THANKS:
@@ -292,11 +327,26 @@ class Conversation:
         heard = [p for p in task.triggers if has_any(ws, (p,))]
         return bool(heard) and all(stem(w) in keywords for p in heard for w in words(p))
 
-    def _cannot_answer(self) -> list[Action]:
-        """An honest answer to a question the knowledge does not hold, and the offer of a
-        message (the first task triggered by "message") or of a person."""
+    def _asks_for_more(self, ws: list[str]) -> bool:
+        """A request ("I would like to check my order") with words of its own after the request
+        form: a thing the caller wants that no task or answer covers, heard clearly enough to
+        say so rather than "Sorry, I didn't catch that"."""
+        for phrase in REQUESTS:
+            end = phrase_end(ws, phrase)
+            if end is not None:
+                wanted = {stem(w) for w in ws[end:] if w not in STOPWORDS and w not in GENERIC
+                          and w not in ("like", "to")}
+                # a word the agent knows ("I need directions": the address's keyword) is a
+                # question it failed to place, not a thing it cannot do
+                return bool(wanted) and not wanted & self._known_words
+        return False
+
+    def _cannot_answer(self, text: str | None = None) -> list[Action]:
+        """An honest answer to a question the knowledge does not hold (or ``text``: a request no
+        task covers), and the offer of a message (the first task triggered by "message") or of
+        a person."""
         self._misses = 0
-        text = self.spec.messages.cannot_answer
+        text = text or self.spec.messages.cannot_answer
         self._offered_task = next((t for t in self.spec.tasks
                                    if any("message" in p for p in t.triggers)), None)
         if self._offered_task is not None:

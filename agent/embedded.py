@@ -16,6 +16,14 @@ recogniser's ``RecognitionFrame`` (a final's confidence and alternatives) is han
 conversation with the turn it belongs to. Tool calls run in a task, with a deadline, while frames keep flowing; caller input
 that arrives meanwhile waits and is handled, in order, once the tool has answered.
 
+A caller who goes on talking was not answered: when a turn ends inside a sentence ("hello," then
+a pause, then "I would like to check my order") and the caller speaks again before the reply has
+played ``CONTINUATION_S`` (barge-in stops that reply), the agent takes the turn back
+(``Conversation.rollback``) and hears the two utterances as one; otherwise it would answer the
+fragment and then run one turn behind. Only a turn whose actions were all speech is taken back
+(a slot filled, a tool call, a transfer or a goodbye stands), and the joined turn goes to the
+call record as a ``continued`` event.
+
 Timers: the silence timer starts when the agent stops speaking (``BotStoppedSpeakingFrame``, which
 the output transport sends both ways) or the caller stops speaking without a turn following, and
 stops when anyone starts speaking or a turn arrives; at ``limits.silence_prompt_s`` the
@@ -29,6 +37,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
@@ -49,7 +58,9 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.conversation import Action, CallTool, Conversation, EndCall, Say, SlotFilled, Transfer
+from agent.conversation import (
+    Action, CallTool, Checkpoint, Conversation, EndCall, Say, SlotFilled, Transfer,
+)
 from agent.echo import last_user_text
 from agent.errors import ToolError
 from agent.semantic import SentenceEncoder
@@ -64,9 +75,25 @@ from pipeline.frames import (
     TransferCallFrame,
 )
 
-__all__ = ["EmbeddedAgentProcessor"]
+__all__ = ["CONTINUATION_S", "EmbeddedAgentProcessor"]
 
 log = logging.getLogger(__name__)
+
+CONTINUATION_S = 0.5
+"""A caller who starts speaking again before the reply to their last turn has played this long
+(or before it started) was still talking, not answering it: the VAD reports speech 100 ms after
+it starts, and a person needs more than the first few hundred milliseconds of a reply to react
+to what it says."""
+
+
+@dataclass
+class _Answered:
+    """The caller's last turn, while its reply may still go unheard."""
+
+    text: str
+    before: Checkpoint              # the dialogue before this turn (before its first part)
+    playing_since: float | None = None   # monotonic s the reply started playing
+    cut: bool = False               # the caller spoke again before hearing the reply
 
 
 class EmbeddedAgentProcessor(FrameProcessor):
@@ -91,6 +118,8 @@ class EmbeddedAgentProcessor(FrameProcessor):
         self._spoke = False
         self._hints: Hints | None = None
         self._heard: list[Recognition] = []
+        self._answered: _Answered | None = None
+        self._clock = time.monotonic
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
@@ -104,14 +133,10 @@ class EmbeddedAgentProcessor(FrameProcessor):
             self._heard = self._heard[-8:]
         elif isinstance(frame, LLMContextFrame):
             await self._stop_silence_timer()
-            text = last_user_text(frame.context.get_messages())
-            heard = self._recognition_of(text)
-            if self._encoder is not None and text.strip():
-                # the embedding is cached, so the conversation's own lookup does not block
-                await asyncio.to_thread(self._encoder.encode, [text])
-            await self._feed(lambda: self.conversation.hear(text, heard))
+            await self._hear(last_user_text(frame.context.get_messages()))
         elif isinstance(frame, InputDTMFFrame):
             await self._stop_silence_timer()
+            self._answered = None
             await self.push_frame(frame, direction)
             key = str(frame.button.value)
             self._spoke = False
@@ -127,7 +152,55 @@ class EmbeddedAgentProcessor(FrameProcessor):
                 await self._stop_silence_timer()
             elif isinstance(frame, (BotStoppedSpeakingFrame, UserStoppedSpeakingFrame)):
                 await self._start_silence_timer()
+            self._follow_reply(frame)
             await self.push_frame(frame, direction)
+
+    # --- a turn the caller had not finished ---------------------------------------------------
+
+    async def _hear(self, text: str) -> None:
+        """A caller turn; joined to the last one when the caller talked over its reply."""
+        prev, self._answered = self._answered, None
+        heard: Recognition | None
+        if self._tool_task is not None:           # waits for the tool: nothing to take back
+            heard = self._recognition_of(text)
+            await self._feed(lambda: self.conversation.hear(text, heard))
+            return
+        if prev is not None and prev.cut and text.strip():
+            self.conversation.rollback(prev.before)
+            log.info("call %s: the caller went on before hearing the reply; their last two "
+                     "utterances are answered as one turn", self._call_sid)
+            await self.push_frame(AgentEventFrame(kind="continued", data={
+                "previous": prev.text, "text": text}))
+            if not text.startswith(prev.text):
+                text = f"{prev.text} {text}"
+            heard = None                          # two utterances: no one confidence
+            before = prev.before
+        else:
+            heard = self._recognition_of(text)
+            before = self.conversation.checkpoint()
+        if self._encoder is not None and text.strip():
+            # the embedding is cached, so the conversation's own lookup does not block
+            await asyncio.to_thread(self._encoder.encode, [text])
+        actions = self.conversation.hear(text, heard)
+        if text.strip() and actions and all(isinstance(a, Say) for a in actions):
+            self._answered = _Answered(text, before)
+        await self._run(actions)
+
+    def _follow_reply(self, frame: Frame) -> None:
+        """Note when the last turn's reply starts playing, and whether the caller heard it."""
+        ans = self._answered
+        if ans is None or ans.cut:
+            return
+        if isinstance(frame, BotStartedSpeakingFrame):
+            if ans.playing_since is None:
+                ans.playing_since = self._clock()
+        elif isinstance(frame, (UserStartedSpeakingFrame, VADUserStartedSpeakingFrame)):
+            if ans.playing_since is None or self._clock() - ans.playing_since < CONTINUATION_S:
+                ans.cut = True
+            else:
+                self._answered = None
+        elif isinstance(frame, BotStoppedSpeakingFrame):
+            self._answered = None                 # the reply played out: it was heard
 
     # --- conversation plumbing ------------------------------------------------------------
 
@@ -233,6 +306,7 @@ class EmbeddedAgentProcessor(FrameProcessor):
     async def _silence_after(self) -> None:
         await asyncio.sleep(self._spec.limits.silence_prompt_s)
         self._silence_task = None
+        self._answered = None
         await self._feed(self.conversation.silence)
 
     async def _call_limit(self) -> None:

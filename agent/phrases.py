@@ -25,8 +25,10 @@ QUESTION_WORDS = {"can", "could", "do", "does", "did", "is", "are", "will", "wou
 GENERIC = {"bring", "come", "go", "get", "make", "please", "someone", "somebody", "doctor",
            "dentist", "team", "back", "them", "him", "her", "one", "today", "tomorrow"}
 # a caller saying what they want: a request, whatever word came first ("who low [hello], I would
-# like to leave a message" is not a question)
-REQUESTS = ("i would like", "i'd like", "i want", "i need", "i wanna", "i'd love")
+# like to leave a message" is not a question). "i was like" is how the SSM recogniser hears "I
+# would like" in flite's voices (bench_conversations: "i was like to leah at in", "i was like
+# too leave a s in", the README's demo "i was like to check my order").
+REQUESTS = ("i would like", "i'd like", "i want", "i need", "i wanna", "i'd love", "i was like")
 KEY_PHRASES = ("goodbye", "thank you goodbye", "that's all thank you", "talk to a person",
                "can you repeat that", "no thank you")
 

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["BM25Index", "Match", "STOPWORDS", "find_phrase", "phonetic_key", "similar", "stem",
+__all__ = ["BM25Index", "Match", "STOPWORDS", "find_phrase", "phrase_end", "phonetic_key", "similar", "stem",
            "tokens", "words"]
 
 STOPWORDS = frozenset("""
@@ -109,14 +109,20 @@ def similar(heard: str, word: str) -> bool:
 
 def find_phrase(utterance_words: list[str], phrase: str) -> bool:
     """Whether ``phrase`` (one or more words) occurs in order, word by similar word."""
+    return phrase_end(utterance_words, phrase) is not None
+
+
+def phrase_end(utterance_words: list[str], phrase: str) -> int | None:
+    """The index just after the first place ``phrase`` occurs (as ``find_phrase`` finds it), or
+    None."""
     target = [stem(w) for w in words(phrase)]
     heard = [stem(w) for w in utterance_words]
     if not target:
-        return False
+        return None
     for start in range(len(heard) - len(target) + 1):
         if all(similar(heard[start + i], t) for i, t in enumerate(target)):
-            return True
-    return False
+            return start + len(target)
+    return None
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ class MessagesSpec:
     offer_transfer: str = "Would you like me to put you through to a person?"
     no_handoff: str = "Sorry, nobody is available to take your call right now."
     cannot_answer: str = "Sorry, I don't have the answer to that."
+    cannot_do: str = "Sorry, I can't help with that here."   # a request no task or answer covers
     offer_message: str = "Would you like to leave a message?"   # when a task takes messages
 
 

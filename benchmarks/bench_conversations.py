@@ -22,7 +22,9 @@ Scored from the server's call record (``GET /calls/{sid}``) and what the caller 
 - slots exactly right: name and number values as said;
 - 10-digit numbers exactly right;
 - yes/no understood: after a caller's "yes" the slot is kept, after a "no" it is asked again;
-- false turn ends: server turns beyond the caller's utterances (a turn cut at a comma);
+- false turn ends: server turns beyond the caller's utterances (a turn cut at a comma), and how
+  many of them the agent took back because the caller talked over the reply to the fragment
+  (the two parts answered as one: ``agent.embedded.CONTINUATION_S``);
 - v2v p50/p95/p99: end of caller speech to the first agent audio byte.
 
 Prints one JSON line (per recogniser, and the SSM's score minus Whisper's).
@@ -219,6 +221,9 @@ def score(script: Script, report, record: dict) -> dict:
     return {
         "success": bool(ok), "slots_right": slot_right, "phone_right": phone, "yes_no": yes_no,
         "false_turn_ends": max(0, len(turns) - len(script.steps)),
+        # turns the agent took back because the caller talked over their reply: each joined
+        # to the next (agent.embedded, CONTINUATION_S)
+        "continued": sum(e.get("kind") == "continued" for e in events),
         "v2v_ms": [t.v2v_ms for t in report.turns if t.v2v_ms is not None],
         "heard": [t.get("user_text", "") for t in turns],
         "said": script.steps,
@@ -242,6 +247,7 @@ def summarise(rows: list[dict]) -> dict:
         "phone_10_digits_exact": rate([x for r in rows for x in r["phone_right"]]),
         "yes_no_understood": rate([x for r in rows for x in r["yes_no"]]),
         "false_turn_ends": sum(r["false_turn_ends"] for r in rows),
+        "false_turn_ends_taken_back": sum(min(r["continued"], r["false_turn_ends"]) for r in rows),
         "v2v_ms": _pct([v for r in rows for v in r["v2v_ms"]]),
         "by_goal": {g: rate([r["success"] for r in rows if r["goal"] == g])
                     for g in dict.fromkeys(r["goal"] for r in rows)},

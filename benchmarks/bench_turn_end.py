@@ -8,7 +8,9 @@ order"; flite and espeak-ng pause 250-500 ms there), or one without, then silenc
 450 ms more on an unfinished transcript; the default), ``silence`` (the 200 ms timer alone) and
 ``smart-turn`` (pipecat's smart-turn v3 model). The same call goes to the three at once.
 
-- false turn ends: calls whose one sentence the server split into more than one turn;
+- false turn ends: calls whose one sentence the server split into more than one turn, and of
+  those, the calls the agent still answered whole (the caller talked over the reply to the first
+  part, so the agent took that turn back and heard both parts as one);
 - v2v p50/p95/p99: end of the caller's speech to the first agent audio byte, for the sentences
   with and without a comma apart (the hold must not slow a finished sentence down).
 
@@ -70,6 +72,10 @@ async def main_async(args: argparse.Namespace) -> dict:
             "comma_calls": len(comma),
             "false_turn_ends": sum(r["false_turn_ends"] > 0 for r in comma),
             "false_turn_ends_plain": sum(r["false_turn_ends"] > 0 for r in plain),
+            # split calls whose every fragment's answer the agent took back (the caller talked
+            # over it) and answered the sentence whole
+            "split_answered_whole": sum(0 < r["false_turn_ends"] <= r["continued"]
+                                        for r in comma),
             "v2v_ms_comma": _pct([r["v2v_ms"][-1] for r in comma if r["v2v_ms"]]),
             "v2v_ms_plain": _pct([r["v2v_ms"][0] for r in plain if r["v2v_ms"]]),
             "split_examples": [r["heard"] for r in comma if r["false_turn_ends"]][:4],

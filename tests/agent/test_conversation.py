@@ -388,3 +388,44 @@ def test_by_inside_a_sentence_is_no_goodbye(receptionist):
     conv = Conversation(receptionist)
     conv.hear("can i stop by on saturday to pay my bill")
     assert conv.state is not State.ENDED
+
+
+def test_rollback_restores_every_part_of_the_dialogue(receptionist):
+    """Each step of a message call is taken back whole: every attribute an input changes is in
+    the checkpoint (a field added to Conversation and forgotten there fails here)."""
+    conv = Conversation(receptionist)
+    conv.start()
+    steps = ["blah blah", "i want to leave a message", "my name is ann lee", "yes",
+             "five five five oh one two three", "no", "five five five oh one two four", "yes"]
+    for text in steps:
+        before = {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(conv).items()}
+        cp = conv.checkpoint()
+        first = conv.hear(text)
+        assert vars(conv) != before or text == "blah blah"
+        conv.rollback(cp)
+        assert vars(conv) == before
+        assert conv.hear(text) == first          # and the turn, heard again, goes the same way
+
+
+@pytest.mark.parametrize("heard", [
+    "hello i would like to check my order",        # the README's demo, heard right
+    "joe le i was like to check my order",         # as the SSM recogniser hears it in flite slt
+    "i would like to order a pizza",
+])
+def test_a_request_nothing_covers_gets_an_honest_answer_and_a_message_offer(receptionist, encoder,
+                                                                            heard):
+    """Guards the README's demo call: a clear request the dental receptionist has no task or
+    answer for got "Sorry, I didn't catch that", as if it had not been heard."""
+    conv = Conversation(receptionist, encoder)
+    m = receptionist.messages
+    assert said(conv.hear(heard)) == f"{m.cannot_do} {m.offer_message}"
+    assert said(conv.hear("no")) == m.anything_else
+
+
+@pytest.mark.parametrize("heard", ["i need directions", "i would like to", "i want to pay"])
+def test_a_request_in_words_the_agent_knows_is_not_called_impossible(receptionist, encoder,
+                                                                      heard):
+    """"directions" is the address's keyword and "pay" insurance's: a request the agent did not
+    place is not understood, not one it cannot help with."""
+    reply = said(Conversation(receptionist, encoder).hear(heard))
+    assert reply == receptionist.messages.not_understood

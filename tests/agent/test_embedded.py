@@ -7,18 +7,20 @@ import pytest
 from aiohttp import web
 from pipecat.audio.dtmf.types import KeypadEntry
 from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
     EndWorkerFrame,
     InputDTMFFrame,
     LLMContextFrame,
     LLMTextFrame,
     UserStartedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from agent.conversation import Conversation
-from agent.embedded import EmbeddedAgentProcessor
+from agent.embedded import CONTINUATION_S, EmbeddedAgentProcessor
 from agent.examples.order_api import make_app
 from agent.spec import load_spec
 from agent.tools import ToolBox
@@ -226,3 +228,59 @@ async def test_hints_follow_the_conversation_and_an_unsure_yes_is_asked_again():
                         "Is that right? You can also press 1 for yes, or 2 for no.")
     assert "phone" not in [e["name"] for e in events(down, "slot")]
     assert said[-1].startswith("Sorry about that.")          # the sure "no": asked again
+
+
+async def test_a_caller_who_went_on_before_hearing_the_reply_is_answered_once():
+    """Guards the README's demo call: "hello, I would like to ..." was cut at the comma, "hello"
+    heard as "joe le"; the caller went on talking over the reply, which barge-in stopped, and the
+    agent answered the rest alone, then ran one turn behind. The agent now takes the cut turn
+    back and hears both parts as one."""
+    spec = receptionist()
+    down, _ = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("joe le"), SleepFrame(0.05),     # system frames jump queues: let the turn go first
+        VADUserStartedSpeakingFrame(), UserStartedSpeakingFrame(),
+        turn("i would like to leave a message"),
+    ])
+    said = texts(down)
+    assert said[0] == spec.messages.not_understood and said[1].endswith(spec.slot("name").prompt)
+    assert len(said) == 2
+    assert events(down, "continued") == [{"previous": "joe le",
+                                          "text": "i would like to leave a message"}]
+
+
+async def test_a_cut_turn_is_taken_back_with_its_counters():
+    """Two garbled halves of one sentence are one miss, not two (two would offer a person)."""
+    spec = receptionist()
+    down, _ = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("joe le"), SleepFrame(0.05),
+        BotStartedSpeakingFrame(), UserStartedSpeakingFrame(),      # within CONTINUATION_S
+        turn("blah blah blah"),
+    ])
+    assert texts(down) == [spec.messages.not_understood] * 2
+    assert events(down, "continued") == [{"previous": "joe le", "text": "blah blah blah"}]
+
+
+@pytest.mark.parametrize("between", [
+    [BotStartedSpeakingFrame(), SleepFrame(CONTINUATION_S + 0.1)],   # heard half a second of it
+    [BotStartedSpeakingFrame(), BotStoppedSpeakingFrame()],          # it played out
+])
+async def test_a_reply_the_caller_heard_is_not_taken_back(between):
+    spec = receptionist()
+    down, _ = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("blah blah"), SleepFrame(0.05), *between, UserStartedSpeakingFrame(),
+        turn("blah blah blah"),
+    ])
+    assert events(down, "continued") == []
+    assert texts(down)[-1] == f"{spec.messages.not_understood} {spec.messages.offer_transfer}"
+
+
+async def test_a_turn_that_filled_a_slot_stands():
+    """A confirmed slot is kept although the caller talked over the next question."""
+    spec = receptionist()
+    down, _ = await run_test(EmbeddedAgentProcessor(spec, greet_on_start=False), frames_to_send=[
+        turn("i want to leave a message"), turn("my name is ann lee"), turn("yes"),
+        SleepFrame(0.05), UserStartedSpeakingFrame(), turn("five five five oh one two three"),
+    ])
+    assert events(down, "continued") == []
+    assert events(down, "slot") == [{"name": "name", "value": "Ann Lee"}]
+    assert texts(down)[-1].startswith("I have your number as 5 5 5, 0 1 2 3.")
