@@ -13,7 +13,10 @@ __all__ = ["GENERIC", "GOODBYE", "HUMAN_STRONG", "HUMAN_WEAK", "KEY_PHRASES", "Q
 REPEAT = ("repeat", "say that again", "say again", "come again", "pardon", "what did you say",
           "one more time", "didn't hear", "did not hear", "didn't catch", "say it again")
 HUMAN_STRONG = ("person", "human", "agent", "operator", "representative", "transfer")
-HUMAN_WEAK = ("someone", "somebody", "receptionist", "staff", "anyone", "real")
+# with a word of TALK: "can I speak to the dentist" asks for a person (it had matched the
+# emergency answer by meaning)
+HUMAN_WEAK = ("someone", "somebody", "receptionist", "staff", "anyone", "real", "dentist",
+              "doctor", "nurse", "hygienist", "manager")
 TALK = ("talk", "speak", "put me through", "connect me", "get me")
 GOODBYE = ("goodbye", "good bye", "bye", "bye bye", "hang up", "that's all", "that is all",
            "that's everything", "nothing else", "i'm done", "we're done")

@@ -169,7 +169,7 @@ def test_unclear_confirmation_asks_yes_or_no(receptionist):
 
 @pytest.mark.parametrize("request_text", [
     "can i talk to a person", "agent", "i want a human", "operator please",
-    "let me speak to someone", "representative",
+    "let me speak to someone", "representative", "i would like to speak to the dentist",
 ])
 def test_asking_for_a_person_transfers_with_the_first_handoff(receptionist, request_text):
     conv = Conversation(receptionist)
