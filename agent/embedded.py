@@ -163,12 +163,13 @@ class EmbeddedAgentProcessor(FrameProcessor):
         heard: Recognition | None
         if self._tool_task is not None:           # waits for the tool: nothing to take back
             heard = self._recognition_of(text)
+            await self._encode(text)
             await self._feed(lambda: self.conversation.hear(text, heard))
             return
         if prev is not None and prev.cut and text.strip():
             self.conversation.rollback(prev.before)
-            log.info("call %s: the caller went on before hearing the reply; their last two "
-                     "utterances are answered as one turn", self._call_sid)
+            log.info("call %s: the caller went on before hearing the reply; this utterance is "
+                     "joined to the turn before", self._call_sid)
             await self.push_frame(AgentEventFrame(kind="continued", data={
                 "previous": prev.text, "text": text}))
             if not text.startswith(prev.text):
@@ -178,13 +179,17 @@ class EmbeddedAgentProcessor(FrameProcessor):
         else:
             heard = self._recognition_of(text)
             before = self.conversation.checkpoint()
-        if self._encoder is not None and text.strip():
-            # the embedding is cached, so the conversation's own lookup does not block
-            await asyncio.to_thread(self._encoder.encode, [text])
+        await self._encode(text)
         actions = self.conversation.hear(text, heard)
         if text.strip() and actions and all(isinstance(a, Say) for a in actions):
             self._answered = _Answered(text, before)
         await self._run(actions)
+
+    async def _encode(self, text: str) -> None:
+        """Embed ``text`` off the event loop; it is cached, so the conversation's own lookup
+        does not block."""
+        if self._encoder is not None and text.strip():
+            await asyncio.to_thread(self._encoder.encode, [text])
 
     def _follow_reply(self, frame: Frame) -> None:
         """Note when the last turn's reply starts playing, and whether the caller heard it."""
