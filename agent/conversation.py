@@ -331,8 +331,10 @@ class Conversation:
         """A request ("I would like to check my order") with words of its own after the request
         form: a thing the caller wants that no task or answer covers, heard clearly enough to
         say so rather than "Sorry, I didn't catch that"."""
-        for phrase in REQUESTS:
-            end = phrase_end(ws, phrase)
+        ends = [phrase_end(ws, phrase) for phrase in REQUESTS]
+        # "I would like to" with its second word misheard ("the i toward like to check my order")
+        ends += [k + 4 for k in range(len(ws) - 3) if ws[k] == "i" and ws[k + 2:k + 4] == ["like", "to"]]
+        for end in ends:
             if end is not None:
                 wanted = {stem(w) for w in ws[end:] if w not in STOPWORDS and w not in GENERIC
                           and w not in ("like", "to")}
