@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Transfer
 from agent.phrases import GENERIC, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
-from agent.phrases import has_any, says_goodbye, wants_human
+from agent.phrases import has_any, request_end, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
-from agent.retrieval import STOPWORDS, phrase_end, stem, words
+from agent.retrieval import STOPWORDS, stem, words
 from agent.slots import digits_in, extract, spoken_digits, yes_or_no
 from agent.spec import AgentSpec, DtmfOption, SlotSpec, TaskSpec
 from pipeline.frames import Hints, HintKind, Recognition
@@ -331,17 +331,14 @@ class Conversation:
         """A request ("I would like to check my order") with words of its own after the request
         form: a thing the caller wants that no task or answer covers, heard clearly enough to
         say so rather than "Sorry, I didn't catch that"."""
-        ends = [phrase_end(ws, phrase) for phrase in REQUESTS]
-        # "I would like to" with its second word misheard ("the i toward like to check my order")
-        ends += [k + 4 for k in range(len(ws) - 3) if ws[k] == "i" and ws[k + 2:k + 4] == ["like", "to"]]
-        for end in ends:
-            if end is not None:
-                wanted = {stem(w) for w in ws[end:] if w not in STOPWORDS and w not in GENERIC
-                          and w not in ("like", "to")}
-                # a word the agent knows ("I need directions": the address's keyword) is a
-                # question it failed to place, not a thing it cannot do
-                return bool(wanted) and not wanted & self._known_words
-        return False
+        end = request_end(ws)
+        if end is None:
+            return False
+        wanted = {stem(w) for w in ws[end:] if w not in STOPWORDS and w not in GENERIC
+                  and w not in ("like", "to")}
+        # a word the agent knows ("I need directions": the address's keyword) is a question it
+        # failed to place, not a thing it cannot do
+        return bool(wanted) and not wanted & self._known_words
 
     def _cannot_answer(self, text: str | None = None) -> list[Action]:
         """An honest answer to a question the knowledge does not hold (or ``text``: a request no

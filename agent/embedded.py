@@ -119,7 +119,6 @@ class EmbeddedAgentProcessor(FrameProcessor):
         self._hints: Hints | None = None
         self._heard: list[Recognition] = []
         self._answered: _Answered | None = None
-        self._clock = time.monotonic
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
@@ -198,9 +197,9 @@ class EmbeddedAgentProcessor(FrameProcessor):
             return
         if isinstance(frame, BotStartedSpeakingFrame):
             if ans.playing_since is None:
-                ans.playing_since = self._clock()
+                ans.playing_since = time.monotonic()
         elif isinstance(frame, (UserStartedSpeakingFrame, VADUserStartedSpeakingFrame)):
-            if ans.playing_since is None or self._clock() - ans.playing_since < CONTINUATION_S:
+            if ans.playing_since is None or time.monotonic() - ans.playing_since < CONTINUATION_S:
                 ans.cut = True
             else:
                 self._answered = None

@@ -5,10 +5,11 @@ recogniser's hints when nothing else is expected).
 
 from __future__ import annotations
 
-from agent.retrieval import find_phrase, similar
+from agent.retrieval import find_phrase, phrase_end, similar
 
 __all__ = ["GENERIC", "GOODBYE", "HUMAN_STRONG", "HUMAN_WEAK", "KEY_PHRASES", "QUESTION_WORDS",
-           "REPEAT", "REQUESTS", "TALK", "THANKS", "has_any", "says_goodbye", "wants_human"]
+           "REPEAT", "REQUESTS", "TALK", "THANKS", "has_any", "request_end", "says_goodbye",
+           "wants_human"]
 
 REPEAT = ("repeat", "say that again", "say again", "come again", "pardon", "what did you say",
           "one more time", "didn't hear", "did not hear", "didn't catch", "say it again")
@@ -38,6 +39,18 @@ KEY_PHRASES = ("goodbye", "thank you goodbye", "that's all thank you", "talk to 
 
 def has_any(ws: list[str], phrases: tuple[str, ...]) -> bool:
     return any(find_phrase(ws, p) for p in phrases)
+
+
+def request_end(ws: list[str]) -> int | None:
+    """Where the request form ends in ``ws`` (the index of the first word of what is asked for):
+    one of ``REQUESTS``, or "i <word> like to", "I would like to" with its second word misheard
+    ("the i toward like to check my order"); None when there is none."""
+    for phrase in REQUESTS:
+        end = phrase_end(ws, phrase)
+        if end is not None:
+            return end
+    return next((k + 4 for k in range(len(ws) - 3)
+                 if ws[k] == "i" and ws[k + 2:k + 4] == ["like", "to"]), None)
 
 
 def wants_human(ws: list[str]) -> bool:
