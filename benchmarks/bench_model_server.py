@@ -83,7 +83,8 @@ class ModelServer(ServeProcess):
     def __init__(self, log_dir: Path, *, cpu: str | None = None, compile: bool = False) -> None:
         port = free_port()
         args = ["-m", "deploy.cli", "model-server", "--host", "127.0.0.1", "--port", str(port),
-                "--log-level", "INFO", "--stt-compile" if compile else "--no-stt-compile"]
+                "--log-level", "INFO", "--stt-compile" if compile else "--no-stt-compile",
+                "--tts-compile" if compile else "--no-tts-compile"]
         super().__init__(f"model-server:{port}", args, port=port, log_path=log_dir / f"model-server-{port}.log",
                          env={"OMP_NUM_THREADS": "1"})
         if cpu is not None and shutil.which("taskset"):

@@ -13,6 +13,10 @@ espeak-ng through its library on worker threads; ``harness.tts_eval``'s voices):
   to its end, and ``streams_realtime_16``: audio made / wall time meanwhile;
 * ``rtf``: wall time to synthesize a sentence alone / its duration.
 
+Each SSM voice is measured as ``parley serve`` runs it, its lone-stream steps compiled
+(``ssm-<name>``, ``TTSVoice.compile_steps``), and eagerly (``ssm-<name>-eager``, the baseline)
+in the same run (``--compile both``, the default; ``on`` or ``off`` for one of them).
+
 Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 36 agent replies
 written for this benchmark (never in a voice's training data), 12 of each kind: numbers
 (amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
@@ -147,8 +151,13 @@ async def speed(args, voices_dirs: dict[str, str]) -> dict:
     """First audio, concurrency and RTF of each SSM voice and espeak-ng, alternating engines."""
     rng = random.Random(args.seed)
     sentences = list(SENTENCES)
-    voices = {f"ssm-{name}": make_voice("ssm", 8000, model_dir=d, concurrency=args.concurrency)
-              for name, d in voices_dirs.items()}
+    voices = {}
+    for name, d in voices_dirs.items():
+        if args.compile in ("both", "on"):
+            voices[f"ssm-{name}"] = make_voice("ssm", 8000, model_dir=d, compile=True)
+        if args.compile in ("both", "off"):
+            voices[f"ssm-{name}" + ("-eager" if args.compile == "both" else "")] = make_voice(
+                "ssm", 8000, model_dir=d)
     voices["espeak"] = make_voice("espeak", 8000, concurrency=args.concurrency)
     out: dict = {}
     for name, v in voices.items():
@@ -399,6 +408,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="passes over the sentences")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--compile", choices=["both", "on", "off"], default="both",
+                        help="SSM voices' speed with their lone-stream steps compiled (as served), "
+                        "eager, or both side by side (default both)")
     parser.add_argument("--no-line", dest="line", action="store_false",
                         help="skip the phone-line intelligibility part (Whisper, ~3 min)")
     parser.add_argument("--no-prosody", dest="prosody", action="store_false",
@@ -420,7 +432,8 @@ def main() -> None:
         numbers.update(prosody(voices_dirs))
     print(json.dumps({"bench": "tts", "git": git_sha(), "seed": args.seed, "repeats": args.repeats,
                       "sentences": len(SENTENCES), "rate_hz": 8000, "torch_threads": 1,
-                      "concurrency": args.concurrency, "voices": voices_dirs, **numbers}))
+                      "concurrency": args.concurrency, "compile": args.compile,
+                      "voices": voices_dirs, **numbers}))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,13 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="1 runs the SSM voice in a process of its own, so its model steps never "
                    "wait for Python's GIL behind the calls' event loop; 0 runs it on a thread of "
                    "the server (default %(default)s)")
+    p.add_argument("--tts-compile", choices=["on", "off"],
+                   default="off" if os.environ.get("PARLEY_TTS_COMPILE") == "0" else "on",
+                   help="with --tts ssm: compile the voice's steps for a lone reply with "
+                   "torch.compile (about half the CPU per reply, first audio a few ms sooner; "
+                   "~20 s at the first start, seconds later from the compile cache; needs a C++ "
+                   "compiler: without one the server logs why and runs them eagerly). Default "
+                   "%(default)s (PARLEY_TTS_COMPILE=0 turns it off)")
     p.add_argument("--voice", default=None, metavar="NAME",
                    help="with --tts ssm (or remote: the model servers' voice): which shipped voice "
                    "speaks: slt (female, distilled from festival's HTS voice) or joe (male, "

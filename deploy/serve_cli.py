@@ -183,6 +183,42 @@ def _prewarm_ssm_stt(config):
     return config
 
 
+def _load_ssm_voice(voice_dir, *, procs: bool, compile: bool):
+    """Load the SSM voice (in a process of its own with ``procs``: the ``VoiceProcess``
+    returned, else None), its steps compiled when asked and possible: without a C++ compiler it
+    runs them eagerly (about twice the CPU per reply) rather than not at all."""
+    from pipeline.engines.ssm_voice import SSMVoiceEngine
+    from pipeline.errors import EngineUnavailableError
+
+    log = logging.getLogger("parley")
+
+    def load(compiled: bool):
+        steps = "compiled" if compiled else "eager"
+        if procs:  # the voice's model steps get a GIL (and a core) of their own
+            from pipeline.engines.voice_procs import VoiceProcess
+
+            proc = VoiceProcess(voice_dir, compile=compiled)
+            SSMVoiceEngine.register_shared(voice_dir, proc)
+            log.info("SSM voice loaded in its own process (pid %d) in %.2f s (steps %s)",
+                     proc.pid, proc.load_s, steps)
+            return proc
+        engine = SSMVoiceEngine.shared(voice_dir, compile=compiled)
+        log.info("SSM voice loaded in %.2f s (steps %s)", engine.load_s, steps)
+        return None
+
+    if compile:
+        log.info("compiling the voice's steps (about 20 s at the first start, seconds from the "
+                 "compile cache later; --tts-compile off skips it)")
+        try:
+            return load(True)
+        except EngineUnavailableError as exc:
+            if "compil" not in str(exc):
+                raise
+            log.warning("SSM voice: the compiled steps are unavailable (%s); running them "
+                        "eagerly instead (--tts-compile off skips the attempt)", exc)
+    return load(False)
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run ``parley serve`` as ``args`` (``deploy.serve_args``) say, until SIGTERM or SIGINT."""
     from agent.calls_cli import db_location, default_db_path
@@ -205,21 +241,13 @@ def serve(args: argparse.Namespace) -> int:
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
         import torch
 
-        from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMVoiceEngine
+        from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR
 
         torch.set_num_threads(1)  # FACTS: small model steps run 5-40x slower on 2 threads here
 
         voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
-        if args.tts_procs:  # the voice's model steps get a GIL (and a core) of their own
-            from pipeline.engines.voice_procs import VoiceProcess
-
-            voice_proc = VoiceProcess(voice_dir)
-            SSMVoiceEngine.register_shared(voice_dir, voice_proc)
-            logging.getLogger("parley").info("SSM voice loaded in its own process (pid %d) in "
-                                             "%.2f s", voice_proc.pid, voice_proc.load_s)
-        else:
-            engine = SSMVoiceEngine.shared(voice_dir)
-            logging.getLogger("parley").info("SSM voice loaded in %.2f s", engine.load_s)
+        voice_proc = _load_ssm_voice(voice_dir, procs=bool(args.tts_procs),
+                                     compile=args.tts_compile == "on")
     agent_factory = _agent_factory(spec, llm_check=not args.no_llm_check)
     db_path = db_location(args.db) if args.db else default_db_path()
     store = open_call_store(db_path)

@@ -95,10 +95,10 @@ class Voice(Protocol):
 
 
 class _SSMVoice:
-    def __init__(self, rate_hz: int, model_dir: str | None, engine=None) -> None:
+    def __init__(self, rate_hz: int, model_dir: str | None, engine=None, compile: bool = False) -> None:
         from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMVoiceEngine
 
-        self.engine = engine or SSMVoiceEngine(model_dir or DEFAULT_MODEL_DIR)
+        self.engine = engine or SSMVoiceEngine(model_dir or DEFAULT_MODEL_DIR, compile=compile)
         self._owned = engine is None
         self.rate_hz = rate_hz
 
@@ -149,9 +149,10 @@ class _EspeakVoice:
 
 
 def make_voice(engine: str, rate_hz: int, *, model_dir: str | None = None,
-               concurrency: int = 16) -> Voice:
+               concurrency: int = 16, compile: bool = False) -> Voice:
+    """``compile``: an SSM voice's lone-stream steps compiled, as ``parley serve`` runs them."""
     if engine == "ssm":
-        return _SSMVoice(rate_hz, model_dir)
+        return _SSMVoice(rate_hz, model_dir, compile=compile)
     if engine == "espeak":
         return _EspeakVoice(rate_hz, concurrency)
     raise PipelineError(f"unknown TTS engine {engine!r} ({', '.join(ENGINES)})")

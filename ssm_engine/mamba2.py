@@ -220,13 +220,18 @@ class Mamba2Block(nn.Module):
         return self.out_proj(self.norm(y, z)), new_conv, new_h
 
     # -- serving -----------------------------------------------------------------------------
-    def step(self, u: torch.Tensor, conv: torch.Tensor, gs: torch.Tensor, s: torch.Tensor
-             ) -> torch.Tensor:
+    def step(self, u: torch.Tensor, conv: torch.Tensor, gs: torch.Tensor, s: torch.Tensor,
+             *, branch_free: bool = False) -> torch.Tensor:
         """u: (b, d_model) one frame per stream -> y: (b, d_model).
 
         Advances the state IN PLACE: conv (b, d_conv-1, conv_dim), gs = g (b, H, N, P) and
         s (b, H) with h = exp(s) g; all contiguous. The serving path: no per-frame allocation of the
-        (large) state, and two passes over it (a rank-1 update and a GEMV) instead of three."""
+        (large) state, and two passes over it (a rank-1 update and a GEMV) instead of three.
+
+        ``branch_free``: fold exp(s) back into g with ``torch.where`` over every row instead of
+        looking for the rows that need it first. The same numbers; eagerly a third pass over the
+        state, but no data-dependent branch, so torch.compile makes one graph of the whole step
+        (where it costs nothing: the pass fuses into the update)."""
         cfg = self.cfg
         bs, g = u.shape[0], cfg.ngroups
         z, xbc_t, dt = self._split(self.in_proj(u))
@@ -247,13 +252,19 @@ class Mamba2Block(nn.Module):
         # (stream, head); (N, P) per head is the layout where both run fastest on CPU.
         hpg, n, nh = cfg.nheads // g, cfg.d_state, cfg.nheads
         s.add_(dt * -torch.exp(self.A_log))                         # log dA <= 0
-        low = s.view(-1) < -RENORM_LOG_SCALE
-        if bool(low.any()):   # fold exp(s) into g first, so that exp(-s) below stays <= e^20
-            rows = low.nonzero().squeeze(1)
-            flat = gs.view(bs * nh, n * cfg.headdim)
-            flat.index_copy_(0, rows, flat.index_select(0, rows)
-                             * torch.exp(s.view(-1).index_select(0, rows))[:, None])
-            s.view(-1).index_fill_(0, rows, 0.0)
+        # fold exp(s) into g first where s fell low, so that exp(-s) below stays <= e^20
+        if branch_free:
+            low = s < -RENORM_LOG_SCALE                             # (b, H)
+            gs.copy_(torch.where(low[..., None, None], gs * torch.exp(s)[..., None, None], gs))
+            s.masked_fill_(low, 0.0)
+        else:
+            low = s.view(-1) < -RENORM_LOG_SCALE
+            if bool(low.any()):
+                rows = low.nonzero().squeeze(1)
+                flat = gs.view(bs * nh, n * cfg.headdim)
+                flat.index_copy_(0, rows, flat.index_select(0, rows)
+                                 * torch.exp(s.view(-1).index_select(0, rows))[:, None])
+                s.view(-1).index_fill_(0, rows, 0.0)
         gb = gs.view(bs * nh, n, cfg.headdim)                       # (b*H, N, P)
         b = b.reshape(bs, g, 1, n, 1).expand(bs, g, hpg, n, 1).reshape(bs * nh, n, 1)
         gb.baddbmm_(b, (xdt * torch.exp(-s)[..., None]).view(bs * nh, 1, cfg.headdim))

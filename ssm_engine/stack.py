@@ -88,17 +88,19 @@ class SSMStack(nn.Module):
             return y_seq, state.clone()
         return y_seq, StackState.from_layers(conv, ssm)
 
-    def step(self, x: torch.Tensor, state: StackState) -> tuple[torch.Tensor, StackState]:
+    def step(self, x: torch.Tensor, state: StackState, *, branch_free: bool = False
+             ) -> tuple[torch.Tensor, StackState]:
         """x: (b, d_model), one frame for each of b streams -> (y: (b, d_model), state).
 
         The serving path. ``state`` is advanced IN PLACE and returned (the same object): stepping
-        allocates no per-stream state. ``state.clone()`` first to keep the old one."""
+        allocates no per-stream state. ``state.clone()`` first to keep the old one.
+        ``branch_free``: the form torch.compile makes one graph of (``Mamba2Block.step``)."""
         if x.dim() != 2 or x.shape[-1] != self.config.d_model:
             raise StateError(f"step expects (b, {self.config.d_model}), got {tuple(x.shape)}")
         self._check_state(state, x.shape[0])
         u = x
         for i, (norm, block) in enumerate(zip(self.norms, cast("list[Mamba2Block]", self.blocks), strict=True)):
-            u = u + block.step(norm(u), state.conv(i), *state.scaled_ssm(i))
+            u = u + block.step(norm(u), state.conv(i), *state.scaled_ssm(i), branch_free=branch_free)
         return self.norm_f(u), state
 
     def reference(self, x_seq: torch.Tensor, state: StackState | None = None

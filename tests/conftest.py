@@ -13,6 +13,7 @@ pipecat_test_utils.run_test.__kwdefaults__["start_timeout"] = 20.0
 import os  # noqa: E402
 
 os.environ.setdefault("PARLEY_STT_COMPILE", "0")
+os.environ.setdefault("PARLEY_TTS_COMPILE", "0")   # the same for the voice's steps (~20 s cold)
 
 
 # Nothing a test's client sends may make the HTTP server log a traceback: client faults are one

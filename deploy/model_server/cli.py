@@ -55,6 +55,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-streams", type=lambda t: int_in(t, 1, 100_000, "a number of streams", "at least 1"), default=256, help="streams open at once before 503 (default 256)")
     p.add_argument("--stt-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="compile the recogniser's step before taking traffic (default on; ~30 s at a cold start)")
+    p.add_argument("--tts-compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="compile each voice's steps for a lone stream before taking traffic (about half the "
+                        "CPU of a stream that speaks alone; batches stay eager; default on; ~20 s a voice at a "
+                        "cold start)")
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
                    help="where the models run: auto takes the GPU when torch sees one (a CUDA build of torch "
                         "and a driver), else the CPU; cuda without a GPU is an error (default auto)")
@@ -73,7 +77,8 @@ def _run(args: argparse.Namespace) -> int:
         raise EngineUnavailableError(f"no {' or '.join(missing)} model under {model_dir} (--model-dir: a folder "
                                      f"holding stt/ and tts/, as the repository's models/ does)")
     config = ModelServerConfig(host=args.host, port=args.port, model_dir=model_dir, grace_s=args.grace_s,
-                               max_streams=args.max_streams, stt_compile=args.stt_compile, device=args.device)
+                               max_streams=args.max_streams, stt_compile=args.stt_compile, tts_compile=args.tts_compile,
+                               device=args.device)
     return asyncio.run(_serve(config))
 
 

@@ -82,6 +82,7 @@ class ModelServerConfig:
     grace_s: float = 25.0
     max_streams: int = 256
     stt_compile: bool = False
+    tts_compile: bool = False            # each voice's lone-stream steps (TTSVoice.compile_steps)
     device: str = "cpu"                  # cpu, cuda[:N] or auto (resolve_device); the CLI says auto
 
     def __post_init__(self) -> None:
@@ -174,19 +175,35 @@ class ModelServer:
     async def _load_voices(self) -> None:
         """The default voice (``tts/``) unless given, then every other shipped voice the model
         folder holds that was not given."""
-        from pipeline.engines.ssm_voice import SSMVoiceEngine
         from pipeline.voices import DEFAULT_VOICE, voices_in
 
         found = voices_in(self.config.model_dir)
-        device = str(self.device)
         if self.voice is None:
-            self.voice = await asyncio.to_thread(SSMVoiceEngine, self.config.model_dir / "tts", device=device)
+            self.voice = await self._load_voice(self.config.model_dir / "tts")
             self._owned.append(self.voice)
             self.default_voice = DEFAULT_VOICE if DEFAULT_VOICE in found else "default"
         for name, folder in found.items():
             if name != DEFAULT_VOICE and name not in self.voices:
-                self.voices[name] = await asyncio.to_thread(SSMVoiceEngine, folder, device=device)
+                self.voices[name] = await self._load_voice(folder)
                 self._owned.append(self.voices[name])
+
+    async def _load_voice(self, folder: Path):
+        """A voice, its lone-stream steps compiled when asked, on a CPU, and possible: without a
+        C++ compiler it runs them eagerly rather than not at all."""
+        from pipeline.engines.ssm_voice import SSMVoiceEngine
+        from pipeline.errors import EngineUnavailableError
+
+        device = str(self.device)
+        if self.config.tts_compile and self.device.type == "cpu":
+            log.info("compiling the voice %s's steps (about 20 s at the first start; --no-tts-compile "
+                     "skips it)", folder.name)
+            try:
+                return await asyncio.to_thread(SSMVoiceEngine, folder, device=device, compile=True)
+            except EngineUnavailableError as exc:
+                if "compil" not in str(exc):
+                    raise
+                log.warning("the voice's compiled steps are unavailable (%s); running them eagerly", exc)
+        return await asyncio.to_thread(SSMVoiceEngine, folder, device=device)
 
     def voice_for(self, name: str):
         """The engine of voice ``name`` ("" or "default": the default voice); WireError, naming

@@ -116,9 +116,12 @@ class SSMVoiceEngine:
 
     def __init__(self, voice: TTSVoice | str | Path = DEFAULT_MODEL_DIR, *,
                  chunk_frames: int = 2, max_batch: int = 32, lead_chunks: int = 5,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", compile: bool = False) -> None:
         """``device`` (``cpu``, ``cuda[:N]``, ``auto``) places a voice loaded from a folder; a
-        ``TTSVoice`` given as such stays where its model is."""
+        ``TTSVoice`` given as such stays where its model is. ``compile``: compile a lone
+        utterance's model steps now (``TTSVoice.compile_steps``: about half the CPU per lone
+        call, ~20 s at a cold start; a voice on a GPU stays eager); a failed compile raises
+        ``EngineUnavailableError`` (no C++ compiler, say: ``compile=False`` runs eagerly)."""
         t0 = time.perf_counter()
         if not isinstance(voice, TTSVoice):
             check_voice_dir(voice)
@@ -126,6 +129,14 @@ class SSMVoiceEngine:
                 voice = TTSVoice.load(voice, resolve_device(device))
             except SSMEngineError as exc:
                 raise EngineUnavailableError(f"SSM voice failed to load: {exc}") from exc
+        if compile and voice.device.type == "cpu" and not voice.compiled:
+            t1 = time.perf_counter()
+            try:
+                voice.compile_steps()
+            except Exception as exc:  # inductor raises its own types (no compiler, ...)
+                raise EngineUnavailableError(f"SSM voice: compiling its steps failed: {exc} "
+                                             f"(compile=False runs them eagerly)") from exc
+            logger.info("SSM voice: steps compiled in %.1f s", time.perf_counter() - t1)
         self.voice = voice
         self.sample_rate_hz = voice.sample_rate_hz
         self.chunk_frames = chunk_frames
@@ -148,14 +159,16 @@ class SSMVoiceEngine:
         self._thread.start()
 
     @classmethod
-    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR) -> SSMVoiceEngine:
+    def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, *, compile: bool = False
+               ) -> SSMVoiceEngine:
         """The process's engine for this voice folder: the one registered with
-        ``register_shared`` (``parley serve`` registers a ``VoiceProcess``), else one built now."""
+        ``register_shared`` (``parley serve`` registers a ``VoiceProcess``), else one built now
+        (``compile``: as the constructor's, for the one built now)."""
         key = Path(model_dir).resolve()
         with cls._shared_lock:
             engine = cls._shared.get(key)
             if engine is None:
-                engine = cls._shared[key] = cls(key)
+                engine = cls._shared[key] = cls(key, compile=compile)
             return engine
 
     @classmethod

@@ -92,12 +92,15 @@ class VoiceProcess(ChildClient):
     written_words = False            # its words are the ones it spoke
 
     def __init__(self, model_dir: str | Path = DEFAULT_MODEL_DIR, *, lead_chunks: int = 5,
-                 max_batch: int = 32) -> None:
+                 max_batch: int = 32, compile: bool = False) -> None:
+        """``compile``: the child compiles a lone utterance's steps before it says it is ready
+        (``SSMVoiceEngine``'s ``compile``; a replacement child compiles again, in seconds from
+        the compile cache)."""
         if lead_chunks < 1 or max_batch < 1:  # as SSMVoiceEngine checks, before any child starts
             raise ConfigError(f"lead_chunks and max_batch must be >= 1, got {lead_chunks}, "
                              f"{max_batch}")
         self.model_dir = check_voice_dir(model_dir)
-        super().__init__([str(self.model_dir), str(lead_chunks), str(max_batch)])
+        super().__init__([str(self.model_dir), str(lead_chunks), str(max_batch), str(int(compile))])
         self._utt_ids = itertools.count(1)
         self.sample_rate_hz = 0
         self._start()
@@ -140,7 +143,7 @@ class VoiceProcess(ChildClient):
 # ---- the child ------------------------------------------------------------------------------
 
 
-def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> int:
+def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int, compile: bool) -> int:
     import time
 
     import torch
@@ -151,7 +154,8 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        engine = SSMVoiceEngine(model_dir, lead_chunks=lead_chunks, max_batch=max_batch)
+        engine = SSMVoiceEngine(model_dir, lead_chunks=lead_chunks, max_batch=max_batch,
+                                compile=compile)
     except PipelineError as exc:
         end.fail(0, exc)
         return 1
@@ -188,4 +192,4 @@ def _child_main(fd: int, model_dir: str, lead_chunks: int, max_batch: int) -> in
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="ssm-voice %(levelname)s %(message)s")
     raise SystemExit(_child_main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
-                                 int(sys.argv[4])))
+                                 int(sys.argv[4]), sys.argv[5] == "1"))

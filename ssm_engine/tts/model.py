@@ -239,10 +239,12 @@ class TTSModel(nn.Module):
     def init_frame_state(self, batch: int) -> StackState:
         return self.stack.init_state(batch)
 
-    def step_frames(self, x: torch.Tensor, state: StackState) -> torch.Tensor:
+    def step_frames(self, x: torch.Tensor, state: StackState, *, branch_free: bool = False
+                    ) -> torch.Tensor:
         """Serving path: per-frame inputs (b, r, d) of the next r frames of b streams ->
-        (b, r, N_FEATURES) normalised features; ``state`` advances in place."""
-        y, _ = self.stack.step(self._grouped(x)[:, 0], state)
+        (b, r, N_FEATURES) normalised features; ``state`` advances in place (``branch_free``:
+        ``SSMStack.step``'s, for torch.compile)."""
+        y, _ = self.stack.step(self._grouped(x)[:, 0], state, branch_free=branch_free)
         return self._ungrouped(y[:, None])
 
     def denormalize(self, feats: torch.Tensor) -> torch.Tensor:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,11 +114,52 @@ class TTSVoice:
         self.sample_rate_hz = SAMPLE_RATE_HZ
         # per state kind: (stream ids, batched state, its rows) of the last batched step
         self._last_batch: dict[str, tuple[list[int], StackState, list[StackState]]] = {}
+        # a lone stream's phone and frame steps, compiled by compile_steps (None: eager)
+        self._lone_phone: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._lone_frames: Callable[..., torch.Tensor] | None = None
 
     @classmethod
     def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> TTSVoice:
         """The voice in ``directory`` with its model on ``device`` (``resolve_device``'s)."""
         return cls(load_tts(directory).to(device))
+
+    def compile_steps(self) -> None:
+        """Compile a lone stream's two model steps, a phone's (look-ahead convolutions, encoder
+        SSM step, duration) and a group of frames' (decoder SSM step, features), with
+        torch.compile (inductor, C++ on CPU), and compile them now. At batch 1 a step's cost is
+        per-op overhead, which the compiled graph removes: the decoder step runs ~2.7x faster
+        (1.0 ms against 2.6 ms, one thread), the voice's real-time factor falls by about half
+        (benchmarks/bench_tts.py). Batches of streams stay eager: there a step is memory-bound
+        and compiling it was measured slower (``ssm_engine.mamba2``), and a graph per batch size
+        would mean a compile whenever a new size turned up. The same samples, float rounding
+        aside (~1e-6). Compiling takes ~20 s cold, a few seconds from inductor's on-disk cache;
+        it needs a C++ compiler (g++). On a GPU the eager steps are fast enough: call it on CPU."""
+        self._lone_phone = torch.compile(self._phone_step, dynamic=False)
+        self._lone_frames = torch.compile(self._frame_step, dynamic=False)
+        # a fresh stream, spoken to its end: both graphs, from a fresh state and from the state
+        # a step leaves, are compiled now rather than in a call
+        with torch.no_grad():
+            self.synthesize("Compiling, one two.")
+
+    @property
+    def compiled(self) -> bool:
+        return self._lone_frames is not None
+
+    def _phone_step(self, windows: torch.Tensor, masks: torch.Tensor,
+                    tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pure core of ``speak_phones`` (what ``compile_steps`` compiles): token windows
+        (b, 2*lookahead+1, 3) and masks and the encoder state's tensors (advanced in place) ->
+        (phone encodings (b, d), log durations (b,))."""
+        la = self.model.config.lookahead
+        local = self.model.encode_local(windows, masks)[:, la]
+        enc, _ = self.model.enc_stack.step(local, StackState(tensors), branch_free=True)
+        return enc, self.model.durations(enc[:, None])[:, 0]
+
+    def _frame_step(self, x: torch.Tensor, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The pure core of ``decode_groups``: frame inputs (b, r, d) and the decoder state's
+        tensors (advanced in place) -> vocoder features (b, r, N_FEATURES)."""
+        return self.model.denormalize(self.model.step_frames(x, StackState(tensors),
+                                                             branch_free=True))
 
     def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES,
                     pace: float = 1.0, question_rise_st: float = QUESTION_RISE_ST) -> TTSStream:
@@ -190,12 +231,17 @@ class TTSVoice:
         streams = sorted(streams, key=id)
         windows, masks = zip(*(s._phone_window() for s in streams), strict=True)
         with self.lock, torch.no_grad():
-            local = self.model.encode_local(torch.from_numpy(np.stack(windows)).to(self.device),
-                                            torch.from_numpy(np.stack(masks)).to(self.device)
-                                            )[:, la]                            # (b, d)
-            state = self._batched(streams, "_enc_state")
-            enc, _ = self.model.enc_stack.step(local, state)            # state advances in place
-            log_durs = self.model.durations(enc[:, None])[:, 0].tolist()
+            tokens = torch.from_numpy(np.stack(windows)).to(self.device)
+            mask = torch.from_numpy(np.stack(masks)).to(self.device)
+            if self._lone_phone is not None and len(streams) == 1:
+                state = _lone_state(streams[0], "_enc_state")
+                enc, log_dur = self._lone_phone(tokens, mask, state.tensors)
+            else:
+                local = self.model.encode_local(tokens, mask)[:, la]                # (b, d)
+                state = self._batched(streams, "_enc_state")
+                enc, _ = self.model.enc_stack.step(local, state)        # state advances in place
+                log_dur = self.model.durations(enc[:, None])[:, 0]
+            log_durs = log_dur.tolist()
             for k, s in enumerate(streams):
                 s._phone_spoken(enc[k:k + 1], log_durs[k])
 
@@ -224,11 +270,28 @@ class TTSVoice:
         groups = sorted(groups, key=lambda g: id(g[0]))
         x = torch.stack([s._take_group(n) for s, n in groups])         # (b, r, d)
         with self.lock, torch.no_grad():
-            state = self._batched([s for s, _ in groups], "_dec_state")
-            out = self.model.step_frames(x, state)                     # state advances in place
-            feats = self.model.denormalize(out).cpu().numpy()           # (b, r, N_FEATURES)
+            if self._lone_frames is not None and len(groups) == 1:
+                state = _lone_state(groups[0][0], "_dec_state")
+                feats = self._lone_frames(x, state.tensors).cpu().numpy()
+            else:
+                state = self._batched([s for s, _ in groups], "_dec_state")
+                out = self.model.step_frames(x, state)                 # state advances in place
+                feats = self.model.denormalize(out).cpu().numpy()       # (b, r, N_FEATURES)
         for k, (s, n) in enumerate(groups):
             s._vocode(feats[k, :n])
+
+
+def _lone_state(stream: TTSStream, attr: str) -> StackState:
+    """``stream``'s state ``attr`` for a compiled step: its own tensors when contiguous (a fresh
+    state, or a row of a batch it stepped in), else a contiguous copy that becomes the stream's.
+    The compiled graph is specialised to its inputs' strides: other strides would make
+    torch.compile recompile (seconds) in the middle of a call."""
+    state: StackState = getattr(stream, attr)
+    if all(t.is_contiguous() for t in state.tensors.values()):
+        return state
+    state = StackState({k: v.contiguous() for k, v in state.tensors.items()})
+    setattr(stream, attr, state)
+    return state
 
 
 class TTSStream:

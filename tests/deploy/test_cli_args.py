@@ -53,13 +53,15 @@ def test_process_counts_out_of_range_are_refused(flag, text, capsys):
     assert flag in capsys.readouterr().err
 
 
-def test_stt_compile_is_on_unless_the_environment_turns_it_off(monkeypatch):
-    monkeypatch.delenv("PARLEY_STT_COMPILE", raising=False)
-    assert build_parser().parse_args(["serve"]).stt_compile == "on"
-    assert build_parser().parse_args(["serve", "--stt-compile", "off"]).stt_compile == "off"
-    monkeypatch.setenv("PARLEY_STT_COMPILE", "0")                # as the test suite runs
-    assert build_parser().parse_args(["serve"]).stt_compile == "off"
-    assert build_parser().parse_args(["serve", "--stt-compile", "on"]).stt_compile == "on"
+@pytest.mark.parametrize("model", ["stt", "tts"])
+def test_compile_is_on_unless_the_environment_turns_it_off(monkeypatch, model):
+    env, flag, dest = f"PARLEY_{model.upper()}_COMPILE", f"--{model}-compile", f"{model}_compile"
+    monkeypatch.delenv(env, raising=False)
+    assert getattr(build_parser().parse_args(["serve"]), dest) == "on"
+    assert getattr(build_parser().parse_args(["serve", flag, "off"]), dest) == "off"
+    monkeypatch.setenv(env, "0")                                 # as the test suite runs
+    assert getattr(build_parser().parse_args(["serve"]), dest) == "off"
+    assert getattr(build_parser().parse_args(["serve", flag, "on"]), dest) == "on"
 
 
 def test_version_and_ports_out_of_range(capsys):

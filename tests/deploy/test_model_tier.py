@@ -34,7 +34,7 @@ class ModelServerProcess:
     def __init__(self, *extra: str, command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         command = command or [sys.executable, "-m", "deploy.cli", "model-server"]
         self.proc = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", "0", "--no-stt-compile", "--log-level", "INFO", *extra],
+            [*command, "--host", "127.0.0.1", "--port", "0", "--no-stt-compile", "--no-tts-compile", "--log-level", "INFO", *extra],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log: list[str] = []
         self.port = 0

@@ -403,3 +403,28 @@ def test_the_builder_makes_the_voice_the_config_names(voice_dir):
     tts = _make_tts(PipelineConfig(tts="ssm", tts_model_dir=str(voice_dir)))
     assert isinstance(tts, SSMTTSService)
     assert type(_make_tts(PipelineConfig())).__name__ == "EspeakTTSService"  # still the default
+
+
+def test_a_voice_whose_compile_fails_is_unavailable_and_serve_runs_it_eagerly(voice_dir, monkeypatch,
+                                                                               caplog):
+    """No C++ compiler (say): ``SSMVoiceEngine(compile=True)`` raises EngineUnavailableError
+    naming the compile, and ``parley serve`` logs one line and loads the voice eagerly rather
+    than not at all; a voice that cannot load at all still stops it."""
+    from deploy.serve_cli import _load_ssm_voice
+
+    def no_compiler(self):
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+
+    monkeypatch.setattr(TTSVoice, "compile_steps", no_compiler)
+    with pytest.raises(EngineUnavailableError, match="compiling its steps failed: InvalidCxx"):
+        SSMVoiceEngine(voice_dir, compile=True)
+    try:
+        with caplog.at_level("WARNING", logger="parley"):
+            assert _load_ssm_voice(voice_dir, procs=False, compile=True) is None
+        engine = SSMVoiceEngine.shared(voice_dir)
+        assert not engine.voice.compiled
+        assert "running them eagerly instead" in caplog.text
+    finally:
+        SSMVoiceEngine._shared.pop(voice_dir.resolve()).close()
+    with pytest.raises(EngineUnavailableError, match="no SSM voice"):
+        _load_ssm_voice(voice_dir / "missing", procs=False, compile=True)

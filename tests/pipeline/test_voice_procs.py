@@ -204,7 +204,7 @@ def _probe_child() -> int:
 
     TTSVoice.open_stream, SSMVoiceEngine._pull = open_stream, pull
     return voice_procs._child_main(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
-                                   int(sys.argv[4]))
+                                   int(sys.argv[4]), sys.argv[5] == "1")
 
 
 def probe_steps(log: Path) -> list[tuple[list[int], list[int]]]:
@@ -420,3 +420,16 @@ async def test_close_while_a_new_child_starts_leaves_no_child(voice_dir, started
 
 if __name__ == "__main__":
     raise SystemExit(_probe_child())
+
+
+async def test_a_child_asked_to_compile_speaks_the_in_process_samples(voice_dir, local, started):
+    """``VoiceProcess(compile=True)``: the child compiles a lone utterance's steps before it is
+    ready (``TTSVoice.compile_steps``) and speaks what the eager voice in this process speaks,
+    float rounding aside (the compiled graph adds in another order, which this untrained
+    voice's vocoder amplifies late in an utterance: ``assert_same_speech``)."""
+    from .test_ssm_tts import assert_same_speech
+
+    voice = started(voice_dir, compile=True)
+    remote, here = await say(voice, TEXT, 8000), await say(local, TEXT, 8000)
+    assert_same_speech(pcm_of(remote), pcm_of(here))
+    assert [w for c in remote for w in c.words] == [w for c in here for w in c.words]

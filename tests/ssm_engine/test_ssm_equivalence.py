@@ -112,9 +112,11 @@ def test_wrong_shapes_raise_state_error():
         model.step(torch.randn(1, 16, dtype=torch.float64), other.init_state(1))
 
 
-def test_step_folds_the_log_scale_back_and_stays_exact():
+@pytest.mark.parametrize("branch_free", [False, True])
+def test_step_folds_the_log_scale_back_and_stays_exact(branch_free):
     """Guards the scaled state of step(): fast-decaying heads cross the fold threshold many
-    times in 150 frames, and outputs still match forward()."""
+    times in 150 frames, and outputs still match forward(); the same with the branch-free fold
+    (torch.where over every row) that torch.compile is given."""
     from ssm_engine.mamba2 import RENORM_LOG_SCALE
 
     cfg = dataclasses.replace(TINY, a_init_min=8.0, a_init_max=16.0, dt_min=0.05, dt_max=0.1)
@@ -124,7 +126,7 @@ def test_step_folds_the_log_scale_back_and_stays_exact():
     state, ys, folds = model.init_state(2), [], 0
     for t in range(150):
         before = state.tensors["logscale0"].clone()
-        y, state = model.step(x[:, t], state)
+        y, state = model.step(x[:, t], state, branch_free=branch_free)
         folds += int((state.tensors["logscale0"] > before).sum())
         ys.append(y)
     assert folds > 10

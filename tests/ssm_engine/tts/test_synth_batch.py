@@ -124,3 +124,39 @@ def test_bad_batches(voice: TTSVoice) -> None:
     assert voice.pull_many([]) == []
     twice = voice.pull_many([s, s], max_chunks=1)       # one stream given twice: pulled once
     assert twice[0] == twice[1]
+
+
+def test_compiled_lone_steps_give_the_eager_samples_and_never_recompile() -> None:
+    """``TTSVoice.compile_steps``: a lone stream's phone and frame steps run compiled, with the
+    samples of the eager voice (float rounding aside); batches stay eager; a stream whose state
+    became a row of a batch (a view at an offset) goes on compiled, and nothing is compiled in
+    the middle of a call (a recompile costs seconds)."""
+    from torch._dynamo.utils import counters
+
+    compiled, eager = _voice(5), _voice(5)
+    assert not compiled.compiled
+    compiled.compile_steps()
+    assert compiled.compiled
+    graphs = counters["stats"]["unique_graphs"]
+    calls: list[str] = []
+    phone, frames = compiled._lone_phone, compiled._lone_frames
+    assert phone is not None and frames is not None
+    compiled._lone_phone = lambda *a: calls.append("phone") or phone(*a)
+    compiled._lone_frames = lambda *a: calls.append("frames") or frames(*a)
+    for k, text in enumerate(TEXTS):
+        np.testing.assert_allclose(_alone(compiled, text, k), _alone(eager, text, k), atol=1e-5)
+    assert {"phone", "frames"} <= set(calls)
+    # three streams start together (batched, eager), then one goes on alone (compiled)
+    outs = []
+    calls.clear()
+    for voice in (compiled, eager):
+        streams = [voice.open_stream(seed=i) for i in range(3)]
+        for stream, text in zip(streams, TEXTS, strict=False):
+            stream.push_text(text)
+            stream.end_text()
+        first = voice.pull_many(streams, max_chunks=3)
+        rest = streams[2].pull()
+        outs.append(np.concatenate([c.pcm for c in first[2] + rest]))
+    np.testing.assert_allclose(outs[0], outs[1], atol=1e-5)
+    assert "frames" in calls                                   # the lone stream, compiled
+    assert counters["stats"]["unique_graphs"] == graphs        # nothing compiled mid-stream
