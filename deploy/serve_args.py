@@ -71,7 +71,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "search alone (default %(default)s)")
     p.add_argument("--tts", choices=get_args(TtsKind), default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
-                   "hears it as well as its festival teacher, 6 ms to first audio), or the "
+                   "hears it as well as its festival teacher, ~5 ms to first audio), or the "
                    "espeak-ng baseline (1 ms, far less intelligible), or remote: the SSM voice on the "
                    "model tier (--model-url) (default %(default)s)")
     p.add_argument("--model-url", default="", metavar="URL[,URL...]",
