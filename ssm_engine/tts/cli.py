@@ -91,6 +91,10 @@ def register_train_cli(subparsers: Any) -> None:
     p.add_argument("--init-from", metavar="VOICE", default=None,
                    help="fine-tune a voice folder (e.g. models/tts-joe) instead of starting from "
                    "scratch; its sizes replace --d-model/--layers")
+    p.add_argument("--grow-layers", type=int, default=0, metavar="N",
+                   help="with --init-from: add N acoustic layers on top of the voice's, each "
+                   "starting as a no-op (its output projection zero), so the fine-tune starts from "
+                   "the voice as it speaks and gains capacity (default %(default)s)")
     p.add_argument("--export", metavar="DIR", default=None,
                    help="do not train: export RUN/best to DIR with a model card and samples, then exit")
     p.add_argument("--checkpoint", choices=("best", "last"), default="best",
@@ -116,11 +120,13 @@ def _train_tts(args: argparse.Namespace) -> int:
             return 0
         from .train import TTSTrainConfig, train
 
+        if args.grow_layers < 0 or (args.grow_layers and not args.init_from):
+            raise TTSError("--grow-layers N takes N >= 0 and needs --init-from (the voice to grow)")
         cfg = TTSTrainConfig(data_dir=args.data, run_dir=args.run, d_model=args.d_model,
                              n_layers=args.layers, batch_frames=args.batch_frames, lr=args.lr,
                              max_steps=args.max_steps, max_minutes=args.max_minutes,
                              eval_every_steps=args.eval_every, envelope_loss=args.envelope_loss,
-                             init_from=args.init_from)
+                             init_from=args.init_from, grow_layers=args.grow_layers)
         print(json.dumps(train(cfg)))
     except TTSError as exc:
         print(f"parley train tts: {exc}", file=sys.stderr)

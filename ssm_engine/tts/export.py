@@ -184,7 +184,9 @@ def export_voice(run_dir: str | Path, out_dir: str | Path, *, data_dir: str | Pa
         size_mb=(out / "model.safetensors").stat().st_size / 1e6,
         train_utts=rows["train"][0], train_hours=rows["train"][1], heldout_utts=rows["heldout"][0],
         start=(f"Fine-tuned from the voice in `{cfg['init_from']}` (its weights and feature "
-               "normalisation). " if cfg.get("init_from") else "From scratch. "),
+               "normalisation" + (f"; {cfg['grow_layers']} acoustic layers added on top, each "
+                                  "starting as a no-op" if cfg.get("grow_layers") else "")
+               + "). " if cfg.get("init_from") else "From scratch. "),
         envelope=("L1 on the log envelope (nats) at 64 mel-spaced frequencies, weighted to "
                   "the phone band\n(`train.envelope_bands`)"
                   if cfg.get("envelope_loss") == "spectrum" else "L1 on each normalised cepstral coefficient"),

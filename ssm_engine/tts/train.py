@@ -62,6 +62,7 @@ class TTSTrainConfig:
     dur_weight: float = 1.0
     envelope_loss: str = "cepstrum"    # or "spectrum": see ``losses``
     init_from: str | None = None       # a voice folder (``save_tts``) to fine-tune from
+    grow_layers: int = 0               # with init_from: acoustic layers added on top (``_grown``)
     seed: int = 1
     threads: int = 1
     progress: bool = True
@@ -259,6 +260,28 @@ def _init_voice(directory: str, n_symbols: int) -> TTSModel:
     return model
 
 
+def _load_grown(model: TTSModel, init: TTSModel) -> None:
+    """``init``'s weights into ``model``, which may have more acoustic layers on top of init's
+    (``grow_layers``). Each added layer's output projection starts at zero, so its residual adds
+    nothing: the grown voice speaks exactly as ``init`` until training moves the new layers
+    (the zero projection still gets gradients, and through it the rest of the layer). The final
+    norm stays init's, applied after the added layers as it was after the old ones."""
+    missing, unexpected = model.load_state_dict(init.state_dict(), strict=False)
+    old = int(init.config.ssm["n_layers"])
+    grown = [f"stack.{part}.{i}." for i in range(old, int(model.config.ssm["n_layers"]))
+             for part in ("blocks", "norms")]
+    bad = [k for k in missing if not k.startswith(tuple(grown))]
+    if bad or unexpected:
+        raise TTSError(f"--init-from: the voice does not fit this model (missing {bad[:3]}, "
+                       f"unexpected {list(unexpected)[:3]})")
+    with torch.no_grad():
+        for i in range(old, int(model.config.ssm["n_layers"])):
+            block = model.stack.blocks[i]
+            block.out_proj.weight.zero_()
+            if block.out_proj.bias is not None:
+                block.out_proj.bias.zero_()
+
+
 def train(cfg: TTSTrainConfig) -> dict:
     """Run (or resume) training as configured; returns the last evaluation."""
     torch.set_num_threads(cfg.threads)
@@ -290,8 +313,12 @@ def _train(cfg: TTSTrainConfig, run: Path) -> dict:
         mean, std = feature_stats(clips)
     torch.manual_seed(cfg.seed)
     if init is not None:
-        model = TTSModel(dataclasses.replace(init.config, feat_mean=tuple(float(v) for v in mean),
-                                                feat_std=tuple(float(v) for v in std)))
+        config = dataclasses.replace(init.config, feat_mean=tuple(float(v) for v in mean),
+                                     feat_std=tuple(float(v) for v in std))
+        if cfg.grow_layers:
+            config = dataclasses.replace(config, ssm={**config.ssm, "n_layers":
+                                                      int(config.ssm["n_layers"]) + cfg.grow_layers})
+        model = TTSModel(config)
     else:
         model = TTSModel(cfg.model_config(len(SYMBOLS), mean, std))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -304,8 +331,10 @@ def _train(cfg: TTSTrainConfig, run: Path) -> dict:
         epoch, pos = ck["epoch"], ck["pos"]
         log.info("resumed from %s at step %d (%.1f min trained)", last, step, elapsed_s / 60)
     elif init is not None:
-        model.load_state_dict(init.state_dict())
-        log.info("fine-tuning %s (%d parameters)", cfg.init_from, sum(p.numel() for p in model.parameters()))
+        _load_grown(model, init)
+        log.info("fine-tuning %s (%d parameters%s)", cfg.init_from,
+                 sum(p.numel() for p in model.parameters()),
+                 f", {cfg.grow_layers} acoustic layers added" if cfg.grow_layers else "")
     else:
         log.info("model %d parameters", sum(p.numel() for p in model.parameters()))
     log.info("envelope loss: %s", cfg.envelope_loss)
