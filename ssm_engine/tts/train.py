@@ -27,11 +27,13 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..mamba2 import Mamba2Block
 from ..training import cosine_lr_scale, length_batches, run_log
 from .errors import TTSError
 from .model import TTSConfig, TTSModel, load_tts, normalise_targets, position_features, save_tts
@@ -266,7 +268,10 @@ def _load_grown(model: TTSModel, init: TTSModel) -> None:
     nothing: the grown voice speaks exactly as ``init`` until training moves the new layers
     (the zero projection still gets gradients, and through it the rest of the layer). The final
     norm stays init's, applied after the added layers as it was after the old ones."""
-    missing, unexpected = model.load_state_dict(init.state_dict(), strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(init.state_dict(), strict=False)
+    except RuntimeError as exc:       # a tensor of another shape
+        raise TTSError(f"--init-from: the voice does not fit this model: {exc}") from exc
     old = int(init.config.ssm["n_layers"])
     grown = [f"stack.{part}.{i}." for i in range(old, int(model.config.ssm["n_layers"]))
              for part in ("blocks", "norms")]
@@ -276,10 +281,10 @@ def _load_grown(model: TTSModel, init: TTSModel) -> None:
                        f"unexpected {list(unexpected)[:3]})")
     with torch.no_grad():
         for i in range(old, int(model.config.ssm["n_layers"])):
-            block = model.stack.blocks[i]
-            block.out_proj.weight.zero_()
-            if block.out_proj.bias is not None:
-                block.out_proj.bias.zero_()
+            out_proj = cast("Mamba2Block", model.stack.blocks[i]).out_proj
+            out_proj.weight.zero_()
+            if out_proj.bias is not None:
+                out_proj.bias.zero_()
 
 
 def train(cfg: TTSTrainConfig) -> dict:

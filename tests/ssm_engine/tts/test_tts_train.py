@@ -10,6 +10,7 @@ import pytest
 import soundfile as sf
 
 from ssm_engine.tts.errors import TTSError
+from ssm_engine.tts.model import TTSConfig, TTSModel
 from ssm_engine.tts.phonemes import phonemize
 from ssm_engine.tts.synth import TTSVoice
 from ssm_engine.tts.train import TTSTrainConfig, load_split, train
@@ -125,6 +126,52 @@ def test_fine_tune_with_the_spectrum_loss_starts_from_the_voice(tmp_path: Path) 
     with pytest.raises(TTSError, match="envelope loss must be one of"):
         train(TTSTrainConfig(data_dir=str(data), run_dir=str(tmp_path / "r4"), max_steps=1,
                              envelope_loss="mel", **small))
+
+
+def test_a_grown_voice_starts_as_the_voice_and_trains_its_new_layers(tmp_path: Path) -> None:
+    """``grow_layers``: acoustic layers added on top of a voice start as no-ops (the grown voice
+    speaks the voice's very samples), then learn; the exported card says so; the CLI refuses
+    growth without a voice to grow."""
+    import torch
+
+    from ssm_engine.tts.export import export_voice
+    from ssm_engine.tts.model import load_tts
+    from ssm_engine.tts.train import _load_grown
+
+    data, run, voice = tmp_path / "data", tmp_path / "run", tmp_path / "voice"
+    _write_set(data)
+    small = dict(d_model=32, n_layers=1, d_state=8, headdim=16, batch_frames=400,
+                 eval_every_steps=2, warmup_steps=1, progress=False)
+    train(TTSTrainConfig(data_dir=str(data), run_dir=str(run), max_steps=2, **small))
+    export_voice(run, voice, data_dir=data, command="parley train tts (test)", checkpoint="last")
+    start = load_tts(voice)
+    grown_config = TTSConfig.from_dict({**start.config.to_dict(),
+                                        "ssm": {**start.config.ssm, "n_layers": 3}})
+    grown = TTSModel(grown_config)
+    _load_grown(grown, start)
+    text = "Your order ships today, is that right?"
+    np.testing.assert_array_equal(TTSVoice(grown).synthesize(text).pcm,
+                                  TTSVoice(start).synthesize(text).pcm)
+    tuned = tmp_path / "tuned"
+    res = train(TTSTrainConfig(data_dir=str(data), run_dir=str(tuned), max_steps=3, lr=1e-2,
+                               init_from=str(voice), grow_layers=2, **small))
+    assert res["step"] == 3
+    after = torch.load(tuned / "last.pt", weights_only=False)["model"]
+    assert after["stack.blocks.2.out_proj.weight"].abs().sum() > 0      # the new layers learnt
+    assert "2 acoustic layers added" in (tuned / "train.log").read_text()
+    export_voice(tuned, tmp_path / "grown-voice", data_dir=data, command="parley train tts (test)")
+    assert load_tts(tmp_path / "grown-voice").config.ssm["n_layers"] == 3
+    assert "2 acoustic layers added on top" in (tmp_path / "grown-voice" / "MODEL_CARD.md").read_text()
+    with pytest.raises(TTSError, match="does not fit this model"):
+        _load_grown(TTSModel(TTSConfig.from_dict({**grown_config.to_dict(), "enc_kernel": 3})), start)
+
+
+def test_grow_layers_needs_a_voice_to_grow(tmp_path: Path, capsys) -> None:
+    from deploy.cli import main
+
+    assert main(["train", "tts", "--data", str(tmp_path), "--run", str(tmp_path / "r"),
+                 "--grow-layers", "2"]) == 2
+    assert "--grow-layers N takes N >= 0 and needs --init-from" in capsys.readouterr().err
 
 
 def test_the_spectrum_loss_weighs_coefficients_by_what_they_change() -> None:
