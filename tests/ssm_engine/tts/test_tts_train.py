@@ -156,8 +156,14 @@ def test_a_grown_voice_starts_as_the_voice_and_trains_its_new_layers(tmp_path: P
     res = train(TTSTrainConfig(data_dir=str(data), run_dir=str(tuned), max_steps=3, lr=1e-2,
                                init_from=str(voice), grow_layers=2, **small))
     assert res["step"] == 3
-    after = torch.load(tuned / "last.pt", weights_only=False)["model"]
+    saved = torch.load(tuned / "last.pt", weights_only=False)
+    after = saved["model"]
     assert after["stack.blocks.2.out_proj.weight"].abs().sum() > 0      # the new layers learnt
+    # the voice's own weights at a quarter of the rate, the new layers at all of it
+    assert [g["lr_scale"] for g in saved["opt"]["param_groups"]] == [0.25, 1.0]
+    assert len(saved["opt"]["param_groups"][1]["params"]) == len(
+        [k for k in after if k.startswith(("stack.blocks.1.", "stack.blocks.2.", "stack.norms.1.",
+                                           "stack.norms.2."))])
     assert "2 acoustic layers added" in (tuned / "train.log").read_text()
     export_voice(tuned, tmp_path / "grown-voice", data_dir=data, command="parley train tts (test)")
     assert load_tts(tmp_path / "grown-voice").config.ssm["n_layers"] == 3
