@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import textwrap
 import threading
@@ -288,8 +289,10 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voic
 def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
              rate_hz: int = 8000, codec: Codec = "mulaw", concurrency: int = 16,
              teacher: bool | str = False, model_dir: str | None = None, limit: int | None = None,
-             reference: Reference = "spoken", voice: Voice | None = None) -> TTSEvalResult:
-    """Run one engine over a sentences file; see the module docstring for what is measured."""
+             reference: Reference = "spoken", voice: Voice | None = None,
+             compile: bool = False) -> TTSEvalResult:
+    """Run one engine over a sentences file; see the module docstring for what is measured.
+    ``compile``: the SSM voice's lone-stream steps compiled, as ``parley serve`` runs them."""
     if judge not in JUDGES:
         raise PipelineError(f"unknown judge {judge!r} ({', '.join(JUDGES)})")
     if rate_hz not in (8000, 16000):
@@ -300,7 +303,8 @@ def evaluate(engine: str, sentences_path: str | Path, *, judge: str = "whisper",
         raise PipelineError(f"--reference must be spoken or written, got {reference!r}")
     sentences = read_sentences(sentences_path, limit)
     own = voice is None
-    voice = voice or make_voice(engine, rate_hz, model_dir=model_dir, concurrency=concurrency)
+    voice = voice or make_voice(engine, rate_hz, model_dir=model_dir, concurrency=concurrency,
+                                compile=compile)
     try:
         m = asyncio.run(measure(voice, sentences, concurrency))
     finally:
@@ -369,6 +373,11 @@ def register_cli(subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, help="the first N sentences only")
     p.add_argument("--out", default=None, help="also write the JSON object to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--compile", choices=["on", "off"],
+                   default="off" if os.environ.get("PARLEY_TTS_COMPILE") == "0" else "on",
+                   help="with --engine ssm: the voice's lone-stream steps compiled with "
+                   "torch.compile, as `parley serve` runs them (~10-20 s first; default "
+                   "%(default)s, PARLEY_TTS_COMPILE=0 turns it off)")
     p.set_defaults(func=_run)
 
 
@@ -381,7 +390,8 @@ def _run(args: argparse.Namespace) -> int:
     model = str(voice_dir(args.model)) if args.model else None
     res = evaluate(args.engine, args.sentences, judge=args.judge, rate_hz=args.rate,
                    codec=args.codec, concurrency=args.concurrency, teacher=args.teacher or False,
-                   model_dir=model, limit=args.limit, reference=args.reference)
+                   model_dir=model, limit=args.limit, reference=args.reference,
+                   compile=args.compile == "on")
     report(asdict(res), out=args.out, as_json=args.json)
     return 0
 

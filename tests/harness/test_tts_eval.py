@@ -27,12 +27,22 @@ def sentences(tmp_path):
     return path
 
 
+@pytest.mark.parametrize("compile", ["off", "on"])
 def test_eval_tts_of_the_ssm_voice_with_the_pocketsphinx_judge(tmp_path, sentences, capsys,
-                                                               monkeypatch):
+                                                               monkeypatch, compile):
+    """``--compile on`` measures the voice as ``parley serve`` runs it (its lone-stream steps
+    compiled); the suite's default is off (PARLEY_TTS_COMPILE=0, tests/conftest.py)."""
+    from ssm_engine.tts.synth import TTSVoice
+
     monkeypatch.setattr(cli, "configure_logging", lambda level: None)  # keep pytest's logging
+    compiled: list[bool] = []
+    real = TTSVoice.compile_steps
+    monkeypatch.setattr(TTSVoice, "compile_steps", lambda self: compiled.append(True) or real(self))
     voice = random_voice_dir(tmp_path / "voice", frames_per_phone=4)
     assert cli.main(["eval", "tts", "--engine", "ssm", "--model", str(voice), "--sentences",
-                   str(sentences), "--judge", "pocketsphinx", "--concurrency", "2", "--json"]) == 0
+                   str(sentences), "--judge", "pocketsphinx", "--concurrency", "2", "--json",
+                   *(["--compile", "on"] if compile == "on" else [])]) == 0
+    assert compiled == ([True] if compile == "on" else [])
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert KEYS <= set(doc) and doc["n"] == 2 and doc["engine"] == "ssm"
     assert 0 < doc["ttfa_ms_p50"] <= doc["ttfa_ms_p95"] <= doc["ttfa_ms_p99"]
