@@ -89,7 +89,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tts-compile", choices=["on", "off"],
                    default="off" if os.environ.get("PARLEY_TTS_COMPILE") == "0" else "on",
                    help="with --tts ssm: compile the voice's steps for a lone reply with "
-                   "torch.compile (about half the CPU per reply, first audio a few ms sooner; "
+                   "torch.compile (a third less CPU per reply, first audio a few ms sooner; "
                    "~20 s at the first start, seconds later from the compile cache; needs a C++ "
                    "compiler: without one the server logs why and runs them eagerly). Default "
                    "%(default)s (PARLEY_TTS_COMPILE=0 turns it off)")

@@ -186,7 +186,7 @@ def _prewarm_ssm_stt(config):
 def _load_ssm_voice(voice_dir, *, procs: bool, compile: bool):
     """Load the SSM voice (in a process of its own with ``procs``: the ``VoiceProcess``
     returned, else None), its steps compiled when asked and possible: without a C++ compiler it
-    runs them eagerly (about twice the CPU per reply) rather than not at all."""
+    runs them eagerly (about 1.5x the CPU per reply) rather than not at all."""
     from pipeline.engines.ssm_voice import SSMVoiceEngine
     from pipeline.errors import EngineUnavailableError
 

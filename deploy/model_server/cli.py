@@ -56,7 +56,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stt-compile", action=argparse.BooleanOptionalAction, default=True,
                    help="compile the recogniser's step before taking traffic (default on; ~30 s at a cold start)")
     p.add_argument("--tts-compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="compile each voice's steps for a lone stream before taking traffic (about half the "
+                   help="compile each voice's steps for a lone stream before taking traffic (a third less "
                         "CPU of a stream that speaks alone; batches stay eager; default on; ~20 s a voice at a "
                         "cold start)")
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",

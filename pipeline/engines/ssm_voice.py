@@ -119,7 +119,7 @@ class SSMVoiceEngine:
                  device: str = "cpu", compile: bool = False) -> None:
         """``device`` (``cpu``, ``cuda[:N]``, ``auto``) places a voice loaded from a folder; a
         ``TTSVoice`` given as such stays where its model is. ``compile``: compile a lone
-        utterance's model steps now (``TTSVoice.compile_steps``: about half the CPU per lone
+        utterance's model steps now (``TTSVoice.compile_steps``: a third less CPU per lone
         call, ~20 s at a cold start; a voice on a GPU stays eager); a failed compile raises
         ``EngineUnavailableError`` (no C++ compiler, say: ``compile=False`` runs eagerly)."""
         t0 = time.perf_counter()

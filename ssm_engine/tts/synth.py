@@ -128,11 +128,11 @@ class TTSVoice:
         SSM step, duration) and a group of frames' (decoder SSM step, features), with
         torch.compile (inductor, C++ on CPU), and compile them now. At batch 1 a step's cost is
         per-op overhead, which the compiled graph removes: the decoder step runs ~2.7x faster
-        (1.0 ms against 2.6 ms, one thread), the voice's real-time factor falls by about half
-        (benchmarks/bench_tts.py). Batches of streams stay eager: there a step is memory-bound
+        (1.0 ms against 2.6 ms, one thread), the voice's real-time factor by about a third
+        (0.055 against 0.084, benchmarks/bench_tts.py). Batches of streams stay eager: there a step is memory-bound
         and compiling it was measured slower (``ssm_engine.mamba2``), and a graph per batch size
         would mean a compile whenever a new size turned up. The same samples, float rounding
-        aside (~1e-6). Compiling takes ~20 s cold, a few seconds from inductor's on-disk cache;
+        aside (~1e-6). Compiling takes 10-20 s cold, a few seconds from inductor's on-disk cache;
         it needs a C++ compiler (g++). On a GPU the eager steps are fast enough: call it on CPU."""
         self._lone_phone = torch.compile(self._phone_step, dynamic=False)
         self._lone_frames = torch.compile(self._frame_step, dynamic=False)

@@ -262,6 +262,12 @@ def _init_voice(directory: str, n_symbols: int) -> TTSModel:
     return model
 
 
+def _added_layers(model: TTSModel, old: int) -> tuple[str, ...]:
+    """The parameter-name prefixes of ``model``'s acoustic layers from layer ``old`` up."""
+    return tuple(f"stack.{part}.{i}." for i in range(old, int(model.config.ssm["n_layers"]))
+                 for part in ("blocks", "norms"))
+
+
 def _load_grown(model: TTSModel, init: TTSModel) -> None:
     """``init``'s weights into ``model``, which may have more acoustic layers on top of init's
     (``grow_layers``). Each added layer's output projection starts at zero, so its residual adds
@@ -273,9 +279,7 @@ def _load_grown(model: TTSModel, init: TTSModel) -> None:
     except RuntimeError as exc:       # a tensor of another shape
         raise TTSError(f"--init-from: the voice does not fit this model: {exc}") from exc
     old = int(init.config.ssm["n_layers"])
-    grown = [f"stack.{part}.{i}." for i in range(old, int(model.config.ssm["n_layers"]))
-             for part in ("blocks", "norms")]
-    bad = [k for k in missing if not k.startswith(tuple(grown))]
+    bad = [k for k in missing if not k.startswith(_added_layers(model, old))]
     if bad or unexpected:
         raise TTSError(f"--init-from: the voice does not fit this model (missing {bad[:3]}, "
                        f"unexpected {list(unexpected)[:3]})")
@@ -290,7 +294,7 @@ def _load_grown(model: TTSModel, init: TTSModel) -> None:
 GROWN_VOICE_LR_SCALE = 0.25
 """With ``grow_layers``, the grown voice's own weights train at this share of the learning rate
 and the added layers at all of it. The voice is already trained: at the full rate a fine-tune
-first loses ground (runs/tts/joe-grow's first try, lr 4e-4 for everything: held-out spectrum
+first loses ground (runs/tts/joe-grow-fulllr, lr 4e-4 for everything: held-out spectrum
 loss 0.362 -> 0.367-0.368 over its first 600 steps)."""
 
 
@@ -298,9 +302,7 @@ def _param_groups(model: TTSModel, cfg: TTSTrainConfig) -> list[dict]:
     """The optimizer's groups, each with its ``lr_scale`` (the schedule multiplies it in)."""
     if not cfg.grow_layers:
         return [{"params": list(model.parameters()), "lr_scale": 1.0}]
-    old = int(model.config.ssm["n_layers"]) - cfg.grow_layers
-    grown = tuple(f"stack.{part}.{i}." for i in range(old, int(model.config.ssm["n_layers"]))
-                  for part in ("blocks", "norms"))
+    grown = _added_layers(model, int(model.config.ssm["n_layers"]) - cfg.grow_layers)
     new = [p for n, p in model.named_parameters() if n.startswith(grown)]
     rest = [p for n, p in model.named_parameters() if not n.startswith(grown)]
     return [{"params": rest, "lr_scale": GROWN_VOICE_LR_SCALE}, {"params": new, "lr_scale": 1.0}]
