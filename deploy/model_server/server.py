@@ -98,6 +98,23 @@ class ModelServerConfig:
             raise PipelineError(str(exc)) from None
 
 
+async def _compiled_or_eager(make, *, compile: bool, what: str, flag: str, cold_s: int):
+    """``make(True)`` (compiled) when ``compile``, off the event loop; if compiling is what failed
+    (no C++ compiler, say) one warning and ``make(False)``: an engine that runs eagerly (about
+    1.5-2x the CPU a stream) rather than none. Any other failure propagates."""
+    from pipeline.errors import EngineUnavailableError
+
+    if compile:
+        log.info("compiling %s (about %d s at the first start; %s skips it)", what, cold_s, flag)
+        try:
+            return await asyncio.to_thread(make, True)
+        except EngineUnavailableError as exc:
+            if "compil" not in str(exc):
+                raise
+            log.warning("%s: the compiled form is unavailable (%s); running eagerly", what, exc)
+    return await asyncio.to_thread(make, False)
+
+
 class ModelServer:
     def __init__(self, config: ModelServerConfig, *, voice=None, recogniser=None,
                  voices: dict[str, Any] | None = None) -> None:
@@ -188,22 +205,13 @@ class ModelServer:
                 self._owned.append(self.voices[name])
 
     async def _load_voice(self, folder: Path):
-        """A voice, its lone-stream steps compiled when asked, on a CPU, and possible: without a
-        C++ compiler it runs them eagerly rather than not at all."""
+        """A voice, its lone-stream steps compiled when asked, on a CPU, and possible."""
         from pipeline.engines.ssm_voice import SSMVoiceEngine
-        from pipeline.errors import EngineUnavailableError
 
-        device = str(self.device)
-        if self.config.tts_compile and self.device.type == "cpu":
-            log.info("compiling the voice %s's steps (about 20 s at the first start; --no-tts-compile "
-                     "skips it)", folder.name)
-            try:
-                return await asyncio.to_thread(SSMVoiceEngine, folder, device=device, compile=True)
-            except EngineUnavailableError as exc:
-                if "compil" not in str(exc):
-                    raise
-                log.warning("the voice's compiled steps are unavailable (%s); running them eagerly", exc)
-        return await asyncio.to_thread(SSMVoiceEngine, folder, device=device)
+        return await _compiled_or_eager(
+            lambda compiled: SSMVoiceEngine(folder, device=str(self.device), compile=compiled),
+            compile=self.config.tts_compile and self.device.type == "cpu",
+            what=f"the voice {folder.name}'s steps", flag="--no-tts-compile", cold_s=20)
 
     def voice_for(self, name: str):
         """The engine of voice ``name`` ("" or "default": the default voice); WireError, naming
@@ -216,24 +224,15 @@ class ModelServer:
         return self.voices[name]
 
     async def _load_recogniser(self):
-        """The recogniser, its step compiled when asked and possible: without a C++ compiler it
-        runs eagerly (about twice the CPU a stream) rather than not at all."""
-        from pipeline.errors import EngineUnavailableError
+        """The recogniser, its step compiled when asked, on a CPU (on a GPU the eager step is
+        fast enough), and possible."""
         from pipeline.engines.ssm_recognizer import SSMSTTEngine
 
         folder = self.config.model_dir / "stt"
-        device = str(self.device)
-        if self.device.type != "cpu":                 # eager on a GPU: nothing to compile
-            return await asyncio.to_thread(SSMSTTEngine, folder, compile=False, device=device)
-        if self.config.stt_compile:
-            log.info("compiling the recogniser's step (about 30 s at the first start; --no-stt-compile skips it)")
-            try:
-                return await asyncio.to_thread(SSMSTTEngine, folder, compile=True, device=device)
-            except EngineUnavailableError as exc:
-                if "compil" not in str(exc):
-                    raise
-                log.warning("the recogniser's compiled step is unavailable (%s); running it eagerly", exc)
-        return await asyncio.to_thread(SSMSTTEngine, folder, compile=False, device=device)
+        return await _compiled_or_eager(
+            lambda compiled: SSMSTTEngine(folder, compile=compiled, device=str(self.device)),
+            compile=self.config.stt_compile and self.device.type == "cpu",
+            what="the recogniser's step", flag="--no-stt-compile", cold_s=30)
 
     async def drain(self) -> None:
         """Stop taking streams, tell the live ones to move, serve them up to ``grace_s``."""

@@ -93,17 +93,27 @@ def test_bad_data_sets_name_the_problem(tmp_path: Path) -> None:
         load_split(tmp_path / "d", "train")
 
 
+SMALL = dict(d_model=32, n_layers=1, d_state=8, headdim=16, batch_frames=400,
+             eval_every_steps=2, warmup_steps=1, progress=False)
+
+
+def _tiny_voice(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """The data set, a voice trained two steps on it and exported, and the sizes it trained at."""
+    from ssm_engine.tts.export import export_voice
+
+    data, run, voice = tmp_path / "data", tmp_path / "run", tmp_path / "voice"
+    _write_set(data)
+    train(TTSTrainConfig(data_dir=str(data), run_dir=str(run), max_steps=2, **SMALL))
+    export_voice(run, voice, data_dir=data, command="parley train tts (test)", checkpoint="last")
+    return data, voice, dict(SMALL)
+
+
 def test_fine_tune_with_the_spectrum_loss_starts_from_the_voice(tmp_path: Path) -> None:
     import torch
 
     from ssm_engine.tts.export import export_voice
 
-    data, run, voice = tmp_path / "data", tmp_path / "run", tmp_path / "voice"
-    _write_set(data)
-    small = dict(d_model=32, n_layers=1, d_state=8, headdim=16, batch_frames=400,
-                 eval_every_steps=2, warmup_steps=1, progress=False)
-    train(TTSTrainConfig(data_dir=str(data), run_dir=str(run), max_steps=2, **small))
-    export_voice(run, voice, data_dir=data, command="parley train tts (test)", checkpoint="last")
+    data, voice, small = _tiny_voice(tmp_path)
     start = TTSVoice.load(voice).model
     tuned = tmp_path / "tuned"
     res = train(TTSTrainConfig(data_dir=str(data), run_dir=str(tuned), max_steps=2, lr=1e-9,
@@ -138,12 +148,7 @@ def test_a_grown_voice_starts_as_the_voice_and_trains_its_new_layers(tmp_path: P
     from ssm_engine.tts.model import load_tts
     from ssm_engine.tts.train import _load_grown
 
-    data, run, voice = tmp_path / "data", tmp_path / "run", tmp_path / "voice"
-    _write_set(data)
-    small = dict(d_model=32, n_layers=1, d_state=8, headdim=16, batch_frames=400,
-                 eval_every_steps=2, warmup_steps=1, progress=False)
-    train(TTSTrainConfig(data_dir=str(data), run_dir=str(run), max_steps=2, **small))
-    export_voice(run, voice, data_dir=data, command="parley train tts (test)", checkpoint="last")
+    data, voice, small = _tiny_voice(tmp_path)
     start = load_tts(voice)
     grown_config = TTSConfig.from_dict({**start.config.to_dict(),
                                         "ssm": {**start.config.ssm, "n_layers": 3}})
