@@ -60,6 +60,13 @@ YES_NO_MIN_CONFIDENCE = 0.6
 On the held-out voices under a yes/no hint, 2 of the 3 wrong readings (0.49, 0.36) fall under it
 and one (0.71) does not; over yes/no and digit answers together 4 of 41 right ones fall under it
 (benchmarks/bench_stt_hints.py: the top reading's posterior, a little below the summed one)."""
+SPOTTED_MIN_SCORE = -1.0
+"""A keyword the recogniser spotted (``Recognition.spotted``: nats a phone against the free best
+path, at most 0) counts from this score up. On the agents' own keywords, spoken by the voices
+the recogniser never trained on, -1.0 finds 0.78 of the keywords said against the transcript's
+0.63, with a false alarm per clip for every ~200 keywords (benchmarks/bench_stt_spotting.py)."""
+SPOTTED_MARGIN = 0.25
+"""Two questions spotted within this many nats a phone of each other: neither is taken."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
 # what the recogniser listens for when a slot of each kind is asked (a text slot: anything)
 _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name": "name",
@@ -114,6 +121,16 @@ class Conversation:
             [k.question for k in spec.knowledge]
             + [t for task in spec.tasks for t in task.triggers if " " in t]
             + list(KEY_PHRASES)))
+        # what each keyword the recogniser may spot stands for: a knowledge item or a task
+        self._keyword_targets: dict[str, list[int | str]] = {}
+        for i, item in enumerate(spec.knowledge):
+            for k in item.keywords:
+                self._keyword_targets.setdefault(" ".join(words(k)), []).append(i)
+        for task in spec.tasks:
+            for k in task.triggers:
+                self._keyword_targets.setdefault(" ".join(words(k)), []).append(task.name)
+        self._keywords = tuple(k for k, targets in self._keyword_targets.items()
+                               if k and len(set(targets)) == 1)
         # built once (each normalises its phrases): after an answer, also a yes/no; digits too
         # where a number said at once starts a task ("What is your order number?"), a name
         # where an introduction does ("my name is ..." starts a message)
@@ -123,8 +140,10 @@ class Conversation:
         if self._introduction_task() is not None:
             idle_kinds.add("name")
         idle = frozenset(idle_kinds)
-        self._idle_hints = {False: Hints(expect=idle, phrases=self._phrases),
-                            True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases)}
+        self._idle_hints = {False: Hints(expect=idle, phrases=self._phrases,
+                                         keywords=self._keywords),
+                            True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases,
+                                        keywords=self._keywords)}
 
     def checkpoint(self) -> Checkpoint:
         """The dialogue's state now (where it is, the slots so far, its counters), for
@@ -164,7 +183,7 @@ class Conversation:
             kind = _SLOT_HINTS.get(self.spec.slot(task.slots[0]).kind)
             if kind is not None:
                 expect.add(kind)
-        return Hints(expect=frozenset(expect), phrases=self._phrases)
+        return Hints(expect=frozenset(expect), phrases=self._phrases, keywords=self._keywords)
 
     def hear(self, text: str, heard: Recognition | None = None) -> list[Action]:
         """A caller turn as the recognizer heard it; ``heard``, when the recogniser gives it,
@@ -289,11 +308,17 @@ class Conversation:
             if answer is False:
                 return [self._say(self.spec.messages.anything_else)]
         question = bool(ws) and ws[0] in QUESTION_WORDS and len(ws) >= 3
+        # nothing in the words (no question, task or yes/no): a keyword the recogniser spotted
+        # in the sound may still say what the caller asked for ("do day city answer", and
+        # "insurance" spotted)
+        spotted = (self._spotted_target() if kb is None and task is None and number_task is None
+                   and yes_or_no(text) is None else None)
         if kb is None and number_task is None and (
                 (task is not None and self._asks_beyond_tasks(ws))
-                or (task is None and question)):
+                or (task is None and question and spotted is None)):
             return self._cannot_answer()
-        if kb is None and number_task is None and task is None and self._asks_for_more(ws):
+        if kb is None and number_task is None and task is None and spotted is None \
+                and self._asks_for_more(ws):
             return self._cannot_answer(self.spec.messages.cannot_do)
         if self._asked_anything_else and task is None and number_task is None and kb is None:
             answer = self._yes_no(text)
@@ -302,6 +327,13 @@ class Conversation:
             if answer is True:
                 self._asked_anything_else = False
                 return [self._say("Sure. What can I help you with?")]
+        if spotted is not None:
+            self._misses = 0
+            keyword, target = spotted
+            if isinstance(target, int):
+                item = self.spec.knowledge[target]
+                return self._answer(f"I think you asked about {keyword}. {item.answer}")
+            return self._start_task(next(t for t in self.spec.tasks if t.name == target), "")
         strong = self._knowledge.questions.search(text, min_coverage=0.75)
         if kb is not None and (strong is not None or task is None
                                or self._explained_by(task, ws, kb)) and number_task is None:
@@ -318,6 +350,28 @@ class Conversation:
             return [self._say(f"{self.spec.messages.not_understood} "
                               f"{self.spec.messages.offer_transfer}")]
         return [self._say(self.spec.messages.not_understood)]
+
+    def _spotted_target(self) -> tuple[str, int | str] | None:
+        """What the keywords spotted in this turn point to (a knowledge item's index or a task's
+        name), with the keyword that scored best for it; None when nothing was spotted from
+        ``SPOTTED_MIN_SCORE`` up, or two things were spotted about equally (then the caller is
+        asked again, not answered at a guess)."""
+        heard = self._heard
+        if heard is None or not heard.spotted:
+            return None
+        best: dict[int | str, tuple[float, str]] = {}
+        for keyword, score in heard.spotted:
+            targets = set(self._keyword_targets.get(" ".join(words(keyword)), ()))
+            if score < SPOTTED_MIN_SCORE or len(targets) != 1:
+                continue
+            target = targets.pop()
+            if target not in best or score > best[target][0]:
+                best[target] = (score, keyword)
+        ranked = sorted(best.items(), key=lambda kv: kv[1][0], reverse=True)
+        if not ranked or (len(ranked) > 1 and ranked[0][1][0] - ranked[1][1][0] < SPOTTED_MARGIN):
+            return None
+        target, (_, keyword) = ranked[0]
+        return keyword, target
 
     def _explained_by(self, task: TaskSpec, ws: list[str], kb: int) -> bool:
         """Whether every trigger of ``task`` heard in ``ws`` is one of knowledge item ``kb``'s

@@ -257,6 +257,16 @@ class SttHints:
 
     expect: tuple[str, ...] = ()
     phrases: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+
+
+def _strings(msg: dict, name: str, most: int, longest: int) -> tuple[str, ...]:
+    value = msg.get(name, [])
+    if (not isinstance(value, list) or len(value) > most
+            or any(not isinstance(p, str) or len(p) > longest for p in value)):
+        raise WireError(f"hints.{name} must be a list of at most {most} strings of at most "
+                        f"{longest} characters")
+    return tuple(value)
 
 
 def parse_stt_text(raw: str) -> SttFinalize | SttEnd | SttHints:
@@ -269,25 +279,40 @@ def parse_stt_text(raw: str) -> SttFinalize | SttEnd | SttHints:
     msg = _obj(raw)
     if msg.get("type") != "hints":
         raise WireError(f"unknown message {raw!r:.60}: expected 'finalize', 'done', 'close' or a hints object")
-    expect, phrases = msg.get("expect", []), msg.get("phrases", [])
+    expect = msg.get("expect", [])
     if not isinstance(expect, list) or any(k not in HINT_KINDS for k in expect):
         raise WireError(f"hints.expect must be a list of {', '.join(HINT_KINDS)}, got {expect!r:.60}")
-    if (not isinstance(phrases, list) or len(phrases) > 64
-            or any(not isinstance(p, str) or len(p) > 200 for p in phrases)):
-        raise WireError("hints.phrases must be a list of at most 64 strings of at most 200 characters")
-    return SttHints(tuple(expect), tuple(phrases))
+    return SttHints(tuple(expect), _strings(msg, "phrases", 64, 200),
+                    _strings(msg, "keywords", 128, 60))
 
 
 def stt_transcript(text: str, *, is_final: bool, request_id: str, duration_s: float,
-                   confidence: float | None = None) -> str:
+                   confidence: float | None = None,
+                   spotted: tuple[tuple[str, float], ...] = ()) -> str:
     """A transcript event. ``words`` carries the words without times: parley's recogniser does
-    not align its words to the audio (``start``/``end`` are absent, not invented)."""
+    not align its words to the audio (``start``/``end`` are absent, not invented). ``spotted``
+    (parley's addition, finals only): the hinted keywords heard, with their scores."""
     msg: dict[str, Any] = {"type": "transcript", "request_id": request_id, "text": text,
                            "is_final": is_final, "duration": round(duration_s, 3), "language": "en",
                            "words": [{"word": w} for w in text.split()]}
     if confidence is not None and math.isfinite(confidence):
         msg["confidence"] = round(confidence, 4)
+    if spotted:
+        msg["spotted"] = [{"keyword": k, "score": round(v, 3)} for k, v in spotted]
     return _dumps(msg)
+
+
+def parse_spotted(event: dict) -> tuple[tuple[str, float], ...]:
+    """A final transcript event's ``spotted`` keywords; what is not well formed is left out."""
+    items = event.get("spotted")
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for item in items[:128]:
+        if isinstance(item, dict) and isinstance(k := item.get("keyword"), str) \
+                and isinstance(v := item.get("score"), (int, float)) and math.isfinite(v):
+            out.append((k[:60], float(v)))
+    return tuple(out)
 
 
 def stt_flush_done(request_id: str) -> str:

@@ -141,7 +141,8 @@ class SttSession:
                     await self._finalize(self._finalize_at.popleft())
                 elif isinstance(item, SttHints):
                     try:
-                        self._hints = Hints(expect=frozenset(item.expect), phrases=item.phrases)
+                        self._hints = Hints(expect=frozenset(item.expect), phrases=item.phrases,
+                                            keywords=item.keywords)
                     except SSMEngineError as exc:
                         await self._send(stt_error(f"bad hints: {exc}", self.request_id))
                 else:                                   # SttEnd: the final, then done
@@ -202,7 +203,8 @@ class SttSession:
             rec = utt.recognition
             await self._send(stt_transcript(utt.text, is_final=True, request_id=self.request_id,
                                             duration_s=self._utt_samples / self._rate,
-                                            confidence=rec.confidence if rec is not None else None))
+                                            confidence=rec.confidence if rec is not None else None,
+                                            spotted=rec.spotted if rec is not None else ()))
             self._metrics.final_ms.labels("stt").observe((time.perf_counter() - asked_s) * 1000)
             self._hints = NO_HINTS                    # hints are for one turn
         if flush:

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.engines.replicas import Replicas
 from pipeline.errors import AudioFormatError, EngineUnavailableError
-from pipeline.model_wire import STT_PATH, STT_RATES_HZ
+from pipeline.model_wire import STT_PATH, STT_RATES_HZ, parse_spotted
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
 __all__ = ["RemoteRecognizerEngine", "RemoteRecognizerUtterance"]
@@ -177,7 +177,8 @@ class RemoteRecognizerUtterance:
         try:
             if self._hints:
                 await ws.send_str(json.dumps({"type": "hints", "expect": sorted(self._hints.expect),
-                                              "phrases": list(self._hints.phrases)}))
+                                              "phrases": list(self._hints.phrases),
+                                              "keywords": list(self._hints.keywords)[:128]}))
             sent, finalized = 0, False
             while not reader.done():
                 while sent < len(self._audio):      # what came meanwhile (a replay: all of it) in one message
@@ -220,7 +221,8 @@ class RemoteRecognizerUtterance:
                 self._heard = event.get("text", "")
             elif kind == "transcript":
                 if not self._final.done():
-                    self._final.set_result(Recognition(event.get("text", ""), event.get("confidence")))
+                    self._final.set_result(Recognition(event.get("text", ""), event.get("confidence"),
+                                                      spotted=parse_spotted(event)))
                 return True
             elif kind == "flush_done" and self._finishing:
                 if not self._final.done():        # nothing was heard: an empty final

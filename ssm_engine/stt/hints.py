@@ -4,6 +4,7 @@
     hints = Hints(expect=frozenset({"digits"}))                 # "What is your number?"
     hints = Hints(expect=frozenset({"name"}))                   # "May I have your name?"
     hints = Hints(phrases=("opening hours", "leave a message"))  # the agent's own intents
+    hints = Hints(keywords=("parking", "insurance"))            # spotted anywhere (spotting.py)
     dec = joint_search.stream(hints)                            # finals biased toward them
     result = dec.result()                                       # text, confidence, n-best
 
@@ -22,7 +23,10 @@ what the caller really said when that is something else. Kinds:
 - ``name``: the same with callers' names (``names.py``: common US first and last names, in
   the ways callers give them, "my name is sarah jones", "it's anna", "brown"): a name the word
   LM rarely saw is found, and of two said alike the commoner spelling wins;
-- ``phrases``: sentences the agent gives (its intents' key phrases, a menu's choices).
+- ``phrases``: sentences the agent gives (its intents' key phrases, a menu's choices);
+- ``keywords``: words or short phrases the agent acts on (its knowledge's keywords, its tasks'
+  triggers), spotted on the phone head anywhere in the utterance whatever the transcript says
+  (``spotting.py``); they change no transcript and come back in ``Recognition.spotted``.
 
 ``result()`` also gives each pooled sentence's posterior, ``exp(scale * score)`` normalised over
 the pool (``JointConfig.posterior_scale``): the final's confidence is the top one's, and an agent
@@ -60,6 +64,7 @@ class Hints:
 
     expect: frozenset[str] = frozenset()
     phrases: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
     bonus: float = 4.0               # nats a hinted sentence gains (see the module docstring)
 
     def __post_init__(self) -> None:
@@ -71,9 +76,11 @@ class Hints:
         object.__setattr__(self, "expect", frozenset(self.expect))
         norm = tuple(dict.fromkeys(p for p in (normalize_text(x) for x in self.phrases) if p))
         object.__setattr__(self, "phrases", norm)
+        keys = tuple(dict.fromkeys(k for k in (normalize_text(x) for x in self.keywords) if k))
+        object.__setattr__(self, "keywords", keys)
 
     def __bool__(self) -> bool:
-        return bool(self.expect or self.phrases)
+        return bool(self.expect or self.phrases or self.keywords)
 
     def sentences(self) -> tuple[str, ...]:
         """The fixed hinted sentences (digits and names come from their own searches)."""
@@ -90,12 +97,15 @@ NO_HINTS = Hints()
 class Recognition:
     """A final transcript with its confidence and the pool's best readings (text, posterior),
     best first; ``hinted`` when the top reading is one of the hinted sentences or digit strings.
-    ``confidence`` is None for decoders that score no alternatives (greedy, one head's beam)."""
+    ``confidence`` is None for decoders that score no alternatives (greedy, one head's beam).
+    ``spotted``: the hinted keywords found in the utterance, (keyword, score in nats a phone, at
+    most 0), best first (``spotting.py``); empty without keyword hints."""
 
     text: str
     confidence: float | None
     alternatives: tuple[tuple[str, float], ...] = field(default_factory=tuple)
     hinted: bool = False
+    spotted: tuple[tuple[str, float], ...] = field(default_factory=tuple)
 
 
 def digits_lm(seed: int = 7) -> NGramLM:

@@ -24,7 +24,8 @@ Per-turn hints (``hints.py``): ``stream(hints)`` adds the hinted sentences (yes/
 phrases) and the best strings of a grammar's own phone search (digit strings; callers' names,
 ``names.py``) to the pool, each scored as above plus the hint's bonus, a yes/no sentence with
 the grammar's prior and a grammar's string with its own LM (and lexicon) in place of the word
-LM; ``result()`` gives the final with each reading's posterior.
+LM; ``result()`` gives the final with each reading's posterior, and the hinted keywords spotted
+on the phone head anywhere in the utterance (``spotting.py``; they do not touch the transcript).
 
 Defaults were tuned on the development set of held-out voices (``data/stt/dev-lm``, 120 clips),
 never on the scored held-out manifest: over LM weight 0.8-1.6, word bonus 2-6, character weight
@@ -51,6 +52,7 @@ from .lm import BOS, EOS, NGramLM
 from .names import NameTable, names_lm
 from .phone_beam import PhoneBeamSearch
 from .phones import PHONE_BLANK, PHONES, Pronouncer
+from .spotting import KeywordSpotter, SpotConfig
 from .text import BLANK, VOCAB, encode
 from ..errors import ConfigError, SSMEngineError
 
@@ -113,6 +115,22 @@ class JointSearch:
         self._names: NameTable | None = None
         self._unavailable: dict[Grammar, str] = {}
         self._prons: dict[tuple[Grammar | None, str], list[int] | None] = {}
+        self._spotters: dict[tuple[str, ...], KeywordSpotter] = {}
+        self.spot_config = SpotConfig()
+
+    def spotter(self, keywords: tuple[str, ...]) -> KeywordSpotter:
+        """The keyword spotter for a hint's keywords (an agent sends the same few lists turn after
+        turn: each is built once)."""
+        spotter = self._spotters.get(keywords)
+        if spotter is None:
+            if len(self._spotters) > 64:
+                self._spotters.clear()
+            spotter = self._spotters[keywords] = KeywordSpotter(self.pronouncer, keywords,
+                                                                self.spot_config)
+            if spotter.skipped:
+                log.debug("keywords not spotted (unknown or under %d phones): %s",
+                          self.spot_config.min_phones, ", ".join(spotter.skipped))
+        return spotter
 
     def stream(self, hints: Hints = NO_HINTS) -> JointDecoder:
         """One utterance's decoder; ``hints`` bias its final (``hints.py``)."""
@@ -265,7 +283,14 @@ class JointDecoder:
         weights = [math.exp(scale * (s - top)) for _, s, _ in scored]
         total = sum(weights)
         alts = tuple((t, w / total) for (t, _, _), w in zip(scored[:n], weights[:n]))
-        return Recognition(scored[0][0], alts[0][1], alts, scored[0][2])
+        return Recognition(scored[0][0], alts[0][1], alts, scored[0][2], self.spotted())
+
+    def spotted(self) -> tuple[tuple[str, float], ...]:
+        """The hints' keywords spotted in the utterance so far, best first (``spotting.py``)."""
+        if not self.hints.keywords or not self._rows:
+            return ()
+        v = self.search.vocab_size
+        return self.search.spotter(self.hints.keywords).spot(torch.cat(self._rows)[:, v:])
 
     def _scored(self) -> list[tuple[str, float, bool]]:
         """Every pooled transcript with its joint score and whether it was hinted, best first."""

@@ -430,3 +430,63 @@ def test_a_request_in_words_the_agent_knows_is_not_called_impossible(receptionis
     place is not understood, not one it cannot help with."""
     reply = said(Conversation(receptionist, encoder).hear(heard))
     assert reply == receptionist.messages.not_understood
+
+
+def _heard(text: str, *spotted: tuple[str, float], confidence: float = 0.5):
+    from ssm_engine.stt.hints import Recognition
+
+    return Recognition(text, confidence, ((text, confidence),), spotted=tuple(spotted))
+
+
+def test_the_recogniser_is_asked_to_spot_the_agents_keywords(receptionist):
+    conv = Conversation(receptionist)
+    conv.start()
+    keywords = conv.expectation().keywords
+    assert {"parking", "insurance", "cigna", "take a message"} <= set(keywords)
+    conv.hear("i want to leave a message")                  # asking for a name: no keywords
+    assert conv.expectation().keywords == ()
+
+
+@pytest.mark.parametrize("heard, spotted, expected", [
+    # as the SSM recogniser heard these callers in bench_conversations, and what it spotted
+    ("do day city answer", [("insurance", -0.6), ("cigna", -0.9)], "I think you asked about insurance"),
+    ("in occur in", [("parking", -0.9)], "I think you asked about parking"),
+    ("ricky simmons", [("message", -0.5)], "Sure, I can take a message"),
+])
+def test_a_spotted_keyword_answers_a_turn_whose_words_said_nothing(receptionist, heard, spotted,
+                                                                   expected):
+    """Guards the insurance calls that came out "do day city answer" and got "I don't have the
+    answer to that" while the phone head had heard "insurance"."""
+    conv = Conversation(receptionist)
+    conv.start()
+    reply = said(conv.hear(heard, _heard(heard, *spotted)))
+    assert reply.startswith(expected), reply
+
+
+@pytest.mark.parametrize("spotted", [
+    [("parking", -1.2)],                                    # under SPOTTED_MIN_SCORE
+    [("parking", -0.9), ("address", -1.0)],                 # two questions heard about alike
+    [("parking", -0.9), ("park", -0.2), ("located", -0.3)],  # the same: the best of each counts
+    [],
+])
+def test_a_weak_or_split_spotting_is_not_acted_on(receptionist, spotted):
+    conv = Conversation(receptionist)
+    conv.start()
+    reply = said(conv.hear("in occur in", _heard("in occur in", *spotted)))
+    assert reply == receptionist.messages.not_understood
+
+
+def test_what_the_words_say_comes_before_what_was_spotted(receptionist):
+    conv = Conversation(receptionist)
+    conv.start()
+    reply = said(conv.hear("what are your opening hours",
+                           _heard("what are your opening hours", ("insurance", -0.1))))
+    assert "Monday to Friday" in reply and "I think" not in reply
+    # a sure "no" to "anything else?" ends the call whatever was spotted; an unsure one is
+    # asked again, not taken for the spotted question
+    cp = conv.checkpoint()
+    actions = conv.hear("no thank you", _heard("no thank you", ("parking", -0.1), confidence=0.9))
+    assert isinstance(actions[-1], EndCall)
+    conv.rollback(cp)
+    reply = said(conv.hear("no thank you", _heard("no thank you", ("parking", -0.1))))
+    assert reply == receptionist.messages.not_understood

@@ -238,6 +238,10 @@ async def test_stt_stream_finalize_gives_one_final_then_flush_done_and_bad_input
                 assert json.loads((await ws.receive(timeout=5)).data)["type"] == "error"
                 await ws.send_str('{"type": "hints", "expect": ["colour"]}')
                 assert "hints" in json.loads((await ws.receive(timeout=5)).data)["message"]
+                await ws.send_str('{"type": "hints", "keywords": ' + json.dumps(["x" * 61]) + "}")
+                assert "keywords" in json.loads((await ws.receive(timeout=5)).data)["message"]
+                # keywords to spot anywhere in the utterance: the final names those heard
+                await ws.send_str('{"type": "hints", "keywords": ["opening", "insurance"]}')
                 pcm = np.concatenate([np.zeros(rate // 2, np.int16), speech, np.zeros(rate // 2, np.int16)])
                 for i in range(0, len(pcm), 160):
                     await ws.send_bytes(pcm[i:i + 160].tobytes())
@@ -250,6 +254,8 @@ async def test_stt_stream_finalize_gives_one_final_then_flush_done_and_bad_input
                 finals = [e for e in events if e["type"] == "transcript" and e["is_final"]]
                 assert len(finals) == 1 and finals[0]["text"]
                 assert [w["word"] for w in finals[0]["words"]] == finals[0]["text"].split()
+                spotted = {item["keyword"]: item["score"] for item in finals[0]["spotted"]}
+                assert set(spotted) == {"opening"} and -1.0 <= spotted["opening"] <= 0.0, spotted
                 assert time.perf_counter() - t0 < 5
                 await ws.send_str("done")
                 assert json.loads((await ws.receive(timeout=5)).data)["type"] == "done"
