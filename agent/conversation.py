@@ -308,11 +308,13 @@ class Conversation:
             if answer is False:
                 return [self._say(self.spec.messages.anything_else)]
         question = bool(ws) and ws[0] in QUESTION_WORDS and len(ws) >= 3
-        # nothing in the words (no question, task or yes/no): a keyword the recogniser spotted
-        # in the sound may still say what the caller asked for ("do day city answer", and
-        # "insurance" spotted)
+        # nothing in the words (no question or task, no answer to a yes/no question just asked):
+        # a keyword the recogniser spotted in the sound may still say what the caller asked for
+        # ("do day city answer", and "insurance" spotted)
+        answers_yes_no = ((offered is not None or self._asked_anything_else)
+                          and yes_or_no(text) is not None)
         spotted = (self._spotted_target() if kb is None and task is None and number_task is None
-                   and yes_or_no(text) is None else None)
+                   and not answers_yes_no else None)
         if kb is None and number_task is None and (
                 (task is not None and self._asks_beyond_tasks(ws))
                 or (task is None and question and spotted is None)):

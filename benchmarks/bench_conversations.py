@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_conversations.py [--voices flite:slt espeak:en-us+f3]
         [--repeat 2] [--stt ssm whisper] [--quick] [--goals message order] [--keep-logs]
-        [--apart]
+        [--apart] [--caller scripted|listening]
 
 Each call has a goal a real caller would have: ask the opening hours, the address, parking or
 insurance, leave a message with a name and a 10-digit number (read back and confirmed, or
@@ -28,6 +28,19 @@ Scored from the server's call record (``GET /calls/{sid}``) and what the caller 
 - v2v p50/p95/p99: end of caller speech to the first agent audio byte.
 
 Prints one JSON line (per recogniser, and the SSM's score minus Whisper's).
+
+``--caller listening``: a caller who answers what the agent says instead of reading a fixed
+script, as a person does. The same goals, names and numbers: it opens with the script's first
+words; says "yes" to a read-back that is right and "no" to one that is wrong (then gives the
+value again when asked); gives its name, number or message when asked for them; presses 1 or 2
+when offered the keypad after an unsure yes/no; says its question again after "Sorry, I didn't
+catch that" (at most twice in a row) and after "anything else?" when its question has not been
+answered yet; says the script's last words once the goal is reached. It reads the agent's words
+from the server's live call record (a person hears them; the agent's own speech is issue 28's).
+A WAV voice says a repeated line anew (another rate and pitch, as a person would); flite's slt
+says it the same. The scores are as above, but yes/no understood is judged on each read-back the
+caller answered (kept after a "yes", asked again after a "no"), and ``turns`` counts what the
+caller said per call (p50/p95).
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from common import git_sha  # noqa: E402
 
+from agent.slots import digits_in  # noqa: E402
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
@@ -168,8 +182,121 @@ def _wav_steps(steps: list[str], voice_name: str, folder: Path, seed: int) -> li
     return out
 
 
+class ListeningCaller:
+    """A caller with ``script``'s goal who answers what the agent says (``--caller listening``;
+    the rules are in the module docstring). Called with the agent's last words; keeps the
+    bookkeeping the score needs."""
+
+    MAX_REPEATS = 2          # the same line said again in a row at most this often
+    MAX_ASKS = 3             # the caller's question, in all
+
+    def __init__(self, script: Script, voice_name: str, folder: Path, seed: int) -> None:
+        self.script, self.voice_name, self.folder, self.seed = script, voice_name, folder, seed
+        steps = script.steps
+        self.opener, self.closing = steps[0], steps[-1]
+        self.name = script.slots.get("name", "").lower()
+        self.digits = script.slots.get("phone") or script.slots.get("order_number") or ""
+        self.message = next((x for x in steps if x.startswith("please")), "please call me back")
+        # the number corrected: first a wrong number, as in the script
+        self.slip = steps[3] if script.goal == "message, number corrected" else None
+        self.said: list[str] = []
+        self.replies: list[str] = []
+        self.yes_no: list[bool] = []
+        self._answered: bool | None = None       # the last read-back's answer, judged next turn
+        self._asks = 0
+        self._closing = False
+        self._renditions = 0
+
+    def _reached(self) -> bool:
+        return bool(self.script.answer) and any(
+            self.script.answer.lower() in r.lower() for r in self.replies)
+
+    def _repeats(self, text: str) -> int:
+        n = 0
+        for x in reversed(self.said):
+            if x != text:
+                break
+            n += 1
+        return n
+
+    async def _say(self, text: str) -> CallerUtterance:
+        self.said.append(text)
+        if text == self.opener:
+            self._asks += 1
+        if text == self.closing:
+            self._closing = True
+        if self.voice_name.startswith("flite:"):
+            return CallerUtterance(text=text)
+        self._renditions += 1            # a line said again is said anew: another rate and pitch
+        utts = await asyncio.to_thread(_wav_steps, [text], self.voice_name, self.folder,
+                                       self.seed * 1000 + self._renditions)
+        return utts[0]
+
+    def _judge(self, h: str) -> None:
+        """Whether the agent understood the caller's last answer to a read-back."""
+        if self._answered is None:
+            return
+        if self._answered:
+            self.yes_no.append("sorry about that" not in h and "yes or a no" not in h)
+        else:
+            self.yes_no.append("sorry about that" in h or "trouble getting that right" in h)
+        self._answered = None
+
+    def _readback_right(self, h: str) -> bool:
+        if "name" in h:
+            return bool(self.name) and self.name in h
+        if "number" in h:
+            return digits_in(h) == self.digits
+        return True
+
+    async def __call__(self, heard: str) -> CallerUtterance | None:
+        h = heard.lower()
+        if not self.said:
+            return await self._say(self.opener)
+        self.replies.append(heard)
+        self._judge(h)
+        if self._closing:
+            return None
+        if "yes or a no" in h and "press 1" in h:       # unsure of the answer: the keypad
+            self._answered = right = self._readback_right(h)
+            return CallerUtterance(dtmf="1" if right else "2")
+        if "is that right" in h:
+            self._answered = right = self._readback_right(h)
+            return await self._say("yes" if right else "no")
+        if "your name" in h and self.name:
+            return await self._say(f"my name is {self.name}")
+        if self.digits and ("phone number" in h or "number to reach you" in h
+                            or "order number" in h):
+            if self.slip is not None and self.slip not in self.said:
+                return await self._say(self.slip)
+            return await self._say(_spoken(self.digits, random.Random(self.seed)))
+        if "pass on" in h:
+            return await self._say(self.message)
+        if "leave a message?" in h:
+            return await self._say("yes" if "message" in self.script.goal else "no")
+        if "put you through" in h:
+            return await self._say("yes" if self.script.transfer else "no")
+        unheard = any(k in h for k in ("didn't catch", "repeat that", "another way",
+                                       "still there"))
+        if self.script.answer and not self._reached() and self._asks < self.MAX_ASKS \
+                and (unheard or "anything else" in h):
+            return await self._say(self.opener)
+        if unheard and self._repeats(self.said[-1]) <= self.MAX_REPEATS:
+            return await self._say(self.said[-1])
+        return await self._say(self.closing)
+
+
 async def place(server: Server, script: Script, voice_name: str, folder: Path,
-                seed: int) -> dict:
+                seed: int, listening: bool = False) -> dict:
+    if listening:
+        caller = ListeningCaller(script, voice_name, folder, seed)
+        report = await run_call(CallerConfig(
+            url=server.url, auth_token=TOKEN, utterances=(), respond=caller, max_turns=14,
+            voice=voice_name.split(":", 1)[1] if voice_name.startswith("flite:") else "slt",
+            timeout_s=60 + 15 * 14, reply_timeout_s=25.0))
+        record = await _record(server, report.call_sid)
+        return score_listening(script, report, record, caller) | {
+            "voice": voice_name, "goal": script.goal, "agent": script.agent}
     if voice_name.startswith("flite:"):
         utts = tuple(CallerUtterance(text=s) for s in script.steps)
         flite_voice = voice_name.split(":", 1)[1]
@@ -184,7 +311,8 @@ async def place(server: Server, script: Script, voice_name: str, folder: Path,
                                             "agent": script.agent}
 
 
-def score(script: Script, report, record: dict) -> dict:
+def _goal(script: Script, record: dict) -> tuple[bool, list[bool], list[bool]]:
+    """From the server's record: the goal reached, each slot exactly right, each 10-digit one."""
     turns = record.get("turns", [])
     replies = [record.get("greeting", "")] + [t.get("agent_text", "") for t in turns]
     events = [e for t in turns for e in t.get("events", [])]
@@ -204,6 +332,29 @@ def score(script: Script, report, record: dict) -> dict:
         ok &= "hangup" in kinds or bool(record.get("end_reason"))
     slot_right = [slots.get(n) == v for n, v in script.slots.items()]
     phone = [slots.get(n) == v for n, v in script.slots.items() if len(v) == 10]
+    return bool(ok), slot_right, phone
+
+
+def score_listening(script: Script, report, record: dict, caller: ListeningCaller) -> dict:
+    turns = record.get("turns", [])
+    ok, slot_right, phone = _goal(script, record)
+    events = [e for t in turns for e in t.get("events", [])]
+    spoken = len(caller.said)
+    return {
+        "success": ok, "slots_right": slot_right, "phone_right": phone, "yes_no": caller.yes_no,
+        "false_turn_ends": max(0, len(turns) - spoken - report.dtmf_sent),
+        "continued": sum(e.get("kind") == "continued" for e in events),
+        "v2v_ms": [t.v2v_ms for t in report.turns if t.v2v_ms is not None],
+        "heard": [t.get("user_text", "") for t in turns],
+        "said": caller.said, "turns": spoken + report.dtmf_sent,
+    }
+
+
+def score(script: Script, report, record: dict) -> dict:
+    turns = record.get("turns", [])
+    replies = [record.get("greeting", "")] + [t.get("agent_text", "") for t in turns]
+    events = [e for t in turns for e in t.get("events", [])]
+    ok, slot_right, phone = _goal(script, record)
     # a turn cut at a comma shifts the server's turns after it: the answer to step k's read-back
     # is the first turn from k on (within the extra turns) that follows an "Is that right?"
     extra = max(0, len(turns) - len(script.steps))
@@ -251,6 +402,8 @@ def summarise(rows: list[dict]) -> dict:
         "v2v_ms": _pct([v for r in rows for v in r["v2v_ms"]]),
         "by_goal": {g: rate([r["success"] for r in rows if r["goal"] == g])
                     for g in dict.fromkeys(r["goal"] for r in rows)},
+        **({"turns": {k: v for k, v in _pct([r["turns"] for r in rows]).items() if k != "p99"}}
+           if rows and "turns" in rows[0] else {}),
     }
 
 
@@ -284,7 +437,8 @@ async def main_async(args: argparse.Namespace) -> dict:
         n = 0
         for i, script in enumerate(all_scripts):
             for voice_name in args.voices:
-                calls = [place(servers[(stt, script.agent)], script, voice_name, wavs, i)
+                calls = [place(servers[(stt, script.agent)], script, voice_name, wavs, i,
+                               args.caller == "listening")
                          for stt in args.stt]
                 if args.apart:       # one server busy at a time: each latency is its own
                     rows = [await c for c in calls]
@@ -304,7 +458,8 @@ async def main_async(args: argparse.Namespace) -> dict:
         if not args.keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
     out: dict = {"bench": "conversations", "voices": args.voices, "seed": args.seed,
-                 "calls_placed": "apart" if args.apart else "together", "git": git_sha()}
+                 "calls_placed": "apart" if args.apart else "together", "caller": args.caller,
+                 "git": git_sha()}
     for stt, rows in results.items():
         out[stt] = summarise(rows)
         out[f"{stt}_failures"] = [{"goal": r["goal"], "voice": r["voice"], "said": r["said"],
@@ -336,6 +491,10 @@ def main(argv: list[str] | None = None) -> int:
                     "of to all at once: on a small machine Whisper's decode of a turn takes a "
                     "core while the SSM server answers it, and the SSM's latency then measures "
                     "the neighbour (task scores are the same either way; the run takes longer)")
+    ap.add_argument("--caller", choices=["scripted", "listening"], default="scripted",
+                    help="scripted: each call's lines in a fixed order, whatever the agent says "
+                    "(the runs in RESULTS before the 30th session); listening: a caller who "
+                    "answers what the agent says, with the same goals (see above)")
     ap.add_argument("--keep-logs", action="store_true",
                     help="keep the servers' logs and the callers' WAVs (the folder is printed)")
     args = ap.parse_args(argv)

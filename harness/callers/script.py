@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -66,6 +66,11 @@ class CallerUtterance:
         return self.text if self.text is not None else str(self.wav)
 
 
+Responder = Callable[[str], Awaitable["CallerUtterance | None"]]
+"""A caller who listens (``CallerConfig.respond``): given the agent's last words (the greeting,
+then each reply, as the server's call record has them), what to say or key next; None hangs up."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallerConfig:
     url: str
@@ -85,6 +90,10 @@ class CallerConfig:
     # POST {calls base}/twilio/voice (signed) before the stream, as Twilio does: parley takes a
     # stream only for a call its webhook answered moments before. False for servers without one.
     webhook: bool = True
+    # instead of ``utterances`` in order: ask ``respond`` for each next step, at most
+    # ``max_turns`` times (a caller who answers what the agent said, not a fixed script)
+    respond: Responder | None = field(default=None, hash=False, compare=False)
+    max_turns: int = 12
 
     def __post_init__(self) -> None:
         if urlsplit(self.url).scheme not in ("ws", "wss"):
@@ -95,6 +104,8 @@ class CallerConfig:
             raise ValueError("barge_in_ms and gap_ms must be >= 0")
         if self.linger_s < 0:
             raise ValueError("linger_s must be >= 0")
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be >= 1")
         for name in ("timeout_s", "greeting_quiet_s", "reply_timeout_s", "io_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -108,6 +108,7 @@ class TwilioCaller:
         self._last_media_t = float("-inf")
         self._last_echo_t = float("-inf")
         self._counts: collections.Counter[str] = collections.Counter()
+        self._words_seen = ""  # the agent's last words as a listening caller last read them
 
     # --- public ---------------------------------------------------------------------------------
 
@@ -188,6 +189,9 @@ class TwilioCaller:
 
     async def _script(self, audio: list[bytes | None]) -> None:
         cfg = self._cfg
+        if cfg.respond is not None:
+            await self._converse()
+            return
         await self._wait_greeting()
         prev: TurnState | None = None
         keys_sent_t: float | None = None  # when the last key of a run of DTMF was pressed
@@ -227,6 +231,63 @@ class TwilioCaller:
         if cfg.linger_s > 0:  # stay on the line: the agent may hang up first
             await self._wait_until(self._closed.is_set, cfg.linger_s)
         await self._hang_up()
+
+    async def _converse(self) -> None:
+        """A caller who listens: each step is ``respond``'s answer to what the agent last said."""
+        cfg = self._cfg
+        assert cfg.respond is not None
+        await self._wait_greeting()
+        for _ in range(cfg.max_turns):
+            if self._closed.is_set():
+                break
+            utt = await cfg.respond(await self._agent_words())
+            if utt is None or self._closed.is_set():
+                break
+            if utt.dtmf is not None:
+                sent = asyncio.get_running_loop().time()
+                if await self._send(Dtmf(self._next_seq(), self.stream_sid, utt.dtmf)):
+                    self._counts["dtmf_sent"] += 1
+                if await self._wait_until(lambda sent=sent: self._last_media_t > sent or self._closed.is_set(),
+                                          KEYS_ANSWER_S):
+                    await self._wait_agent_done(None)
+                continue
+            if utt.raw is not None:
+                raise CallerError("a listening caller speaks or keys; it sends no raw frames")
+            mulaw = await load_utterance_audio(utt, cfg.voice, 4 * cfg.io_timeout_s)
+            assert mulaw is not None
+            turn = TurnState(index=len(self._turns) + 1, caller_said=utt.label)
+            await self._speak(turn, mulaw)
+            await self._wait_agent_done(turn)
+        await self._hang_up()
+
+    async def _agent_words(self) -> str:
+        """What the agent said last, from the server's live call record: its last reply, or the
+        greeting before any; "" when the record cannot be read. A reply to keys joins the turn
+        before it in the record: only what was added since the last step is given (the whole
+        reply again when nothing was)."""
+        words = await self._agent_record_words()
+        seen, self._words_seen = self._words_seen, words
+        if seen and words.startswith(seen) and words != seen:
+            return words[len(seen):].strip()
+        return words
+
+    async def _agent_record_words(self) -> str:
+        cfg = self._cfg
+        url = f"{cfg.calls_url_base}/calls/{self.call_sid}"
+        headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, url, {})}
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.io_timeout_s)) as session:
+                async with session.get(url, headers=headers) as resp:
+                    data = await resp.json(content_type=None) if resp.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.warning("[%s] could not read the live call record: %s", self.call_sid, exc)
+            return ""
+        turns = data.get("turns") if isinstance(data, dict) else None
+        for t in reversed(turns if isinstance(turns, list) else []):
+            if isinstance(t, dict) and isinstance(t.get("agent_text"), str) and t["agent_text"]:
+                return t["agent_text"]
+        greeting = data.get("greeting") if isinstance(data, dict) else None
+        return greeting if isinstance(greeting, str) else ""
 
     async def _hang_up(self) -> None:
         self._stop_clock = True

@@ -452,6 +452,8 @@ def test_the_recogniser_is_asked_to_spot_the_agents_keywords(receptionist):
     ("do day city answer", [("insurance", -0.6), ("cigna", -0.9)], "I think you asked about insurance"),
     ("in occur in", [("parking", -0.9)], "I think you asked about parking"),
     ("ricky simmons", [("message", -0.5)], "Sure, I can take a message"),
+    # a yes word in a turn that answers no yes/no question is no answer
+    ("you you take again sure and", [("insurance", -0.02)], "I think you asked about insurance"),
 ])
 def test_a_spotted_keyword_answers_a_turn_whose_words_said_nothing(receptionist, heard, spotted,
                                                                    expected):

@@ -391,6 +391,27 @@ def test_cli_keeps_the_script_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+async def test_a_listening_caller_answers_what_the_agent_said_last() -> None:
+    """``respond``: each step is chosen from the agent's last words, read from the live record
+    (the greeting before any turn: this server's record has none, so ""); None hangs up."""
+    heard: list[str] = []
+
+    async def respond(words: str) -> CallerUtterance | None:
+        heard.append(words)
+        steps = {1: CallerUtterance(text="Hello there."), 2: CallerUtterance(dtmf="1"),
+                 3: CallerUtterance(text="Thank you.")}
+        return steps.get(len(heard))
+
+    async with FakeServer(reply_ms=[300, 300]) as server:
+        report = await run_call(CallerConfig(webhook=False, url=server.ws_url, utterances=(),
+                                             auth_token=TOKEN, respond=respond, timeout_s=30))
+    # after the key the agent said nothing new: its last words are still the first reply
+    assert heard == ["", "reply 1", "reply 1", "reply 2"]
+    assert server.dtmf == ["1"] and report.dtmf_sent == 1
+    assert [t.caller_said for t in report.turns] == ["Hello there.", "Thank you."]
+    assert all(t.v2v_ms is not None for t in report.turns) and server.stop_received
+
+
 def test_config_and_utterance_validation() -> None:
     with pytest.raises(ValueError):
         CallerUtterance()
@@ -402,6 +423,8 @@ def test_config_and_utterance_validation() -> None:
         CallerConfig(url="http://127.0.0.1/x", utterances=(), auth_token="t")
     with pytest.raises(ValueError):
         CallerConfig(url="ws://127.0.0.1/x", utterances=(), auth_token="")
+    with pytest.raises(ValueError, match="max_turns"):
+        CallerConfig(url="ws://127.0.0.1/x", utterances=(), auth_token="t", max_turns=0)
 
 
 def test_turn_line_nulls() -> None:
