@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Transfer
-from agent.phrases import GENERIC, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
+from agent.phrases import GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
 from agent.phrases import has_any, request_end, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
 from agent.retrieval import STOPWORDS, stem, words
@@ -68,6 +68,7 @@ the recogniser never trained on, -1.0 finds 0.78 of the keywords said against th
 SPOTTED_MARGIN = 0.25
 """Two questions spotted within this many nats a phone of each other: neither is taken."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
+_HANDOFF = "\x00handoff"     # a spotted keyword's target: a person (no task has this name)
 # what the recogniser listens for when a slot of each kind is asked (a text slot: anything)
 _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name": "name",
                                     "yes_no": "yes_no"}
@@ -129,6 +130,9 @@ class Conversation:
         for task in spec.tasks:
             for k in task.triggers:
                 self._keyword_targets.setdefault(" ".join(words(k)), []).append(task.name)
+        if spec.handoffs:                  # "person", "operator": offered a person, not put through
+            for k in HUMAN_STRONG:
+                self._keyword_targets.setdefault(k, []).append(_HANDOFF)
         self._keywords = tuple(k for k, targets in self._keyword_targets.items()
                                if k and len(set(targets)) == 1)
         # built once (each normalises its phrases): after an answer, also a yes/no; digits too
@@ -335,6 +339,9 @@ class Conversation:
             if isinstance(target, int):
                 item = self.spec.knowledge[target]
                 return self._answer(f"I think you asked about {keyword}. {item.answer}")
+            if target == _HANDOFF:
+                self.state = State.OFFERED_TRANSFER
+                return [self._say(self.spec.messages.offer_transfer)]
             return self._start_task(next(t for t in self.spec.tasks if t.name == target), "")
         strong = self._knowledge.questions.search(text, min_coverage=0.75)
         if kb is not None and (strong is not None or task is None

@@ -454,6 +454,8 @@ def test_the_recogniser_is_asked_to_spot_the_agents_keywords(receptionist):
     ("ricky simmons", [("message", -0.5)], "Sure, I can take a message"),
     # a yes word in a turn that answers no yes/no question is no answer
     ("you you take again sure and", [("insurance", -0.02)], "I think you asked about insurance"),
+    # a person spotted is offered, not put through at a guess
+    ("can acosta recently", [("person", -0.4)], "Would you like me to put you through to a person?"),
 ])
 def test_a_spotted_keyword_answers_a_turn_whose_words_said_nothing(receptionist, heard, spotted,
                                                                    expected):
