@@ -23,8 +23,10 @@ other, and the one with ``continue: false`` (an empty one is a flush) ends it wi
 STT, ``/stt/websocket?model=&language=&encoding=&sample_rate=[&vad=off]`` (binary audio in, JSON out)::
 
     client: binary audio; text "finalize" (end of the caller's turn), "done" or "close" (end
-            of the stream); parley's own: {"type": "hints", "expect": [...], "phrases": [...]}
+            of the stream); parley's own: {"type": "hints", "expect": [...], "phrases": [...],
+            "keywords": [...]} (for the next utterance)
     server: {"type": "transcript", "text", "is_final", "words": [...], "request_id", ...}
+            (a final after keyword hints: "spotted": [{"keyword", "score"}, ...])
             {"type": "flush_done"} after the final that a "finalize" asked for
             {"type": "done"} before closing
             {"type": "error", "message"}
