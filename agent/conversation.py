@@ -63,8 +63,9 @@ and one (0.71) does not; over yes/no and digit answers together 4 of 41 right on
 SPOTTED_MIN_SCORE = -1.0
 """A keyword the recogniser spotted (``Recognition.spotted``: nats a phone against the free best
 path, at most 0) counts from this score up. On the agents' own keywords, spoken by the voices
-the recogniser never trained on, -1.0 finds 0.78 of the keywords said against the transcript's
-0.63, with a false alarm per clip for every ~200 keywords (benchmarks/bench_stt_spotting.py)."""
+the recogniser never trained on, -1.0 finds 0.75 of the keywords said against the transcript's
+0.60, with a false alarm per clip for every ~200 keywords (benchmarks/bench_stt_spotting.py), so
+it is used only where the words gave nothing."""
 SPOTTED_MARGIN = 0.25
 """Two questions spotted within this many nats a phone of each other: neither is taken."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
