@@ -102,11 +102,12 @@ def _heads(model, x: np.ndarray) -> torch.Tensor:
     return torch.cat([torch.log_softmax(chars[0], -1), torch.log_softmax(phones[0], -1)], dim=1)
 
 
-def run_part(name: str, clips: list[tuple[np.ndarray, str]], keywords: list[str], model,
+def run_part(clips: list[tuple[np.ndarray, str]], keywords: list[str], model,
              search: JointSearch, lexicon: Pronouncer, thresholds: list[float],
              extra: dict[str, list[str]] | None = None) -> dict:
     spotter = KeywordSpotter(lexicon, keywords, SpotConfig(threshold=min(thresholds)))
     kws = spotter.keywords
+    kw_set = set(kws)
     by_threshold = {t: Scorer(kws) for t in thresholds}
     free = Scorer(kws)
     others = {k: Scorer(kws) for k in (extra or {})}
@@ -116,14 +117,14 @@ def run_part(name: str, clips: list[tuple[np.ndarray, str]], keywords: list[str]
         rows = _heads(model, x)
         dec = search.stream()
         dec.push(rows)
-        free.add(ref, contained(dec.result().text, set(kws)))
+        free.add(ref, contained(dec.result().text, kw_set))
         t0 = time.perf_counter()
         scores = spotter.scores(rows[:, v:])
         spot_ms.append((time.perf_counter() - t0) * 1000)
         for t, scorer in by_threshold.items():
             scorer.add(ref, {w for w, s in scores.items() if s >= t})
         for k, hyps in (extra or {}).items():
-            others[k].add(ref, contained(normalize_text(hyps[i]), set(kws)))
+            others[k].add(ref, contained(normalize_text(hyps[i]), kw_set))
     return {"clips": len(clips), "keywords": len(kws), "skipped_keywords": len(spotter.skipped),
             "ssm_free_final": free.report(),
             **{f"{k}_transcript": s.report() for k, s in others.items()},
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_whisper:
         result = evaluate("whisper", args.manifest)
         extra["whisper"] = [hyp for _, _, _, hyp in result.utterances]
-    report["people"] = run_part("people", people, words, model, search, lexicon, args.thresholds,
+    report["people"] = run_part(people, words, model, search, lexicon, args.thresholds,
                                 extra)
 
     if args.voices:
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 y = phone_channel(pcm, rate, 8000, "mulaw").astype(np.float32) / 32768.0
                 calls.append((np.concatenate([np.zeros(1600, np.float32), y,
                                               np.zeros(2400, np.float32)]), normalize_text(s)))
-        report["calls"] = run_part("calls", calls, list(dict.fromkeys(keywords)), model, search,
+        report["calls"] = run_part(calls, list(dict.fromkeys(keywords)), model, search,
                                    lexicon, args.thresholds)
         report["calls"]["voices"] = args.voices
     print(json.dumps(report))

@@ -266,6 +266,19 @@ def validate_record(data: Any) -> dict[str, Any]:
     return {"call_sid": data.get("call_sid"), "turns": turns, "ended": data["ended"]}
 
 
+async def get_call_record(session: aiohttp.ClientSession, cfg: CallerConfig,
+                          call_sid: str) -> Any:
+    """One signed GET of ``{calls base}/calls/{sid}`` -> its JSON as sent, or None (with a
+    warning) for an HTTP error. aiohttp's errors and a body that is not JSON propagate."""
+    url = f"{cfg.calls_url_base}/calls/{call_sid}"
+    headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, url, {})}
+    async with session.get(url, headers=headers) as resp:
+        if resp.status != 200:
+            log.warning("[%s] GET %s -> HTTP %d", call_sid, url, resp.status)
+            return None
+        return await resp.json(content_type=None)
+
+
 async def fetch_call_record(cfg: CallerConfig, call_sid: str) -> dict[str, Any] | None:
     """GET the server's record of the call; None (with a warning) if that fails."""
     url = f"{cfg.calls_url_base}/calls/{call_sid}"
@@ -274,12 +287,9 @@ async def fetch_call_record(cfg: CallerConfig, call_sid: str) -> dict[str, Any] 
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             for attempt in range(5):  # the server may still be closing the call
-                headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, url, {})}
-                async with session.get(url, headers=headers) as resp:
-                    if resp.status != 200:
-                        log.warning("[%s] GET %s -> HTTP %d", call_sid, url, resp.status)
-                        return None
-                    data = await resp.json(content_type=None)
+                data = await get_call_record(session, cfg, call_sid)
+                if data is None:
+                    return None
                 record = validate_record(data)
                 if record["ended"] or attempt == 4:
                     return record

@@ -55,7 +55,7 @@ from pipeline.audio.wav import write_wav
 from harness.callers.script import (
     FRAME_BYTES, FRAME_S, KEYS_ANSWER_S, DTMF_SPACING_S, POLL_S, REPORT_COUNTS, SAMPLE_RATE_HZ, STRAGGLER_GRACE_S,
     CallerConfig, CallerUtterance, CallReport, LatencyMs, TurnResult, TurnState,
-    fetch_call_record, load_utterance_audio,
+    fetch_call_record, get_call_record, load_utterance_audio,
 )
 from harness.callers.speaker import MarkedSpeaker
 from harness.errors import CallerError
@@ -273,12 +273,9 @@ class TwilioCaller:
 
     async def _agent_record_words(self) -> str:
         cfg = self._cfg
-        url = f"{cfg.calls_url_base}/calls/{self.call_sid}"
-        headers = {SIGNATURE_HEADER: compute_signature(cfg.auth_token, url, {})}
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.io_timeout_s)) as session:
-                async with session.get(url, headers=headers) as resp:
-                    data = await resp.json(content_type=None) if resp.status == 200 else {}
+                data = await get_call_record(session, cfg, self.call_sid)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.warning("[%s] could not read the live call record: %s", self.call_sid, exc)
             return ""

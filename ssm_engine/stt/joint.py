@@ -249,6 +249,7 @@ class JointDecoder:
         self._grammars = {k: search.grammar(k).stream() for k in _GRAMMARS
                           if k in hints.expect and search.has_grammar(k)}
         self._rows: list[torch.Tensor] = []
+        self._joined: torch.Tensor | None = None     # the rows as one tensor, made once a final
         self.frames = 0
 
     @property
@@ -267,6 +268,7 @@ class JointDecoder:
         for g in self._grammars.values():
             g.push(rows[:, v:])
         self._rows.append(rows)
+        self._joined = None                 # a new push: joined again when read
         self.frames += rows.shape[0]
 
     def nbest(self, n: int) -> list[tuple[str, float]]:
@@ -290,7 +292,14 @@ class JointDecoder:
         if not self.hints.keywords or not self._rows:
             return ()
         v = self.search.vocab_size
-        return self.search.spotter(self.hints.keywords).spot(torch.cat(self._rows)[:, v:])
+        return self.search.spotter(self.hints.keywords).spot(self._all_rows()[:, v:])
+
+    def _all_rows(self) -> torch.Tensor:
+        """Every frame pushed so far as one (T, V + P) tensor (the rescoring and the spotting
+        both read it: joined once)."""
+        if self._joined is None:
+            self._joined = torch.cat(self._rows)
+        return self._joined
 
     def _scored(self) -> list[tuple[str, float, bool]]:
         """Every pooled transcript with its joint score and whether it was hinted, best first."""
@@ -316,7 +325,7 @@ class JointDecoder:
             return []
         if self.frames == 0:
             return [(t, 0.0, t in marked) for t in free]
-        rows = torch.cat(self._rows)
+        rows = self._all_rows()
         v = search.vocab_size
         skip = math.log(cfg.blank_skip)
         char_scores = _ctc_scores(rows[:, :v], [encode(t) if t else [] for t in pool], BLANK,

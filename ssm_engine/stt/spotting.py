@@ -23,7 +23,8 @@ phones (short words fit somewhere in almost any utterance), are left out at cons
 named in ``skipped``.
 
 Everything is one numpy pass over the utterance for all keywords at once (states padded to the
-longest): about 1 ms per second of speech for thirty keywords.
+longest): 3.5-5.5 ms an utterance for the example agents' 68 keywords
+(benchmarks/bench_stt_spotting.py).
 """
 
 from __future__ import annotations
@@ -74,15 +75,13 @@ class KeywordSpotter:
             if not raw:
                 continue
             prons = _variants(pronouncer, raw)
-            if not prons or min(sum(i != WORD_BOUNDARY for i in p) for p in prons) \
-                    < self.config.min_phones:
+            if not prons or min(map(_phone_count, prons)) < self.config.min_phones:
                 self.skipped.append(raw)
                 continue
             variants += [(len(self.keywords), p) for p in prons]
             self.keywords.append(raw)
         self._owner = np.array([k for k, _ in variants], dtype=np.int64)
-        self._n_phones = np.array([sum(i != WORD_BOUNDARY for i in p) for _, p in variants],
-                                  dtype=np.float64)
+        self._n_phones = np.array([_phone_count(p) for _, p in variants], dtype=np.float64)
         self._build([p for _, p in variants])
 
     def _build(self, prons: list[list[int]]) -> None:
@@ -155,10 +154,17 @@ class KeywordSpotter:
         return tuple(sorted(hits, key=lambda kv: kv[1], reverse=True))
 
 
+def _phone_count(ids: list[int]) -> int:
+    """Phones in a keyword's id sequence, its word boundaries aside."""
+    return sum(i != WORD_BOUNDARY for i in ids)
+
+
+_INDEX = {p: i for i, p in enumerate(PHONES)}
+
+
 def _variants(pronouncer: Pronouncer, text: str) -> list[list[int]]:
     """Phone-id sequences for ``text``: each word's first two pronunciations, words joined by the
     boundary, at most MAX_VARIANTS; [] when a word has none."""
-    index = {p: i for i, p in enumerate(PHONES)}
     per_word = []
     for word in text.split():
         prons = pronouncer.prons(word) or pronouncer.compound_prons(word)
@@ -171,7 +177,7 @@ def _variants(pronouncer: Pronouncer, text: str) -> list[list[int]]:
         for pron in combo:
             if ids:
                 ids.append(WORD_BOUNDARY)
-            ids.extend(index[p] for p in pron)
+            ids.extend(_INDEX[p] for p in pron)
         out.append(ids)
         if len(out) >= MAX_VARIANTS:
             break

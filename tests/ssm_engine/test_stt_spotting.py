@@ -103,8 +103,7 @@ def test_short_and_unknown_keywords_are_left_out_and_named():
     spotter = KeywordSpotter(LEX, ["car", "parking", "zebra", "Parking!", ""])
     assert spotter.keywords == ["parking"]
     assert spotter.skipped == ["car", "zebra"]
-    assert spotter.scores(posteriors(say("K AA R"))) == {"parking": spotter.scores(
-        posteriors(say("K AA R")))["parking"]}
+    assert set(spotter.scores(posteriors(say("K AA R")))) == {"parking"}   # only what it spots
     with pytest.raises(ConfigError, match="phone log-probs"):
         spotter.scores(np.zeros((5, 3)))
     with pytest.raises(ConfigError, match="at most 0"):
