@@ -13,8 +13,9 @@ voice's number reading (:mod:`ssm_engine.tts.numbers`) all build on it, so it si
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-__all__ = ["normalize_text", "number_to_words", "ordinal_words"]
+__all__ = ["normalize_text", "number_to_words", "ordinal_words", "edit_distance"]
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
          "fifteen sixteen seventeen eighteen nineteen").split()
@@ -89,3 +90,14 @@ def normalize_text(text: str) -> str:
     t = _DROP_RE.sub("", t)
     t = re.sub(r"(?<![a-z])'|'(?![a-z])", "", t)     # quotes, not apostrophes inside words
     return " ".join(t.split())
+
+
+def edit_distance(ref: Sequence[object], hyp: Sequence[object]) -> int:
+    """Levenshtein distance (substitutions, insertions, deletions all cost 1)."""
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1]

@@ -96,6 +96,31 @@ def register_cli(subparsers: Any) -> None:
     p.set_defaults(func=_data_human)
 
     p = data.add_parser(
+        "people", help="recorded people to train on: the English voice acting of three games in "
+        "Debian main (run scripts/install-human-train first)",
+        description="Reads the spoken lines of Drascula, Flight of the Amazon Queen and Warzone "
+        "2100 (unpacked under --registry by scripts/install-human-train) with each line's words "
+        "from the game's own text, keeps a line only where Whisper tiny.en hears those words "
+        "(word error rate <= --max-disagreement; the words kept are the game's), and writes "
+        "each kept line --copies times through the phone channel at 8 kHz: a data set that "
+        "`parley data stt --merge` joins with synthetic ones. judged.tsv lists every line's "
+        "verdict. Never the development set's recordings, never the Asterisk prompts. "
+        "Example: parley data people --out data/stt/people --copies 3 --workers 2")
+    p.add_argument("--out", default="data/stt/people", help="output folder (default %(default)s)")
+    p.add_argument("--registry", default="data/registry/deb", help="where the packages are "
+                   "unpacked (default %(default)s; the installed system is read otherwise)")
+    p.add_argument("--copies", type=int, default=3, help="phone-channel renditions of each kept "
+                   "line (default %(default)s)")
+    p.add_argument("--judge", choices=("whisper", "none"), default="whisper",
+                   help="who checks each line's words were said (default %(default)s)")
+    p.add_argument("--max-disagreement", type=float, default=0.34, metavar="WER",
+                   help="keep a line when the judge's words differ from the game's by at most "
+                   "this word error rate (default %(default)s)")
+    p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_data_people)
+
+    p = data.add_parser(
         "names", help="the callers' names table the name hint listens for (Faker's US names, "
         "CMUdict's pronunciations)",
         description="Writes the table of common US first and last names, with how often people "
@@ -231,6 +256,23 @@ def _data_human(args: argparse.Namespace) -> int:
         print(f"{src['name']:<18} {src['package']:<32} {state}")
     print(f"{'total':<18} {'':<32} {summary['clips']} clips, {summary['seconds']} s, "
           f"{summary['words']} words -> {args.out}/human.tsv")
+    return 0
+
+
+def _data_people(args: argparse.Namespace) -> int:
+    from ..data.errors import DataError
+    from ..data.human_train import build_human_train, find_train_clips, whisper_judge
+
+    _logging()
+    clips = find_train_clips(args.registry)
+    if not clips:
+        raise DataError("no spoken lines found: run scripts/install-human-train first")
+    summary = build_human_train(args.out, clips, copies=args.copies, seed=args.seed,
+                                judge=whisper_judge if args.judge == "whisper" else None,
+                                max_disagreement=args.max_disagreement, workers=args.workers)
+    print(json.dumps({k: summary[k] for k in ("lines", "verdicts", "kept_minutes", "speakers")}))
+    print(f"{summary['splits']['train']['utterances']} clips, "
+          f"{summary['splits']['train']['hours']} h -> {args.out}/train.tsv")
     return 0
 
 

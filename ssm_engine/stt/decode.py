@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from .text import BLANK, VOCAB
+from ..words import edit_distance
 
 __all__ = ["greedy_decode", "StreamingGreedyDecoder", "edit_distance", "cer", "wer"]
 
@@ -53,17 +54,6 @@ class StreamingGreedyDecoder:
     def reset(self) -> None:
         self._ids.clear()
         self._prev = BLANK
-
-
-def edit_distance(ref: Sequence[object], hyp: Sequence[object]) -> int:
-    """Levenshtein distance (substitutions, insertions, deletions all cost 1)."""
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1]
 
 
 def cer(refs: Sequence[str], hyps: Sequence[str]) -> float:
