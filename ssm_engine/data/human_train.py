@@ -1,7 +1,7 @@
 """Recorded people to train on: the voice acting of three games Debian ships in its main section.
 
     clips = find_train_clips("data/registry/deb")               # -> [TrainClip, ...]
-    summary = build_human_train("data/stt/people", clips, copies=3, judge=whisper_judge())
+    summary = build_human_train("data/stt/people", clips, copies=3, judge=whisper_judge)
     parley data people --out data/stt/people                  # the same from the command line
 
 The recogniser trained on synthetic voices only and does not hear people (issue 22). The
