@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import struct
 import time
@@ -313,14 +314,15 @@ def _warzone(root: Path) -> list[TrainClip]:
             for n, t in sorted(words.items())]
 
 
-@lru_cache(maxsize=2)
-def _zip(path: Path) -> zipfile.ZipFile:
-    """An archive opened once a process (its directory is read once, not once a clip)."""
+@lru_cache(maxsize=4)
+def _zip(path: Path, pid: int) -> zipfile.ZipFile:
+    """An archive opened once a process (its directory is read once, not once a clip); keyed by
+    the process, so forked workers never share a file offset with their parent."""
     return zipfile.ZipFile(path)
 
 
 def _read_zip_audio(path: Path, member: str) -> tuple[np.ndarray, int]:
-    return _decode(_zip(path).read(member), f"{path}:{member}")
+    return _decode(_zip(path, os.getpid()).read(member), f"{path}:{member}")
 
 
 TRAIN_SOURCES: tuple[TrainSource, ...] = (
