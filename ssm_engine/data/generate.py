@@ -8,7 +8,8 @@ Writes ``train.tsv`` (8 kHz clips through the phone-channel augmentation), ``hel
 ``summary.json`` (hours per voice, the voices, the command's config). Work is spread over
 ``workers`` processes (2 by default: the build machines are small), with a tqdm progress bar.
 Each utterance has its own seed, so a data set is reproducible whatever the worker count.
-``merge(out_dir, [a, b])`` joins data sets (manifests and summaries) without copying audio.
+``merge(out_dir, [a, b])`` joins data sets (manifests and summaries) without copying audio;
+``max_per_voice`` caps each training voice's clips.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import multiprocessing
 import os
 import time
+import wave
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,31 +186,47 @@ def generate(cfg: GenerateConfig) -> dict:
     return summary
 
 
-def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
+def merge(out_dir: str | Path, sources: list[str | Path], max_per_voice: int | None = None,
+          seed: int = 0) -> dict:
     """Join data sets made by ``generate`` into ``out_dir`` (manifests only; the audio stays
-    where it is, referenced by relative path). Voices must not cross splits. -> summary."""
+    where it is, referenced by relative path). Voices must not cross splits. With
+    ``max_per_voice``, a training voice with more clips than that keeps that many, drawn at
+    random (``seed``) without replacement, so one prolific speaker (a game's hero, with
+    thousands of lines) does not outweigh the rest; its hours are then counted from the clips
+    kept. -> summary."""
+    if max_per_voice is not None and max_per_voice < 1:
+        raise DataError(f"max_per_voice must be at least 1, got {max_per_voice}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"merged_from": [str(s) for s in sources], "splits": {}}
+    if max_per_voice is not None:
+        summary["max_per_voice"] = {"clips": max_per_voice, "seed": seed}
     for split in ("train", "heldout"):
         rows, voice_rows = [], []
         per_voice: dict[str, float] = defaultdict(float)
-        utts = 0
         for src in map(Path, sources):
-            rows += read_manifest(src / f"{split}.tsv")
+            src_rows = read_manifest(src / f"{split}.tsv")
             vfile = src / f"{split}_voices.tsv"
-            if vfile.exists():
-                voice_rows += read_manifest(vfile)
+            src_voices = read_manifest(vfile) if vfile.exists() else []
             part = json.loads((src / "summary.json").read_text())["splits"][split]
-            utts += part["utterances"]
+            capped: set[str] = set()
+            if max_per_voice is not None and split == "train":
+                src_rows, src_voices, capped = _cap_per_voice(src, src_rows, src_voices,
+                                                              max_per_voice, seed)
+            rows += src_rows
+            voice_rows += src_voices
             for k, v in part["hours_per_voice"].items():
-                per_voice[k] += v
+                if k not in capped:
+                    per_voice[k] += v
+            for path, name in src_voices:
+                if name in capped:
+                    per_voice[name] += _wav_seconds(path) / 3600.0
         rel = [(os.path.relpath(p, out), t) for p, t in rows]
         write_manifest(out / f"{split}.tsv", rel)
         write_manifest(out / f"{split}_voices.tsv", [(os.path.relpath(p, out), v)
                                                      for p, v in voice_rows])
         summary["splits"][split] = {
-            "utterances": utts, "hours": round(sum(per_voice.values()), 3),
+            "utterances": len(rows), "hours": round(sum(per_voice.values()), 3),
             "hours_per_voice": {k: round(v, 3) for k, v in sorted(per_voice.items())}}
     both = set(summary["splits"]["train"]["hours_per_voice"]) & set(
         summary["splits"]["heldout"]["hours_per_voice"])
@@ -216,3 +234,31 @@ def merge(out_dir: str | Path, sources: list[str | Path]) -> dict:
         raise DataError(f"voices in both splits after merging: {sorted(both)}")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _cap_per_voice(src: Path, rows: list, voices: list, cap: int, seed: int
+                   ) -> tuple[list, list, set[str]]:
+    """Keep at most ``cap`` rows of each voice (a seeded draw, order kept). -> rows, voice
+    rows, the voices that lost rows."""
+    if len(voices) != len(rows) or any(a != b for (a, _), (b, _) in zip(rows, voices)):
+        raise DataError(f"{src}: train_voices.tsv does not list train.tsv's clips in order; "
+                        "cannot cap clips per voice")
+    by_voice: dict[str, list[int]] = defaultdict(list)
+    for i, (_, name) in enumerate(voices):
+        by_voice[name].append(i)
+    rng = np.random.default_rng(seed)
+    keep: list[int] = []
+    capped: set[str] = set()
+    for name in sorted(by_voice):
+        idx = by_voice[name]
+        if len(idx) > cap:
+            capped.add(name)
+            idx = sorted(rng.choice(idx, size=cap, replace=False).tolist())
+        keep += idx
+    keep.sort()
+    return [rows[i] for i in keep], [voices[i] for i in keep], capped
+
+
+def _wav_seconds(path: Path) -> float:
+    with wave.open(str(path), "rb") as w:
+        return w.getnframes() / float(w.getframerate())

@@ -78,6 +78,11 @@ def register_cli(subparsers: Any) -> None:
                    "(default %(default)s)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
+    p.add_argument("--max-per-voice", type=int, default=None, metavar="N",
+                   help="with --merge: a training voice with more than N clips keeps N of them, "
+                   "drawn with --seed, so no one speaker (a game's hero has thousands of lines) "
+                   "outweighs the rest; e.g. --merge data/stt/r1 data/stt/people "
+                   "--max-per-voice 60 (default: every clip)")
     p.set_defaults(func=_data_stt)
 
     p = data.add_parser(
@@ -217,8 +222,11 @@ def _data_stt(args: argparse.Namespace) -> int:
                                KOKORO_TRAIN_VOICES, PIPER_TRAIN_VOICES, TRAIN_VOICES)
 
     _logging()
+    if args.max_per_voice is not None and not args.merge:
+        raise SystemExit("parley data stt: --max-per-voice caps a merge; give --merge DIR ...")
     if args.merge:
-        print(json.dumps(merge(args.out, args.merge)["splits"], indent=2))
+        summary = merge(args.out, args.merge, max_per_voice=args.max_per_voice, seed=args.seed)
+        print(json.dumps(summary["splits"], indent=2))
         return 0
     voices = {"default": TRAIN_VOICES, "extra": EXTRA_TRAIN_VOICES,
               "piper": PIPER_TRAIN_VOICES, "all": ALL_TRAIN_VOICES,

@@ -140,6 +140,55 @@ def test_merge_joins_manifests_without_copying_audio(tmp_path):
                                           "hours_per_voice": {"x:one": 0.5, "x:two": 0.5}}
 
 
+
+def test_merge_caps_each_training_voice_and_counts_the_hours_it_keeps(tmp_path):
+    from ssm_engine.data.audio import write_wav
+    from ssm_engine.data.errors import DataError
+    from ssm_engine.data.generate import merge
+
+    src = tmp_path / "people"
+    (src / "train").mkdir(parents=True)
+    rows, voices = [], []
+    for i in range(10):                       # a hero with 8 one-second lines, a guard with 2
+        path = src / "train" / f"{i}.wav"
+        write_wav(path, np.zeros(8000, np.float32), 8000)
+        rows.append((path, f"line {i}"))
+        voices.append((path, "human:game:hero" if i < 8 else "human:game:guard"))
+    write_manifest(src / "train.tsv", rows)
+    write_manifest(src / "train_voices.tsv", voices)
+    write_manifest(src / "heldout.tsv", [])
+    (src / "summary.json").write_text(json.dumps({"splits": {
+        "train": {"utterances": 10, "hours": 10 / 3600,
+                  "hours_per_voice": {"human:game:hero": 8 / 3600, "human:game:guard": 2 / 3600}},
+        "heldout": {"utterances": 0, "hours": 0.0, "hours_per_voice": {}}}}))
+
+    summary = merge(tmp_path / "a", [src], max_per_voice=3, seed=5)
+    kept = read_manifest(tmp_path / "a" / "train.tsv")
+    kept_voices = dict((p.name, v) for p, v in read_manifest(tmp_path / "a" / "train_voices.tsv"))
+    names = [p.name for p, _ in kept]
+    assert len(names) == 5 and names == sorted(names, key=lambda n: int(n.split(".")[0]))
+    assert {"8.wav", "9.wav"} <= set(names)               # the guard is under the cap: all kept
+    assert sum(v == "human:game:hero" for v in kept_voices.values()) == 3
+    voice_paths = [p.name for p, _ in read_manifest(tmp_path / "a" / "train_voices.tsv")]
+    assert voice_paths == names                           # the two manifests stay row for row
+    hours = summary["splits"]["train"]["hours_per_voice"]
+    assert hours == {"human:game:guard": round(2 / 3600, 3), "human:game:hero": round(3 / 3600, 3)}
+    assert summary["splits"]["train"]["utterances"] == 5
+    assert summary["max_per_voice"] == {"clips": 3, "seed": 5}
+    # the draw is the seed's: the same seed keeps the same clips, another seed others
+    merge(tmp_path / "b", [src], max_per_voice=3, seed=5)
+    assert [p.name for p, _ in read_manifest(tmp_path / "b" / "train.tsv")] == names
+    drawn = set()
+    for seed in range(6):
+        merge(tmp_path / f"s{seed}", [src], max_per_voice=3, seed=seed)
+        drawn.add(tuple(p.name for p, _ in read_manifest(tmp_path / f"s{seed}" / "train.tsv")))
+    assert len(drawn) > 1
+    with pytest.raises(DataError, match="at least 1"):
+        merge(tmp_path / "c", [src], max_per_voice=0)
+    write_manifest(src / "train_voices.tsv", voices[::-1])
+    with pytest.raises(DataError, match="in order"):
+        merge(tmp_path / "d", [src], max_per_voice=3)
+
 def test_piper_voice_speaks_in_process_with_varied_prosody():
     pytest.importorskip("piper", reason="the Piper voice is in the [data] extra")
     v = voice("piper:joe")
