@@ -190,8 +190,8 @@ def merge(out_dir: str | Path, sources: list[str | Path], max_per_voice: int | N
           seed: int = 0) -> dict:
     """Join data sets made by ``generate`` into ``out_dir`` (manifests only; the audio stays
     where it is, referenced by relative path). Voices must not cross splits. With
-    ``max_per_voice``, a training voice with more clips than that keeps that many, drawn at
-    random (``seed``) without replacement, so one prolific speaker (a game's hero, with
+    ``max_per_voice``, a training voice with more clips than that in a source (every source)
+    keeps that many, drawn at random (``seed``) without replacement, so one prolific speaker (a game's hero, with
     thousands of lines) does not outweigh the rest; its hours are then counted from the clips
     kept. -> summary."""
     if max_per_voice is not None and max_per_voice < 1:

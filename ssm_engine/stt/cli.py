@@ -79,10 +79,12 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="do not generate: join these data sets into --out (manifests only)")
     p.add_argument("--max-per-voice", type=int, default=None, metavar="N",
-                   help="with --merge: a training voice with more than N clips keeps N of them, "
-                   "drawn with --seed, so no one speaker (a game's hero has thousands of lines) "
-                   "outweighs the rest; e.g. --merge data/stt/r1 data/stt/people "
-                   "--max-per-voice 60 (default: every clip)")
+                   help="with --merge: a training voice with more than N clips in a source keeps "
+                   "N of them, drawn with --seed, so no one speaker (a game's hero has thousands "
+                   "of lines) outweighs the rest. It caps every source's voices, synthetic ones "
+                   "too: to cap only the people, merge them alone first (--merge data/stt/people "
+                   "--max-per-voice 60 --out data/stt/people60) and merge that with the rest "
+                   "(default: every clip)")
     p.set_defaults(func=_data_stt)
 
     p = data.add_parser(

