@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import AudioFileError
 
-__all__ = ["read_wav", "write_wav", "resample", "mulaw_roundtrip"]
+__all__ = ["read_wav", "write_wav", "wav_seconds", "resample", "mulaw_roundtrip"]
 
 
 def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
@@ -28,6 +28,12 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
     if channels > 1:
         pcm = pcm.reshape(-1, channels).mean(axis=1)
     return (pcm.astype(np.float32) / 32768.0), rate
+
+
+def wav_seconds(path: str | Path) -> float:
+    """A WAV file's length from its header, without reading its samples."""
+    with wave.open(str(path), "rb") as w:
+        return w.getnframes() / float(w.getframerate())
 
 
 def write_wav(path: str | Path, samples: np.ndarray, sample_rate_hz: int) -> None:

@@ -21,14 +21,13 @@ import logging
 import multiprocessing
 import os
 import time
-import wave
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .audio import resample, write_wav
+from .audio import resample, wav_seconds, write_wav
 from .augment import PhoneChannel
 from .errors import DataError, VoiceUnavailableError
 from .manifest import read_manifest, write_manifest
@@ -218,9 +217,9 @@ def merge(out_dir: str | Path, sources: list[str | Path], max_per_voice: int | N
             for k, v in part["hours_per_voice"].items():
                 if k not in capped:
                     per_voice[k] += v
-            for path, name in src_voices:
-                if name in capped:
-                    per_voice[name] += _wav_seconds(path) / 3600.0
+            for path, name in (src_voices if capped else ()):
+                if name in capped:                 # the clips kept, not the summary's whole voice
+                    per_voice[name] += wav_seconds(path) / 3600.0
         rel = [(os.path.relpath(p, out), t) for p, t in rows]
         write_manifest(out / f"{split}.tsv", rel)
         write_manifest(out / f"{split}_voices.tsv", [(os.path.relpath(p, out), v)
@@ -258,7 +257,3 @@ def _cap_per_voice(src: Path, rows: list, voices: list, cap: int, seed: int
     keep.sort()
     return [rows[i] for i in keep], [voices[i] for i in keep], capped
 
-
-def _wav_seconds(path: Path) -> float:
-    with wave.open(str(path), "rb") as w:
-        return w.getnframes() / float(w.getframerate())
