@@ -37,7 +37,7 @@ from agent.phrases import GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, RE
 from agent.phrases import has_any, request_end, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
 from agent.retrieval import STOPWORDS, stem, words
-from agent.slots import digits_in, extract, spoken_digits, yes_or_no
+from agent.slots import PHONE_DIGITS, digits_in, extract, spoken_digits, yes_or_no
 from agent.spec import AgentSpec, DtmfOption, SlotSpec, TaskSpec
 from pipeline.frames import Hints, HintKind, Recognition
 
@@ -73,6 +73,12 @@ _HANDOFF = "\x00handoff"     # a spotted keyword's target: a person (no task has
 # what the recogniser listens for when a slot of each kind is asked (a text slot: anything)
 _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name": "name",
                                     "yes_no": "yes_no"}
+
+
+def _min_digits(slot_kind: str) -> int:
+    """The fewest digits a whole answer for a slot of this kind has (the end of turn holds a
+    caller who stopped short of it: "five five five, three oh nine, ...")."""
+    return PHONE_DIGITS[0] if slot_kind == "phone" else 0
 
 
 class _Fill(dict):
@@ -173,7 +179,8 @@ class Conversation:
             return Hints(expect=frozenset({"yes_no"}))
         if self.state is State.COLLECTING and self._slot is not None:
             kind = _SLOT_HINTS.get(self._slot.kind)
-            return Hints(expect=frozenset({kind})) if kind is not None else Hints()
+            return (Hints(expect=frozenset({kind}), min_digits=_min_digits(self._slot.kind))
+                    if kind is not None else Hints())
         if self.state is State.IDLE:
             if self._offered_task is not None:
                 # "Would you like to leave a message?": a yes or a no, or straight to the
@@ -184,11 +191,15 @@ class Conversation:
 
     def _offered_hints(self, task: TaskSpec) -> Hints:
         expect = {"yes_no"}
+        min_digits = 0
         if task.slots:
-            kind = _SLOT_HINTS.get(self.spec.slot(task.slots[0]).kind)
+            slot_kind = self.spec.slot(task.slots[0]).kind
+            kind = _SLOT_HINTS.get(slot_kind)
             if kind is not None:
                 expect.add(kind)
-        return Hints(expect=frozenset(expect), phrases=self._phrases, keywords=self._keywords)
+                min_digits = _min_digits(slot_kind)
+        return Hints(expect=frozenset(expect), phrases=self._phrases, keywords=self._keywords,
+                     min_digits=min_digits)
 
     def hear(self, text: str, heard: Recognition | None = None) -> list[Action]:
         """A caller turn as the recognizer heard it; ``heard``, when the recogniser gives it,

@@ -16,7 +16,10 @@ import re
 
 from agent.retrieval import STOPWORDS, similar, words
 
-__all__ = ["digits_in", "extract", "spoken_digits", "yes_or_no"]
+__all__ = ["digits_in", "extract", "spoken_digits", "yes_or_no", "PHONE_DIGITS"]
+
+PHONE_DIGITS = (7, 15)
+"""A phone number's fewest and most digits (a local number to an international one)."""
 
 _UNITS = {"zero": 0, "oh": 0, "o": 0, "nought": 0, "one": 1, "two": 2, "three": 3, "four": 4,
           "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
@@ -133,7 +136,7 @@ def extract(kind: str, text: str) -> str | None:
         return None
     if kind == "phone":
         d = digits_in(text)
-        return d if 7 <= len(d) <= 15 else None
+        return d if PHONE_DIGITS[0] <= len(d) <= PHONE_DIGITS[1] else None
     if kind == "number":
         d = digits_in(text)
         return d if len(d) >= 1 else None

@@ -10,13 +10,17 @@ People pause for 250-500 ms at a comma ("hello, I would like to check my order")
 ends there answers the half sentence and then runs one turn behind. Waiting longer on every turn
 would slow every answer; instead, when the transcript so far cannot be a whole turn (it ends on
 a word a sentence does not end on, it is only an opener such as "hello" or "so", a question's
-first two words ("can you", "do you"), a thanks that usually goes on to a goodbye, or the first
-groups of a phone number's digits), the turn is
+first two words ("can you", "do you"), a thanks that usually goes on to a goodbye, the first
+groups of a phone number's digits, fewer digits than the agent's hints say the answer needs
+(``Hints.min_digits``: a phone number has 7 or more), or the call's first turn is one word (an
+opener the recogniser misheard: "hello," came out "holt" in bench_conversations), the turn is
 held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
 start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the
 turn as before, so the common case keeps its latency.
 
-The rules read the final transcript (lower case words), so they work with any recogniser.
+The rules read the final transcript (lower case words), so they work with any recogniser; the
+digits rule also reads the agent's ``RecognitionHintsFrame`` on its way upstream to the
+recogniser (every frame passes the user aggregator's turn strategies, upstream ones too).
 The strategy hooks into ``SpeechTimeoutUserTurnStopStrategy``'s private steps
 (``_maybe_trigger_user_turn_stopped``, ``_discard_pending_end_of_turn``, ``_cancel_all_tasks``,
 ``_reset``) as pipecat 1.14, which the project pins, has them; tests/pipeline/test_turn_end.py
@@ -33,6 +37,7 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 
 from pipeline.errors import ConfigError
+from pipeline.frames import RecognitionHintsFrame
 
 __all__ = ["HoldUnfinishedTurnStopStrategy", "looks_unfinished", "OPENERS", "CLOSERS", "NEVER_LAST"]
 
@@ -55,6 +60,7 @@ CLOSERS = frozenset({
 # turn of three or six digits alone is held; one digit (a menu choice) or a whole number is not
 _DIGITS = frozenset({"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight",
                      "nine"})
+_REPEATS = {"double": 2, "triple": 3}     # "double five": two digits
 # words a sentence never ends on: articles, conjunctions, prepositions, auxiliaries, fillers
 NEVER_LAST = frozenset({
     "a", "an", "the", "and", "or", "but", "so", "because", "if", "than", "that", "to", "of",
@@ -72,15 +78,27 @@ _PRONOUNS = frozenset({"you", "i", "we", "he", "she", "they", "it", "there"})
 _WORDS = re.compile(r"[a-z']+")
 
 
-def looks_unfinished(text: str) -> bool:
-    """True when ``text`` cannot be a whole turn (see the module docstring)."""
+def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False) -> bool:
+    """True when ``text`` cannot be a whole turn (see the module docstring). ``min_digits``:
+    the fewest digits the answer asked for has (0: no number asked); ``first_turn``: nothing
+    else has been said in the call yet."""
     ws = _WORDS.findall(text.lower())
     if not ws:
         return False
     phrase = " ".join(ws)
     return (phrase in OPENERS or phrase in CLOSERS or ws[-1] in NEVER_LAST
             or (len(ws) == 2 and ws[0] in _QUESTION_AUX and ws[1] in _PRONOUNS)
-            or (len(ws) in (3, 6) and all(w in _DIGITS for w in ws)))
+            or (len(ws) in (3, 6) and all(w in _DIGITS for w in ws))
+            or (ws[-1] in _DIGITS and _count_digits(ws) < min_digits)
+            or (first_turn and len(ws) == 1))
+
+
+def _count_digits(ws: list[str]) -> int:
+    n = 0
+    for prev, w in zip([""] + ws, ws):
+        if w in _DIGITS:
+            n += _REPEATS.get(prev, 1)
+    return n
 
 
 class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
@@ -96,12 +114,18 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         self._held = False
         self._finals: list[str] = []      # this turn's final transcripts (pipecat joins them
         #                                   with no space, which would fuse the last words)
+        self._min_digits = 0              # from the agent's latest hints
+        self.turns = 0
+        """Turns ended so far in this call."""
         self.holds = 0
         """Turns held so far (for tests and logs)."""
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         if isinstance(frame, TranscriptionFrame) and frame.text.strip():
             self._finals.append(frame.text)
+        elif isinstance(frame, RecognitionHintsFrame):
+            hints = frame.hints
+            self._min_digits = hints.min_digits if "digits" in hints.expect else 0
         return await super().process_frame(frame)
 
     async def _reset(self, *, clear_vad_user_speaking: bool):
@@ -123,7 +147,9 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
             return
         if not (self._user_speech_wait_done and self._stt_wait_done):
             return
-        if self._held or self._hold_s == 0 or not looks_unfinished(" ".join(self._finals)):
+        if self._held or self._hold_s == 0 or not looks_unfinished(
+                " ".join(self._finals), min_digits=self._min_digits, first_turn=self.turns == 0):
+            self.turns += 1
             await self.trigger_user_turn_stopped()
             return
         if self._hold_task is None:

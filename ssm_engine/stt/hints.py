@@ -66,6 +66,9 @@ class Hints:
     phrases: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
     bonus: float = 4.0               # nats a hinted sentence gains (see the module docstring)
+    min_digits: int = 0
+    """With ``digits``: fewer digits than this cannot be the whole answer (a phone number has
+    7 or more), so an end of turn that reads hints waits for more (``pipeline/turn_end.py``)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.expect) - set(_KINDS)
@@ -73,6 +76,8 @@ class Hints:
             raise ConfigError(f"unknown hint kinds {sorted(unknown)} (known: {', '.join(_KINDS)})")
         if not 0 <= self.bonus <= 20:
             raise ConfigError(f"bonus must be in [0, 20] nats, got {self.bonus}")
+        if not 0 <= self.min_digits <= 20:
+            raise ConfigError(f"min_digits must be in [0, 20], got {self.min_digits}")
         object.__setattr__(self, "expect", frozenset(self.expect))
         norm = tuple(dict.fromkeys(p for p in (normalize_text(x) for x in self.phrases) if p))
         object.__setattr__(self, "phrases", norm)

@@ -19,6 +19,7 @@ from pipecat.turns.user_start import VADUserTurnStartStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from pipeline.builder import PipelineConfig, _make_turn_stop
+from pipeline.frames import Hints, RecognitionHintsFrame
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
 
@@ -38,6 +39,27 @@ from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
 ])
 def test_what_cannot_be_a_whole_turn(text, unfinished):
     assert looks_unfinished(text) is unfinished
+
+
+@pytest.mark.parametrize("text, min_digits, unfinished", [
+    # a phone number asked (7 digits or more): "oh" lost from "three oh nine", five digits left
+    ("five five five three nine", 7, True), ("five five five three nine", 0, False),
+    ("my number is five five five", 7, True), ("double five", 7, True),
+    ("five five five three oh nine seven", 7, False),
+    ("five five five three oh nine seven two one five", 7, False),
+    ("double five five three triple nine", 7, False),     # 2 + 1 + 1 + 3 digits
+    ("i do not know it", 7, False), ("no", 7, False),
+])
+def test_a_number_shorter_than_the_agent_asked_for_is_unfinished(text, min_digits, unfinished):
+    assert looks_unfinished(text, min_digits=min_digits) is unfinished
+
+
+def test_the_calls_first_turn_of_one_word_is_an_opener():
+    # "hello," misheard "holt": as the call's first words it is held, later it is an answer
+    assert looks_unfinished("holt", first_turn=True)
+    assert not looks_unfinished("holt")
+    assert not looks_unfinished("holt street please", first_turn=True)
+    assert not looks_unfinished("", first_turn=True)
 
 
 def _final(text: str) -> TranscriptionFrame:
@@ -84,6 +106,32 @@ async def test_a_finished_turn_ends_at_once_and_a_held_one_after_the_hold():
     hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
     texts = await _turns(hold, _speech("hello", 0.9))
     assert texts == ["hello"] and hold.holds == 1      # a lone hello is answered after the hold
+
+
+async def test_a_misheard_hello_as_the_first_turn_waits_out_the_comma():
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
+    texts = await _turns(hold, _speech("holt", 0.3) + _speech("i would like to check my order", 0.8))
+    assert texts == ["holt i would like to check my order"] and hold.holds == 1
+    assert hold.turns == 1
+
+
+async def test_the_agents_hints_hold_a_phone_number_given_in_groups():
+    """The agent asks for a phone number (hints: digits, at least 7); the caller pauses at each
+    comma of "five five five, three oh nine, seven two one five" and the recogniser lost the
+    "oh": five digits are not a phone number, so the turn waits."""
+    said = (_speech("five five five", 0.3) + _speech("three nine", 0.3)
+            + _speech("seven two one five", 0.8))
+    asked = [RecognitionHintsFrame(Hints(expect=frozenset({"digits"}), min_digits=7))]
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
+    texts = await _turns(hold, asked + said)
+    assert texts == ["five five five three nine seven two one five"] and hold.holds == 2
+    # without the hints the five digits end the turn: the number is split in two
+    texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.45), said)
+    assert texts == ["five five five three nine", "seven two one five"]
+    # hints for something else (yes/no) ask for no digits, whatever min_digits says
+    other = [RecognitionHintsFrame(Hints(expect=frozenset({"yes_no"}), min_digits=7))]
+    texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.45), other + said)
+    assert texts == ["five five five three nine", "seven two one five"]
 
 
 def test_the_builder_uses_it_by_default_and_checks_the_hold():

@@ -78,6 +78,8 @@ def test_phrases_are_normalised_and_kinds_checked():
         Hints(expect=frozenset({"names"}))
     with pytest.raises(ValueError, match="bonus"):
         Hints(bonus=-1.0)
+    with pytest.raises(ValueError, match="min_digits"):
+        Hints(expect={"digits"}, min_digits=-1)
     with pytest.raises(ValueError, match="posterior_scale"):
         JointConfig(posterior_scale=0.0)
 
