@@ -1,11 +1,11 @@
-"""Recorded people to train on: the voice acting of three games Debian ships in its main section.
+"""Recorded people to train on: the voice acting of four games Debian ships in its main section.
 
     clips = find_train_clips("data/registry/deb")               # -> [TrainClip, ...]
     summary = build_human_train("data/stt/people", clips, copies=3, judge=whisper_judge)
     parley data people --out data/stt/people                  # the same from the command line
 
 The recogniser trained on synthetic voices only and does not hear people (issue 22). The
-registries ship no speech corpus, but three games in Debian main carry hours of English voice
+registries ship no speech corpus, but four games in Debian main carry hours of English voice
 acting, with every line's words in the game's own data files:
 
 - Drascula: The Vampire Strikes Back (``drascula``, Alcachofa Soft; a BSD-like licence, DFSG-free):
@@ -16,7 +16,12 @@ acting, with every line's words in the game's own data files:
   lines by Joe and ~30 other characters, MP3 entries of the ``queen.1c`` archive named after the
   dialogue file (``.DOG``) line they speak, the naming rule ScummVM's queen engine uses;
 - Warzone 2100 (``warzone2100-data``, GPL-2+): ~280 spoken messages by ~8 voices, their words in
-  ``script/tutorial.js`` and the comments of ``audio/audio.cfg``.
+  ``script/tutorial.js`` and the comments of ``audio/audio.cfg``;
+- Beneath a Steel Sky (``beneath-a-steel-sky``, Revolution Software; freeware: give it away,
+  modify it, not sold on its own): the CD version's ~3,500 spoken lines (~1.9 h) by some twenty
+  actors, RNC-packed 8-bit speech and Huffman-coded text in one archive (``steel_sky.py``; the
+  text's tree is read from ScummVM's executable, Debian ``scummvm``). Its files do not say who
+  speaks, so a line's speaker label is the game's part it belongs to.
 
 Never the development set's sources (``human.SOURCES``: a different set of packages and people)
 and never the Asterisk prompts (the outside test; ``check_not_reserved``). The packages are read in
@@ -55,6 +60,7 @@ from .augment import PhoneChannel
 from .errors import DataError
 from .human import check_not_reserved
 from .manifest import write_manifest
+from .steel_sky import SteelSky, speech_samples
 
 __all__ = ["TrainClip", "TRAIN_SOURCES", "find_train_clips", "build_human_train", "whisper_judge",
            "word_errors", "drascula_strings", "qtbl_entries", "dog_lines"]
@@ -325,15 +331,45 @@ def _read_zip_audio(path: Path, member: str) -> tuple[np.ndarray, int]:
     return _decode(_zip(path, os.getpid()).read(member), f"{path}:{member}")
 
 
+# --- Beneath a Steel Sky --------------------------------------------------------------------
+
+_STEEL_SKY = "usr/share/scummvm/beneath-a-steel-sky"
+_SCUMMVM = "usr/games/scummvm"          # the engine, whose executable holds the text's tree
+
+
+def _steel_sky(root: Path) -> list[TrainClip]:
+    """Its ~3,500 spoken lines (``steel_sky.py``). The game's text tree comes from ScummVM's
+    executable: unpacked beside it (``<registry>/scummvm``) or installed under ``root``."""
+    game = root / _STEEL_SKY
+    if not (game / "sky.dnr").exists() or not (game / "sky.dsk").exists():
+        return []
+    engine = next((p for p in (root.parent / "scummvm" / _SCUMMVM, root / _SCUMMVM)
+                   if p.exists()), None)
+    if engine is None:
+        log.warning("people: Beneath a Steel Sky is there but not ScummVM, whose executable "
+                    "holds the game's text tree (scripts/install-human-train unpacks both)")
+        return []
+    sky = SteelSky.open(game, tree_from=engine)
+    # the speaker is not in the files: a line's label is the game's part (section) it is in,
+    # several actors each (Foster, the hero, in every part)
+    return [TrainClip(f"steelsky/{number}", words, f"steelsky:part{number >> 12}",
+                      partial(speech_samples, sky.dsk, sky.speech_entry(number)), sky.dsk)
+            for number, words in sky.lines()]
+
+
 TRAIN_SOURCES: tuple[TrainSource, ...] = (
     TrainSource("drascula", "Debian drascula 1.0+ds4-2 (main)",
                 "Drascula licence (BSD-like; Alcachofa Soft)", _drascula),
     TrainSource("fotaq", "Debian flight-of-the-amazon-queen 1.0.0-9 (main)",
                 "FOTAQ licence (copy, modify, redistribute; the game not sold on its own)", _fotaq),
     TrainSource("warzone", "Debian warzone2100-data 4.3.3-3 (main)", "GPL-2+", _warzone),
+    TrainSource("steelsky", "Debian beneath-a-steel-sky 0.0372-8 (main), its text tree read "
+                "from Debian scummvm 2.7.0+dfsg-1 (main)",
+                "Beneath a Steel Sky licence (Revolution Software: give it away, modify it, "
+                "mark a modified version; not sold on its own)", _steel_sky),
 )
 PACKAGES = {"drascula": "drascula", "fotaq": "flight-of-the-amazon-queen",
-            "warzone": "warzone2100-data"}
+            "warzone": "warzone2100-data", "steelsky": "beneath-a-steel-sky"}
 
 
 def find_train_clips(registry: str | Path = "data/registry/deb", *, root: str | Path = "/",

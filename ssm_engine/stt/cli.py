@@ -17,7 +17,11 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["register_cli", "group_subparsers"]
+__all__ = ["register_cli", "group_subparsers", "PEOPLE_SOURCES"]
+
+# the games `parley data people` reads (ssm_engine.data.human_train.TRAIN_SOURCES' names; named
+# here so that --help does not import the data code)
+PEOPLE_SOURCES = ("drascula", "fotaq", "warzone", "steelsky")
 
 
 def group_subparsers(subparsers: Any, name: str, help_text: str) -> Any:
@@ -103,16 +107,18 @@ def register_cli(subparsers: Any) -> None:
     p.set_defaults(func=_data_human)
 
     p = data.add_parser(
-        "people", help="recorded people to train on: the English voice acting of three games in "
+        "people", help="recorded people to train on: the English voice acting of four games in "
         "Debian main (run scripts/install-human-train first)",
-        description="Reads the spoken lines of Drascula, Flight of the Amazon Queen and Warzone "
-        "2100 (unpacked under --registry by scripts/install-human-train) with each line's words "
+        description="Reads the spoken lines of Drascula, Flight of the Amazon Queen, Warzone "
+        "2100 and Beneath a Steel Sky (unpacked under --registry by scripts/install-human-train) "
+        "with each line's words "
         "from the game's own text, keeps a line only where Whisper tiny.en hears those words "
         "(word error rate <= --max-disagreement; the words kept are the game's), and writes "
         "each kept line --copies times through the phone channel at 8 kHz: a data set that "
         "`parley data stt --merge` joins with synthetic ones. judged.tsv lists every line's "
         "verdict. Never the development set's recordings, never the Asterisk prompts. "
-        "Example: parley data people --out data/stt/people --copies 3 --workers 2")
+        "Example: parley data people --out data/stt/people --copies 3 --workers 2; one game "
+        "alone: parley data people --sources steelsky --out data/stt/steelsky")
     p.add_argument("--out", default="data/stt/people", help="output folder (default %(default)s)")
     p.add_argument("--registry", default="data/registry/deb", help="where the packages are "
                    "unpacked (default %(default)s; the installed system is read otherwise)")
@@ -123,6 +129,8 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--max-disagreement", type=float, default=0.34, metavar="WER",
                    help="keep a line when the judge's words differ from the game's by at most "
                    "this word error rate (default %(default)s)")
+    p.add_argument("--sources", nargs="+", choices=PEOPLE_SOURCES, default=list(PEOPLE_SOURCES),
+                   metavar="GAME", help=f"which games ({', '.join(PEOPLE_SOURCES)}; default all)")
     p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_data_people)
@@ -271,10 +279,16 @@ def _data_human(args: argparse.Namespace) -> int:
 
 def _data_people(args: argparse.Namespace) -> int:
     from ..data.errors import DataError
-    from ..data.human_train import build_human_train, find_train_clips, whisper_judge
+    from ..data.human_train import (
+        TRAIN_SOURCES,
+        build_human_train,
+        find_train_clips,
+        whisper_judge,
+    )
 
     _logging()
-    clips = find_train_clips(args.registry)
+    sources = tuple(s for s in TRAIN_SOURCES if s.name in args.sources)
+    clips = find_train_clips(args.registry, sources=sources)
     if not clips:
         raise DataError("no spoken lines found: run scripts/install-human-train first")
     summary = build_human_train(args.out, clips, copies=args.copies, seed=args.seed,
