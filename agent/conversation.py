@@ -37,7 +37,7 @@ from agent.phrases import GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, RE
 from agent.phrases import has_any, request_end, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
 from agent.retrieval import STOPWORDS, stem, words
-from agent.slots import PHONE_DIGITS, digits_in, extract, spoken_digits, yes_or_no
+from agent.slots import PHONE_DIGITS_USUAL, digits_in, extract, spoken_digits, yes_or_no
 from agent.spec import AgentSpec, DtmfOption, SlotSpec, TaskSpec
 from pipeline.frames import Hints, HintKind, Recognition
 
@@ -76,9 +76,9 @@ _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name
 
 
 def _min_digits(slot_kind: str) -> int:
-    """The fewest digits a whole answer for a slot of this kind has (the end of turn holds a
+    """The digits a whole answer for a slot of this kind usually has (the end of turn holds a
     caller who stopped short of it: "five five five, three oh nine, ...")."""
-    return PHONE_DIGITS[0] if slot_kind == "phone" else 0
+    return PHONE_DIGITS_USUAL if slot_kind == "phone" else 0
 
 
 class _Fill(dict):

@@ -16,10 +16,17 @@ import re
 
 from agent.retrieval import STOPWORDS, similar, words
 
-__all__ = ["digits_in", "extract", "spoken_digits", "yes_or_no", "PHONE_DIGITS"]
+__all__ = ["digits_in", "extract", "spoken_digits", "yes_or_no", "PHONE_DIGITS",
+           "PHONE_DIGITS_USUAL"]
 
 PHONE_DIGITS = (7, 15)
 """A phone number's fewest and most digits (a local number to an international one)."""
+PHONE_DIGITS_USUAL = 10
+"""A whole phone number as callers give it (area code and number: ten in the US, ten or eleven
+in most countries): fewer digits in a turn are more often a comma pause inside one than a
+seven-digit local number, so the end of turn waits (in bench_conversations "five five five,
+three four zero, ..." heard with one digit too many ended the turn at the second comma when
+seven were enough)."""
 
 _UNITS = {"zero": 0, "oh": 0, "o": 0, "nought": 0, "one": 1, "two": 2, "three": 3, "four": 4,
           "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}

@@ -11,8 +11,8 @@ ends there answers the half sentence and then runs one turn behind. Waiting long
 would slow every answer; instead, when the transcript so far cannot be a whole turn (it ends on
 a word a sentence does not end on, it is only an opener such as "hello" or "so", a question's
 first two words ("can you", "do you"), a thanks that usually goes on to a goodbye, the first
-groups of a phone number's digits, fewer digits than the agent's hints say the answer needs
-(``Hints.min_digits``: a phone number has 7 or more), or the call's first turn is one word (an
+groups of a phone number's digits, fewer digits than the agent's hints say the answer usually
+has (``Hints.min_digits``: ten for a phone number), or the call's first turn is one word (an
 opener the recogniser misheard: "hello," came out "holt" in bench_conversations), the turn is
 held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
 start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the

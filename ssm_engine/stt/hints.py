@@ -67,8 +67,9 @@ class Hints:
     keywords: tuple[str, ...] = ()
     bonus: float = 4.0               # nats a hinted sentence gains (see the module docstring)
     min_digits: int = 0
-    """With ``digits``: fewer digits than this cannot be the whole answer (a phone number has
-    7 or more), so an end of turn that reads hints waits for more (``pipeline/turn_end.py``)."""
+    """With ``digits``: fewer digits than this are most likely not the whole answer yet (a
+    phone number is usually ten), so an end of turn that reads hints waits for more
+    (``pipeline/turn_end.py``)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.expect) - set(_KINDS)

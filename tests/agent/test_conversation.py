@@ -157,15 +157,15 @@ def test_phone_with_too_few_digits_is_asked_again(receptionist):
 
 
 def test_a_phone_number_asked_tells_the_recogniser_how_many_digits_it_needs(receptionist, orders):
-    """The end of turn holds a caller who stopped short of a phone number's 7 digits (at the
-    comma of "five five five, three oh nine, ..."); an order number has no least length."""
+    """The end of turn holds a caller who stopped short of a phone number's usual ten digits
+    (at a comma of "five five five, three oh nine, ..."); an order number has no usual length."""
     conv = Conversation(receptionist)
     assert conv.expectation().min_digits == 0
     conv.hear("can you take a message")
     conv.hear("mary")
     conv.hear("yes")
     hints = conv.expectation()
-    assert hints.expect == {"digits"} and hints.min_digits == 7
+    assert hints.expect == {"digits"} and hints.min_digits == 10
     conv.hear("five five five oh one two three")
     assert conv.expectation().min_digits == 0                # "Is that right?": a yes or a no
     conv = Conversation(orders)

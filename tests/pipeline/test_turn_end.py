@@ -42,13 +42,14 @@ def test_what_cannot_be_a_whole_turn(text, unfinished):
 
 
 @pytest.mark.parametrize("text, min_digits, unfinished", [
-    # a phone number asked (7 digits or more): "oh" lost from "three oh nine", five digits left
-    ("five five five three nine", 7, True), ("five five five three nine", 0, False),
-    ("my number is five five five", 7, True), ("double five", 7, True),
-    ("five five five three oh nine seven", 7, False),
-    ("five five five three oh nine seven two one five", 7, False),
-    ("double five five three triple nine", 7, False),     # 2 + 1 + 1 + 3 digits
-    ("i do not know it", 7, False), ("no", 7, False),
+    # a phone number asked (usually ten digits): "oh" lost from "three oh nine", five left
+    ("five five five three nine", 10, True), ("five five five three nine", 0, False),
+    ("my number is five five five", 10, True), ("double five", 10, True),
+    # "zero" heard "two oh": seven digits after the second group, still not a number
+    ("five five five three four two oh", 10, True),
+    ("five five five three oh nine seven two one five", 10, False),
+    ("double five five three triple nine two two", 7, False),   # 2 + 1 + 1 + 3 + 2 digits
+    ("i do not know it", 10, False), ("no", 10, False),
 ])
 def test_a_number_shorter_than_the_agent_asked_for_is_unfinished(text, min_digits, unfinished):
     assert looks_unfinished(text, min_digits=min_digits) is unfinished
@@ -116,20 +117,21 @@ async def test_a_misheard_hello_as_the_first_turn_waits_out_the_comma():
 
 
 async def test_the_agents_hints_hold_a_phone_number_given_in_groups():
-    """The agent asks for a phone number (hints: digits, at least 7); the caller pauses at each
+    """The agent asks for a phone number (hints: digits, usually ten); the caller pauses at each
     comma of "five five five, three oh nine, seven two one five" and the recogniser lost the
-    "oh": five digits are not a phone number, so the turn waits."""
+    "oh": five digits are not a phone number yet, so the turn waits."""
     said = (_speech("five five five", 0.3) + _speech("three nine", 0.3)
             + _speech("seven two one five", 0.8))
-    asked = [RecognitionHintsFrame(Hints(expect=frozenset({"digits"}), min_digits=7))]
+    asked = [RecognitionHintsFrame(Hints(expect=frozenset({"digits"}), min_digits=10))]
     hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
     texts = await _turns(hold, asked + said)
-    assert texts == ["five five five three nine seven two one five"] and hold.holds == 2
+    # held at each comma, and once more at the end: nine digits (the lost "oh") are not ten
+    assert texts == ["five five five three nine seven two one five"] and hold.holds == 3
     # without the hints the five digits end the turn: the number is split in two
     texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.45), said)
     assert texts == ["five five five three nine", "seven two one five"]
     # hints for something else (yes/no) ask for no digits, whatever min_digits says
-    other = [RecognitionHintsFrame(Hints(expect=frozenset({"yes_no"}), min_digits=7))]
+    other = [RecognitionHintsFrame(Hints(expect=frozenset({"yes_no"}), min_digits=10))]
     texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.45), other + said)
     assert texts == ["five five five three nine", "seven two one five"]
 
