@@ -80,7 +80,7 @@ _WORDS = re.compile(r"[a-z']+")
 
 def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False) -> bool:
     """True when ``text`` cannot be a whole turn (see the module docstring). ``min_digits``:
-    the fewest digits the answer asked for has (0: no number asked); ``first_turn``: nothing
+    the digits the answer asked for usually has (0: no number asked); ``first_turn``: nothing
     else has been said in the call yet."""
     ws = _WORDS.findall(text.lower())
     if not ws:
