@@ -18,8 +18,8 @@ acting, with every line's words in the game's own data files:
 - Warzone 2100 (``warzone2100-data``, GPL-2+): ~280 spoken messages by ~8 voices, their words in
   ``script/tutorial.js`` and the comments of ``audio/audio.cfg``;
 - Beneath a Steel Sky (``beneath-a-steel-sky``, Revolution Software; freeware: give it away,
-  modify it, not sold on its own): the CD version's ~3,500 spoken lines (~1.9 h) by some twenty
-  actors, RNC-packed 8-bit speech and Huffman-coded text in one archive (``steel_sky.py``; the
+  modify it, not sold on its own): the CD version's 3,487 spoken lines (1.9 h) by the cast of
+  an adventure game, RNC-packed 8-bit speech and Huffman-coded text in one archive (``steel_sky.py``; the
   text's tree is read from ScummVM's executable, Debian ``scummvm``). Its files do not say who
   speaks, so a line's speaker label is the game's part it belongs to.
 
