@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import AudioFileError
 
-__all__ = ["read_wav", "write_wav", "wav_seconds", "resample", "mulaw_roundtrip"]
+__all__ = ["read_wav", "write_wav", "wav_seconds", "unsigned_8bit", "resample", "mulaw_roundtrip"]
 
 
 def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
@@ -34,6 +34,11 @@ def wav_seconds(path: str | Path) -> float:
     """A WAV file's length from its header, without reading its samples."""
     with wave.open(str(path), "rb") as w:
         return w.getnframes() / float(w.getframerate())
+
+
+def unsigned_8bit(data: bytes) -> np.ndarray:
+    """Raw unsigned 8-bit PCM (old games' speech: silence at 128) -> float32 in [-1, 1)."""
+    return (np.frombuffer(data, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
 
 
 def write_wav(path: str | Path, samples: np.ndarray, sample_rate_hz: int) -> None:

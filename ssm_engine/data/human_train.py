@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from ..words import edit_distance, normalize_text
-from .audio import resample, write_wav
+from .audio import resample, unsigned_8bit, write_wav
 from .augment import PhoneChannel
 from .errors import DataError
 from .human import check_not_reserved
@@ -163,8 +163,7 @@ def _drascula(root: Path) -> list[TrainClip]:
 
 def _read_u8(path: Path) -> tuple[np.ndarray, int]:
     """Raw unsigned 8-bit mono at 11,025 Hz (Drascula's .ALS speech)."""
-    x = np.frombuffer(path.read_bytes(), dtype=np.uint8).astype(np.float32)
-    return (x - 128.0) / 128.0, 11025
+    return unsigned_8bit(path.read_bytes()), 11025
 
 
 # --- Flight of the Amazon Queen ------------------------------------------------------------

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .audio import unsigned_8bit
 from .errors import DataError
 
 __all__ = ["SteelSky", "rnc_unpack", "find_text_trees", "decode_text", "SPEECH_BASE", "RATE_HZ"]
@@ -286,65 +287,58 @@ def read_file(dsk_path: Path, entry: _Entry) -> bytes:
 
 def speech_samples(dsk_path: Path, entry: _Entry) -> tuple[np.ndarray, int]:
     """A speech file -> (float32 samples in [-1, 1), 11,025 Hz)."""
-    data = read_file(dsk_path, entry)[HEADER:]
-    x = np.frombuffer(data, dtype=np.uint8).astype(np.float32)
-    return (x - 128.0) / 128.0, RATE_HZ
+    return unsigned_8bit(read_file(dsk_path, entry)[HEADER:]), RATE_HZ
 
 
 @dataclass
 class SteelSky:
-    """The game's archive, its dinner table and the text tree (see the module docstring)."""
+    """The game's archive, its dinner table, the text tree and every spoken line's words,
+    decoded once (see the module docstring)."""
 
     dsk: Path
     files: dict[int, _Entry]
     tree: bytes
+    texts: dict[int, str]                 # spoken text number -> its words, in order
 
     @classmethod
     def open(cls, game_dir: str | Path, *, tree_from: str | Path) -> SteelSky:
         """``game_dir`` holds sky.dnr and sky.dsk; ``tree_from`` is ScummVM's executable."""
         game_dir = Path(game_dir)
+        dsk = game_dir / "sky.dsk"
         files = read_dinner_table((game_dir / "sky.dnr").read_bytes())
-        game = cls(game_dir / "sky.dsk", files, b"")
+        numbers = _spoken(files)
+        sections = {}
+        for s in sorted({n >> 12 for n in numbers}):
+            if TEXT_FILE + s not in files:
+                raise DataError(f"sky.dsk: no text section {s}")
+            sections[s] = read_file(dsk, files[TEXT_FILE + s])
         trees = find_text_trees(Path(tree_from).read_bytes())
-        numbers = game.spoken()
         for tree in trees:      # the tree every spoken line decodes with: printable, and
-            game.tree = tree    # each line's code as long as its stored length
-            try:
-                if numbers and all(_printable(t) and fits for t, fits in game._texts(numbers)):
-                    return game
+            try:                # each line's code as long as its stored length
+                decoded = [_decode(sections[n >> 12], tree, n & 0xFFF) for n in numbers]
             except DataError:
                 continue
+            if numbers and all(_printable(t) and fits for t, fits in decoded):
+                return cls(dsk, files, tree, {n: t for n, (t, _) in zip(numbers, decoded)})
         raise DataError(f"{tree_from}: none of its {len(trees)} Huffman trees decodes the "
                         f"game's text (another ScummVM or game version?)")
 
-    def spoken(self) -> list[int]:
-        """The text numbers that have a speech file, in order."""
-        out = []
-        for section in range(len(SPEECH_BASE) - 1):
-            for line in range(SPEECH_BASE[section + 1] - SPEECH_BASE[section]):
-                if SPEECH_FILE + SPEECH_BASE[section] + line in self.files:
-                    out.append(section << 12 | line)
-        return out
-
-    def _texts(self, numbers: list[int]) -> list[tuple[str, bool]]:
-        sections: dict[int, bytes] = {}
-        out = []
-        for number in numbers:
-            s = number >> 12
-            if s not in sections:
-                if TEXT_FILE + s not in self.files:
-                    raise DataError(f"sky.dsk: no text section {s}")
-                sections[s] = read_file(self.dsk, self.files[TEXT_FILE + s])
-            out.append(_decode(sections[s], self.tree, number & 0xFFF))
-        return out
-
     def lines(self) -> list[tuple[int, str]]:
         """Every spoken line: (text number, its words as the game shows them)."""
-        numbers = self.spoken()
-        return [(n, text) for n, (text, _) in zip(numbers, self._texts(numbers))]
+        return list(self.texts.items())
 
     def speech_entry(self, number: int) -> _Entry:
         return self.files[SPEECH_FILE + SPEECH_BASE[number >> 12] + (number & 0xFFF)]
+
+
+def _spoken(files: dict[int, _Entry]) -> list[int]:
+    """The text numbers that have a speech file, in order."""
+    out = []
+    for section in range(len(SPEECH_BASE) - 1):
+        for line in range(SPEECH_BASE[section + 1] - SPEECH_BASE[section]):
+            if SPEECH_FILE + SPEECH_BASE[section] + line in files:
+                out.append(section << 12 | line)
+    return out
 
 
 def _printable(text: str) -> bool:
