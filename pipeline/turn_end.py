@@ -12,8 +12,11 @@ would slow every answer; instead, when the transcript so far cannot be a whole t
 a word a sentence does not end on, it is only an opener such as "hello" or "so", a question's
 first two words ("can you", "do you"), a thanks that usually goes on to a goodbye, the first
 groups of a phone number's digits, fewer digits than the agent's hints say the answer usually
-has (``Hints.min_digits``: ten for a phone number), or the call's first turn is one word (an
-opener the recogniser misheard: "hello," came out "holt" in bench_conversations), the turn is
+has (``Hints.min_digits``: ten for a phone number), the call's first turn is one word (an
+opener the recogniser misheard: "hello," came out "holt" in bench_conversations), or any turn is
+one word that does not answer what the agent's hints expect (``one_word_answers``: a yes or a
+no when it asked one, a digit when it asked digits, a goodbye, one of its own one-word phrases;
+any word where it asked only a name), the turn is
 held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
 start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the
 turn as before, so the common case keeps its latency.
@@ -37,9 +40,11 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 
 from pipeline.errors import ConfigError
-from pipeline.frames import RecognitionHintsFrame
+from pipeline.frames import Hints, RecognitionHintsFrame
+from ssm_engine.stt.hints import DIGIT_WORDS, NO_SENTENCES, YES_SENTENCES
 
-__all__ = ["HoldUnfinishedTurnStopStrategy", "looks_unfinished", "OPENERS", "CLOSERS", "NEVER_LAST"]
+__all__ = ["HoldUnfinishedTurnStopStrategy", "looks_unfinished", "one_word_answers", "OPENERS",
+           "CLOSERS", "NEVER_LAST", "FAREWELLS"]
 
 # a turn of only these usually goes on ("hello, ...", "so, ...", "um ...")
 OPENERS = frozenset({
@@ -75,13 +80,32 @@ NEVER_LAST = frozenset({
 _QUESTION_AUX = frozenset({"can", "could", "would", "will", "do", "does", "did", "may", "is",
                            "are", "have", "shall"})
 _PRONOUNS = frozenset({"you", "i", "we", "he", "she", "they", "it", "there"})
+# one word that ends a call whatever the agent asked
+FAREWELLS = frozenset({"goodbye", "bye", "byebye", "cheers"})
 _WORDS = re.compile(r"[a-z']+")
 
 
-def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False) -> bool:
+def one_word_answers(hints: Hints) -> frozenset[str] | None:
+    """The one-word turns that answer what ``hints`` expect (None: any word may, as where only
+    a name is asked: "Brown"). A one-word turn outside them is most likely an opener the
+    recogniser misheard ("hello," heard "holt") and is held (``looks_unfinished``)."""
+    if hints.expect == {"name"}:
+        return None
+    answers = set(FAREWELLS)
+    if "yes_no" in hints.expect:
+        answers.update(s for s in YES_SENTENCES + NO_SENTENCES if " " not in s)
+    if "digits" in hints.expect:
+        answers.update(DIGIT_WORDS)
+    answers.update(p for p in hints.phrases + hints.keywords if p and " " not in p)
+    return frozenset(answers)
+
+
+def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False,
+                     answers: frozenset[str] | None = None) -> bool:
     """True when ``text`` cannot be a whole turn (see the module docstring). ``min_digits``:
     the digits the answer asked for usually has (0: no number asked); ``first_turn``: nothing
-    else has been said in the call yet."""
+    else has been said in the call yet; ``answers``: the one-word turns that answer the agent's
+    hints (``one_word_answers``; None: any word does)."""
     ws = _WORDS.findall(text.lower())
     if not ws:
         return False
@@ -90,7 +114,7 @@ def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False
             or (len(ws) == 2 and ws[0] in _QUESTION_AUX and ws[1] in _PRONOUNS)
             or (len(ws) in (3, 6) and all(w in _DIGITS for w in ws))
             or (ws[-1] in _DIGITS and _count_digits(ws) < min_digits)
-            or (first_turn and len(ws) == 1))
+            or (len(ws) == 1 and (first_turn or (answers is not None and ws[0] not in answers))))
 
 
 def _count_digits(ws: list[str]) -> int:
@@ -115,6 +139,8 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         self._finals: list[str] = []      # this turn's final transcripts (pipecat joins them
         #                                   with no space, which would fuse the last words)
         self._min_digits = 0              # from the agent's latest hints
+        self._answers: frozenset[str] | None = None   # one-word answers to them (None: no
+        #                                   hints yet, or only a name asked: any word)
         self.turns = 0
         """Turns ended so far in this call."""
         self.holds = 0
@@ -126,6 +152,7 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         elif isinstance(frame, RecognitionHintsFrame):
             hints = frame.hints
             self._min_digits = hints.min_digits if "digits" in hints.expect else 0
+            self._answers = one_word_answers(hints)
         return await super().process_frame(frame)
 
     async def _reset(self, *, clear_vad_user_speaking: bool):
@@ -148,7 +175,8 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         if not (self._user_speech_wait_done and self._stt_wait_done):
             return
         if self._held or self._hold_s == 0 or not looks_unfinished(
-                " ".join(self._finals), min_digits=self._min_digits, first_turn=self.turns == 0):
+                " ".join(self._finals), min_digits=self._min_digits, first_turn=self.turns == 0,
+                answers=self._answers):
             self.turns += 1
             await self.trigger_user_turn_stopped()
             return

@@ -21,7 +21,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipeline.builder import PipelineConfig, _make_turn_stop
 from pipeline.frames import Hints, RecognitionHintsFrame
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished
+from pipeline.turn_end import HoldUnfinishedTurnStopStrategy, looks_unfinished, one_word_answers
 
 
 @pytest.mark.parametrize("text, unfinished", [
@@ -61,6 +61,26 @@ def test_the_calls_first_turn_of_one_word_is_an_opener():
     assert not looks_unfinished("holt")
     assert not looks_unfinished("holt street please", first_turn=True)
     assert not looks_unfinished("", first_turn=True)
+
+
+@pytest.mark.parametrize("expect, phrases, word, unfinished", [
+    # "Anything else?" (a yes or a no): "holt" is no answer to it, "no" and "yeah" are
+    ({"yes_no"}, (), "holt", True), ({"yes_no"}, (), "no", False),
+    ({"yes_no"}, (), "yeah", False), ({"yes_no"}, (), "goodbye", False),
+    # digits asked: a digit answers (a menu choice), a word does not
+    ({"digits"}, (), "seven", False), ({"digits"}, (), "holt", True),
+    # only a name asked: any word may be a surname
+    ({"name"}, (), "brown", False), ({"name", "yes_no"}, (), "holt", True),
+    # the agent's own one-word phrases and keywords answer an open question
+    (set(), ("parking", "leave a message"), "parking", False),
+    (set(), ("parking", "leave a message"), "leave", True),
+    (set(), (), "bye", False),
+])
+def test_a_one_word_turn_that_answers_nothing_asked_is_held(expect, phrases, word, unfinished):
+    answers = one_word_answers(Hints(expect=frozenset(expect), keywords=phrases))
+    assert looks_unfinished(word, answers=answers) is unfinished
+    # more than one word is judged by the other rules alone
+    assert not looks_unfinished(f"{word} street please", answers=answers)
 
 
 def _final(text: str) -> TranscriptionFrame:
@@ -134,6 +154,27 @@ async def test_the_agents_hints_hold_a_phone_number_given_in_groups():
     other = [RecognitionHintsFrame(Hints(expect=frozenset({"yes_no"}), min_digits=10))]
     texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.45), other + said)
     assert texts == ["five five five three nine", "seven two one five"]
+
+
+async def test_a_misheard_hello_later_in_the_call_waits_for_the_rest():
+    """The listening caller's second turn, "hello, I would like to leave a message", was heard
+    "holt" and then the rest: the agent had asked "anything else?", so a one-word turn that is
+    no yes, no no and no goodbye is held; a plain "no" still ends at once."""
+    asked = [RecognitionHintsFrame(Hints(expect=frozenset({"yes_no"})))]
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
+    hold.turns = 1                                   # not the call's first turn
+    texts = await _turns(hold, asked + _speech("holt", 0.3)
+                         + _speech("i would like to leave a message", 0.8))
+    assert texts == ["holt i would like to leave a message"] and hold.holds == 1
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
+    hold.turns = 1
+    texts = await _turns(hold, asked + _speech("no", 0.3))
+    assert texts == ["no"] and hold.holds == 0        # within 0.3 s, before the hold would end
+    # with no hints from an agent (an LLM turn handler) a later one-word turn is not held
+    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.6)
+    hold.turns = 1
+    texts = await _turns(hold, _speech("holt", 0.3))
+    assert texts == ["holt"] and hold.holds == 0
 
 
 def test_the_builder_uses_it_by_default_and_checks_the_hold():
