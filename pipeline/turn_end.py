@@ -16,7 +16,7 @@ has (``Hints.min_digits``: ten for a phone number), the call's first turn is one
 opener the recogniser misheard: "hello," came out "holt" in bench_conversations), or any turn is
 one word that does not answer what the agent's hints expect (``one_word_answers``: a yes or a
 no when it asked one, a digit when it asked digits, a goodbye, one of its own one-word phrases;
-any word where it asked only a name), the turn is
+any word where it asked for a name alone), the turn is
 held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
 start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the
 turn as before, so the common case keeps its latency.
@@ -86,10 +86,12 @@ _WORDS = re.compile(r"[a-z']+")
 
 
 def one_word_answers(hints: Hints) -> frozenset[str] | None:
-    """The one-word turns that answer what ``hints`` expect (None: any word may, as where only
-    a name is asked: "Brown"). A one-word turn outside them is most likely an opener the
-    recogniser misheard ("hello," heard "holt") and is held (``looks_unfinished``)."""
-    if hints.expect == {"name"}:
+    """The one-word turns that answer what ``hints`` expect (None: any word may, where the
+    agent asked for a name and nothing else: "Brown"). A one-word turn outside them is most
+    likely an opener the recogniser misheard ("hello," heard "holt") and is held
+    (``looks_unfinished``). Hints that also carry the agent's own phrases are an open question
+    (a name there is a caller introducing themselves, "my name is ..."), not a name asked."""
+    if hints.expect == {"name"} and not hints.phrases:
         return None
     answers = set(FAREWELLS)
     if "yes_no" in hints.expect:

@@ -6,6 +6,7 @@ import pytest
 
 from agent.conversation import CallTool, Conversation, EndCall, Say, SlotFilled, State, Transfer
 from agent.spec import load_spec, parse_spec
+from pipeline.turn_end import looks_unfinished, one_word_answers
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "agent" / "examples"
 
@@ -173,6 +174,24 @@ def test_a_phone_number_asked_tells_the_recogniser_how_many_digits_it_needs(rece
     conv.hear("i want to check on my order")
     hints = conv.expectation()
     assert hints.expect == {"digits"} and hints.min_digits == 0
+
+
+def test_the_agents_hints_tell_a_lone_misheard_word_from_an_answer(receptionist):
+    """The end of turn holds a one-word turn that answers nothing the agent asked ("hello,"
+    heard "holt" after "Sorry, I didn't catch that"), and lets a name, a yes or a goodbye end
+    at once where the agent asked for one."""
+    conv = Conversation(receptionist)
+    conv.start()
+    conv.hear("i was like believe a s a")                     # not understood: asked again
+
+    def held(word: str) -> bool:
+        return looks_unfinished(word, answers=one_word_answers(conv.expectation()))
+
+    assert held("holt") and not held("goodbye")
+    conv.hear("can you take a message")                        # "May I have your name?"
+    assert not held("mary") and not held("holt")              # a name asked: any word
+    conv.hear("mary")                                          # "I have your name as Mary..."
+    assert not held("yes") and not held("no") and held("holt")
 
 
 def test_unclear_confirmation_asks_yes_or_no(receptionist):

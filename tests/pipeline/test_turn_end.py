@@ -69,15 +69,17 @@ def test_the_calls_first_turn_of_one_word_is_an_opener():
     ({"yes_no"}, (), "yeah", False), ({"yes_no"}, (), "goodbye", False),
     # digits asked: a digit answers (a menu choice), a word does not
     ({"digits"}, (), "seven", False), ({"digits"}, (), "holt", True),
-    # only a name asked: any word may be a surname
+    # only a name asked: any word may be a surname; an open question that also listens for an
+    # introduction ("my name is ...": the agent's phrases beside the name kind) is not that
     ({"name"}, (), "brown", False), ({"name", "yes_no"}, (), "holt", True),
+    ({"name"}, ("leave a message",), "holt", True),
     # the agent's own one-word phrases and keywords answer an open question
     (set(), ("parking", "leave a message"), "parking", False),
     (set(), ("parking", "leave a message"), "leave", True),
     (set(), (), "bye", False),
 ])
 def test_a_one_word_turn_that_answers_nothing_asked_is_held(expect, phrases, word, unfinished):
-    answers = one_word_answers(Hints(expect=frozenset(expect), keywords=phrases))
+    answers = one_word_answers(Hints(expect=frozenset(expect), phrases=phrases))
     assert looks_unfinished(word, answers=answers) is unfinished
     # more than one word is judged by the other rules alone
     assert not looks_unfinished(f"{word} street please", answers=answers)
