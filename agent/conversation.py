@@ -20,6 +20,8 @@ What the recogniser should listen for next (``expectation()``: a yes/no after a 
 digits for a number, the agent's key phrases otherwise) goes to it as hints, and what it heard
 may come with its confidence (``hear(text, heard)``): a yes or no the recogniser is unsure of
 is never taken as an answer; the caller is asked again and offered the keypad (1 yes, 2 no).
+A number asked again (not heard whole, or read back wrong) offers the keypad too (the digits,
+then #).
 
 ``checkpoint()`` and ``rollback(cp)`` save and restore the dialogue's state (not the spec): the
 agent takes back a turn whose answer the caller never heard because they were still talking, and
@@ -69,6 +71,11 @@ it is used only where the words gave nothing."""
 SPOTTED_MARGIN = 0.25
 """Two questions spotted within this many nats a phone of each other: neither is taken."""
 _KEYPAD_YES_NO = "You can also press 1 for yes, or 2 for no."
+_KEYPAD_DIGITS = "You can also type it on your keypad, then press pound."
+"""Said with a number asked again (not heard whole, or a read-back the caller said no to): the
+keys are sure where a voice the recogniser hears badly says the same digits the same way again
+(bench_conversations' listening caller: flite's slt lost the "oh" of "three oh nine" three
+times over)."""
 _HANDOFF = "\x00handoff"     # a spotted keyword's target: a person (no task has this name)
 # what the recogniser listens for when a slot of each kind is asked (a text slot: anything)
 _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name": "name",
@@ -519,8 +526,14 @@ class Conversation:
             self._task, self._slot = None, None
             return self._offer_help("Sorry, I'm having trouble understanding.")
         if self._slot.kind == "phone":
-            return [self._say(f"Sorry, I didn't get the whole number. {self._slot.prompt}")]
-        return [self._say(f"Sorry, I didn't get that. {self._slot.prompt}")]
+            return [self._say(f"Sorry, I didn't get the whole number. {self._slot.prompt}"
+                              f"{self._keypad_offer()}")]
+        return [self._say(f"Sorry, I didn't get that. {self._slot.prompt}{self._keypad_offer()}")]
+
+    def _keypad_offer(self) -> str:
+        """" You can also type it ..." where the slot asked again takes keys (a number)."""
+        assert self._slot is not None
+        return f" {_KEYPAD_DIGITS}" if self._slot.kind in ("phone", "number") else ""
 
     def _accept(self, value: str) -> list[Action]:
         """A value heard for the current slot: read it back, or keep it and move on."""
@@ -583,7 +596,7 @@ class Conversation:
         if self._attempts >= _MAX_SLOT_ATTEMPTS:
             self._task, self._slot = None, None
             return self._offer_help("Sorry, I'm having trouble getting that right.")
-        return [self._say(f"Sorry about that. {self._slot.prompt}")]
+        return [self._say(f"Sorry about that. {self._slot.prompt}{self._keypad_offer()}")]
 
     def _correction(self, text: str) -> str | None:
         """A new value said while confirming ("no, it's 5 5 5 0 1 2 4")."""

@@ -33,14 +33,16 @@ Prints one JSON line (per recogniser, and the SSM's score minus Whisper's).
 script, as a person does. The same goals, names and numbers: it opens with the script's first
 words; says "yes" to a read-back that is right and "no" to one that is wrong (then gives the
 value again when asked); gives its name, number or message when asked for them; presses 1 or 2
-when offered the keypad after an unsure yes/no; says its question again after "Sorry, I didn't
+when offered the keypad after an unsure yes/no, and types its number and # when a number
+is asked again with the keypad offered; says its question again after "Sorry, I didn't
 catch that" (at most twice in a row) and after "anything else?" when its question has not been
 answered yet; says the script's last words once the goal is reached. It reads the agent's words
 from the server's live call record (a person hears them; the agent's own speech is issue 28's).
 A WAV voice says a repeated line anew (another rate and pitch, as a person would); flite's slt
 says it the same. The scores are as above, but yes/no understood is judged on each read-back the
-caller answered (kept after a "yes", asked again after a "no"), and ``turns`` counts what the
-caller said per call (p50/p95).
+caller answered (kept after a "yes", asked again after a "no"), ``turns`` counts the caller's
+steps per call (p50/p95: each thing said, each key or keyed number), and ``numbers_keyed`` the
+numbers typed when the agent offered the keypad.
 """
 
 from __future__ import annotations
@@ -206,6 +208,8 @@ class ListeningCaller:
         self._asks = 0
         self._closing = False
         self._renditions = 0
+        self.keyed = 0                           # numbers typed on the keypad when offered
+        self.key_steps = 0                       # steps keyed (a 1 or a 2, a number and #)
 
     def _reached(self) -> bool:
         return bool(self.script.answer) and any(
@@ -259,12 +263,17 @@ class ListeningCaller:
             return None
         if "yes or a no" in h and "press 1" in h:       # unsure of the answer: the keypad
             self._answered = right = self._readback_right(h)
+            self.key_steps += 1
             return CallerUtterance(dtmf="1" if right else "2")
         if "is that right" in h:
             self._answered = right = self._readback_right(h)
             return await self._say("yes" if right else "no")
         if "your name" in h and self.name:
             return await self._say(f"my name is {self.name}")
+        if self.digits and "keypad" in h and "press pound" in h:   # a number asked again
+            self.keyed += 1
+            self.key_steps += 1
+            return tuple(CallerUtterance(dtmf=k) for k in self.digits + "#")
         if self.digits and ("phone number" in h or "number to reach you" in h
                             or "order number" in h):
             if self.slip is not None and self.slip not in self.said:
@@ -342,11 +351,12 @@ def score_listening(script: Script, report, record: dict, caller: ListeningCalle
     spoken = len(caller.said)
     return {
         "success": ok, "slots_right": slot_right, "phone_right": phone, "yes_no": caller.yes_no,
-        "false_turn_ends": max(0, len(turns) - spoken - report.dtmf_sent),
+        # keys open no turn in the record (their answer joins the turn before): only speech does
+        "false_turn_ends": max(0, len(turns) - spoken),
         "continued": sum(e.get("kind") == "continued" for e in events),
         "v2v_ms": [t.v2v_ms for t in report.turns if t.v2v_ms is not None],
         "heard": [t.get("user_text", "") for t in turns],
-        "said": caller.said, "turns": spoken + report.dtmf_sent,
+        "said": caller.said, "turns": spoken + caller.key_steps, "keyed": caller.keyed,
     }
 
 
@@ -402,7 +412,8 @@ def summarise(rows: list[dict]) -> dict:
         "v2v_ms": _pct([v for r in rows for v in r["v2v_ms"]]),
         "by_goal": {g: rate([r["success"] for r in rows if r["goal"] == g])
                     for g in dict.fromkeys(r["goal"] for r in rows)},
-        **({"turns": {k: v for k, v in _pct([r["turns"] for r in rows]).items() if k != "p99"}}
+        **({"turns": {k: v for k, v in _pct([r["turns"] for r in rows]).items() if k != "p99"},
+            "numbers_keyed": sum(r["keyed"] for r in rows)}
            if rows and "turns" in rows[0] else {}),
     }
 

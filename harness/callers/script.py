@@ -66,9 +66,10 @@ class CallerUtterance:
         return self.text if self.text is not None else str(self.wav)
 
 
-Responder = Callable[[str], Awaitable["CallerUtterance | None"]]
+Responder = Callable[[str], Awaitable["CallerUtterance | tuple[CallerUtterance, ...] | None"]]
 """A caller who listens (``CallerConfig.respond``): given the agent's last words (the greeting,
-then each reply, as the server's call record has them), what to say or key next; None hangs up."""
+then each reply, as the server's call record has them), what to say or key next (a tuple: a run
+of keys, such as a number typed and ``#``, pressed ``DTMF_SPACING_S`` apart); None hangs up."""
 
 
 @dataclass(frozen=True, slots=True)

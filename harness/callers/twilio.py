@@ -232,6 +232,19 @@ class TwilioCaller:
             await self._wait_until(self._closed.is_set, cfg.linger_s)
         await self._hang_up()
 
+    async def _press(self, keys: tuple[CallerUtterance, ...]) -> None:
+        """Press ``keys`` ``DTMF_SPACING_S`` apart, then hear the agent's answer to them."""
+        for i, key in enumerate(keys):
+            if i:
+                await asyncio.sleep(DTMF_SPACING_S)
+            assert key.dtmf is not None
+            if await self._send(Dtmf(self._next_seq(), self.stream_sid, key.dtmf)):
+                self._counts["dtmf_sent"] += 1
+        sent = asyncio.get_running_loop().time()
+        if await self._wait_until(lambda: self._last_media_t > sent or self._closed.is_set(),
+                                  KEYS_ANSWER_S):
+            await self._wait_agent_done(None)
+
     async def _converse(self) -> None:
         """A caller who listens: each step is ``respond``'s answer to what the agent last said."""
         cfg = self._cfg
@@ -240,16 +253,17 @@ class TwilioCaller:
         for _ in range(cfg.max_turns):
             if self._closed.is_set():
                 break
-            utt = await cfg.respond(await self._agent_words())
-            if utt is None or self._closed.is_set():
+            step = await cfg.respond(await self._agent_words())
+            if step is None or self._closed.is_set():
                 break
+            if isinstance(step, tuple):
+                if not step or any(k.dtmf is None for k in step):
+                    raise CallerError("a listening caller's run of steps must be keys (dtmf) only")
+                await self._press(step)
+                continue
+            utt = step
             if utt.dtmf is not None:
-                sent = asyncio.get_running_loop().time()
-                if await self._send(Dtmf(self._next_seq(), self.stream_sid, utt.dtmf)):
-                    self._counts["dtmf_sent"] += 1
-                if await self._wait_until(lambda sent=sent: self._last_media_t > sent or self._closed.is_set(),
-                                          KEYS_ANSWER_S):
-                    await self._wait_agent_done(None)
+                await self._press((utt,))
                 continue
             if utt.raw is not None:
                 raise CallerError("a listening caller speaks or keys; it sends no raw frames")

@@ -157,6 +157,30 @@ def test_phone_with_too_few_digits_is_asked_again(receptionist):
     assert said(actions) == "I have your number as 5 5 5, 0 1 9 9. Is that right?"
 
 
+def test_a_number_asked_again_offers_the_keypad_and_takes_the_keys(receptionist):
+    """A voice the recogniser hears badly says the same digits the same way again: asked again,
+    the caller is offered the keypad; the number typed then # is read back like a said one."""
+    conv = Conversation(receptionist)
+    conv.hear("can you take a message")
+    conv.hear("mary")
+    conv.hear("yes")
+    prompt = conv.spec.slot("phone").prompt
+    assert said(conv.hear("five five five three nine")) == (
+        f"Sorry, I didn't get the whole number. {prompt} "
+        "You can also type it on your keypad, then press pound.")
+    for key in "5553091215":
+        assert conv.dtmf(key) == []
+    assert said(conv.dtmf("#")) == "I have your number as 5 5 5, 3 0 9, 1 2 1 5. Is that right?"
+    # a read-back the caller says no to: asked again, the keypad offered again
+    assert said(conv.hear("no")) == (f"Sorry about that. {prompt} "
+                                     "You can also type it on your keypad, then press pound.")
+    # a name asked again offers no keypad
+    conv = Conversation(receptionist)
+    conv.hear("can you take a message")
+    conv.hear("mary")
+    assert "keypad" not in said(conv.hear("no"))
+
+
 def test_a_phone_number_asked_tells_the_recogniser_how_many_digits_it_needs(receptionist, orders):
     """The end of turn holds a caller who stopped short of a phone number's usual ten digits
     (at a comma of "five five five, three oh nine, ..."); an order number has no usual length."""

@@ -412,6 +412,36 @@ async def test_a_listening_caller_answers_what_the_agent_said_last() -> None:
     assert all(t.v2v_ms is not None for t in report.turns) and server.stop_received
 
 
+async def test_a_listening_caller_types_a_run_of_keys_and_hears_the_answer_once() -> None:
+    """A tuple from ``respond`` is a run of keys (a number typed, then #), pressed in order; the
+    caller then waits for the agent's answer once, not after every key."""
+    heard: list[str] = []
+
+    async def respond(words: str) -> CallerUtterance | tuple[CallerUtterance, ...] | None:
+        heard.append(words)
+        if len(heard) == 1:
+            return CallerUtterance(text="Hello there.")
+        if len(heard) == 2:
+            return tuple(CallerUtterance(dtmf=k) for k in "5550123#")
+        return None
+
+    async with FakeServer(reply_ms=[300]) as server:
+        report = await run_call(CallerConfig(webhook=False, url=server.ws_url, utterances=(),
+                                             auth_token=TOKEN, respond=respond, timeout_s=30))
+    assert server.dtmf == list("5550123#") and report.dtmf_sent == 8
+    assert len(heard) == 3 and [t.caller_said for t in report.turns] == ["Hello there."]
+
+
+async def test_a_listening_caller_s_run_must_be_keys() -> None:
+    async def respond(words: str) -> tuple[CallerUtterance, ...]:
+        return (CallerUtterance(dtmf="1"), CallerUtterance(text="and hello"))
+
+    async with FakeServer(reply_ms=[300]) as server:
+        with pytest.raises(CallerError, match="keys"):
+            await run_call(CallerConfig(webhook=False, url=server.ws_url, utterances=(),
+                                        auth_token=TOKEN, respond=respond, timeout_s=30))
+
+
 def test_config_and_utterance_validation() -> None:
     with pytest.raises(ValueError):
         CallerUtterance()
