@@ -531,7 +531,8 @@ class Conversation:
         return [self._say(f"Sorry, I didn't get that. {self._slot.prompt}{self._keypad_offer()}")]
 
     def _keypad_offer(self) -> str:
-        """" You can also type it ..." where the slot asked again takes keys (a number)."""
+        """The keypad offer (" You can also type it ...") where the slot asked again takes keys
+        (a number), else nothing."""
         assert self._slot is not None
         return f" {_KEYPAD_DIGITS}" if self._slot.kind in ("phone", "number") else ""
 
