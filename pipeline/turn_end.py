@@ -63,9 +63,8 @@ CLOSERS = frozenset({
 })
 # digits said in a phone number's groups of three ("five five five, three four zero ..."): a
 # turn of three or six digits alone is held; one digit (a menu choice) or a whole number is not
-_DIGITS = frozenset({"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight",
-                     "nine"})
 _REPEATS = {"double": 2, "triple": 3}     # "double five": two digits
+_DIGITS = frozenset(DIGIT_WORDS) - _REPEATS.keys()     # the recogniser's digit words, less those
 # words a sentence never ends on: articles, conjunctions, prepositions, auxiliaries, fillers
 NEVER_LAST = frozenset({
     "a", "an", "the", "and", "or", "but", "so", "because", "if", "than", "that", "to", "of",
