@@ -21,7 +21,8 @@ digits for a number, the agent's key phrases otherwise) goes to it as hints, and
 may come with its confidence (``hear(text, heard)``): a yes or no the recogniser is unsure of
 is never taken as an answer; the caller is asked again and offered the keypad (1 yes, 2 no).
 A number asked again (not heard whole, or read back wrong) offers the keypad too (the digits,
-then #).
+then #); a name asked again is asked spelled, letter by letter, and the recogniser listens for
+letters.
 
 ``checkpoint()`` and ``rollback(cp)`` save and restore the dialogue's state (not the spec): the
 agent takes back a turn whose answer the caller never heard because they were still talking, and
@@ -76,6 +77,11 @@ _KEYPAD_DIGITS = "You can also type it on your keypad, then press pound."
 keys are sure where a voice the recogniser hears badly says the same digits the same way again
 (bench_conversations' listening caller: flite's slt lost the "oh" of "three oh nine" three
 times over)."""
+_SPELL_NAME = "Could you spell your name for me, letter by letter?"
+"""Said with a name asked again (not heard, or read back wrong): a name said again is heard the
+same wrong way again (bench_conversations' listening caller: mbrola's "david miller" heard
+"emma miller" three times); its letters are many short words few names share, and the
+recogniser listens for them (the ``spelling`` hint)."""
 _HANDOFF = "\x00handoff"     # a spotted keyword's target: a person (no task has this name)
 # what the recogniser listens for when a slot of each kind is asked (a text slot: anything)
 _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name": "name",
@@ -94,8 +100,8 @@ class _Fill(dict):
 
 
 _DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_attempts",
-                   "_misses", "_silences", "_keypad", "_asked_anything_else", "_heard",
-                   "_offered_task")
+                   "_misses", "_silences", "_keypad", "_spelling", "_asked_anything_else",
+                   "_heard", "_offered_task")
 """Every attribute an input may change; the rest is built from the spec once."""
 
 
@@ -126,6 +132,7 @@ class Conversation:
         self._misses = 0
         self._silences = 0
         self._keypad = ""
+        self._spelling = False             # the name slot was asked again: spelled, please
         self._asked_anything_else = False
         self._heard: Recognition | None = None
         self._offered_task: TaskSpec | None = None
@@ -185,6 +192,8 @@ class Conversation:
         if self.state in (State.CONFIRMING, State.OFFERED_TRANSFER):
             return Hints(expect=frozenset({"yes_no"}))
         if self.state is State.COLLECTING and self._slot is not None:
+            if self._spelling:         # spelled, or said whole again
+                return Hints(expect=frozenset({"spelling", "name"}))
             kind = _SLOT_HINTS.get(self._slot.kind)
             return (Hints(expect=frozenset({kind}), min_digits=_min_digits(self._slot.kind))
                     if kind is not None else Hints())
@@ -275,7 +284,7 @@ class Conversation:
             return self._end("caller silent")
         text = self.spec.messages.silence_prompt
         if self.state is State.COLLECTING and self._slot is not None:
-            text = f"{text} {self._slot.prompt}"
+            text = f"{text} {_SPELL_NAME if self._spelling else self._slot.prompt}"
         elif self.state is State.CONFIRMING:
             text = f"{text} {self._confirm_text()}"
         return [self._say(text)]
@@ -488,6 +497,7 @@ class Conversation:
                 self._slot = self.spec.slot(name)
                 self._attempts = 0
                 self._keypad = ""
+                self._spelling = False
                 self.state = State.COLLECTING
                 return [self._say(self._slot.prompt)]
         self._slot = None
@@ -528,7 +538,16 @@ class Conversation:
         if self._slot.kind == "phone":
             return [self._say(f"Sorry, I didn't get the whole number. {self._slot.prompt}"
                               f"{self._keypad_offer()}")]
-        return [self._say(f"Sorry, I didn't get that. {self._slot.prompt}{self._keypad_offer()}")]
+        return [self._say(f"Sorry, I didn't get that. {self._ask_again()}")]
+
+    def _ask_again(self) -> str:
+        """The slot's question asked again: a name is asked spelled (``_SPELL_NAME``), a number
+        with the keypad offered."""
+        assert self._slot is not None
+        if self._slot.kind == "name":
+            self._spelling = True
+            return _SPELL_NAME
+        return f"{self._slot.prompt}{self._keypad_offer()}"
 
     def _keypad_offer(self) -> str:
         """The keypad offer (" You can also type it ...") where the slot asked again takes keys
@@ -597,7 +616,7 @@ class Conversation:
         if self._attempts >= _MAX_SLOT_ATTEMPTS:
             self._task, self._slot = None, None
             return self._offer_help("Sorry, I'm having trouble getting that right.")
-        return [self._say(f"Sorry about that. {self._slot.prompt}{self._keypad_offer()}")]
+        return [self._say(f"Sorry about that. {self._ask_again()}")]
 
     def _correction(self, text: str) -> str | None:
         """A new value said while confirming ("no, it's 5 5 5 0 1 2 4")."""

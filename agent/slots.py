@@ -4,6 +4,7 @@
     spoken_digits("5550123")                                     # -> "5 5 5, 0 1 2 3"
     extract("phone", "it's five five five ...")                  # -> "5550123" or None
     yes_or_no("yeah that's right")                               # -> True  (None: neither)
+    extract("name", "it's d a v i d m i double l e r")           # -> "David Miller" (spelled)
 
 Numbers are read from digits and from words ("double five", "twenty three", "oh"); words that
 sound like digits ("to", "for", "ate", "won") count only next to other digits, where a caller
@@ -15,6 +16,7 @@ from __future__ import annotations
 import re
 
 from agent.retrieval import STOPWORDS, similar, words
+from ssm_engine.stt.spelling import join_spelled
 
 __all__ = ["digits_in", "extract", "spoken_digits", "yes_or_no", "PHONE_DIGITS",
            "PHONE_DIGITS_USUAL"]
@@ -123,10 +125,35 @@ def _name(text: str) -> str | None:
     t = text.strip().strip(".!?,")
     t = _NAME_PREFIX.sub("", t)
     t = _NAME_SUFFIX.sub("", t).strip().strip(".!?,")
-    ws = [w for w in re.findall(r"[A-Za-z][A-Za-z'\-]*", t)]
+    ws = _join_spelled([w for w in re.findall(r"[A-Za-z][A-Za-z'\-]*", t)])
     if not ws or len(ws) > 4 or any(w.lower() in _NEVER_NAMES for w in ws):
         return None
     return " ".join(w[:1].upper() + w[1:].lower() for w in ws)
+
+
+MIN_SPELLED_LETTERS = 3
+"""A name spelled out has at least this many letters; fewer single letters ("i a") are more
+likely words the recogniser heard short."""
+
+
+def _join_spelled(ws: list[str]) -> list[str]:
+    """The words with each run of spelled letters made the name it spells ("d a v i d m i
+    double l e r" -> "david miller", split into a first and a last name where the recogniser's
+    names table reads them so: ``ssm_engine.stt.spelling.join_spelled``; "d a v i d miller"
+    -> "david miller")."""
+    out: list[str] = []
+    run: list[str] = []
+    for w in [*ws, ""]:
+        if w and (len(w) == 1 or w.lower() == "double"):
+            run.append(w.lower())
+            continue
+        joined = (join_spelled(" ".join(run))
+                  if sum(len(x) == 1 for x in run) >= MIN_SPELLED_LETTERS else None)
+        out += joined.split() if joined else run
+        run = []
+        if w:
+            out.append(w)
+    return out
 
 
 _MESSAGE_PREFIX = re.compile(

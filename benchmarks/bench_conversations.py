@@ -34,15 +34,17 @@ script, as a person does. The same goals, names and numbers: it opens with the s
 words; says "yes" to a read-back that is right and "no" to one that is wrong (then gives the
 value again when asked); gives its name, number or message when asked for them; presses 1 or 2
 when offered the keypad after an unsure yes/no, and types its number and # when a number
-is asked again with the keypad offered; says its question again after "Sorry, I didn't
+is asked again with the keypad offered; spells its name, letter by letter, when asked to
+(``spelled_out``: "dee, eigh, vee, eye, dee. em, eye, ..."); says its question again after "Sorry, I didn't
 catch that" (at most twice in a row) and after "anything else?" when its question has not been
 answered yet; says the script's last words once the goal is reached. It reads the agent's words
 from the server's live call record (a person hears them; the agent's own speech is issue 28's).
 A WAV voice says a repeated line anew (another rate and pitch, as a person would); flite's slt
 says it the same. The scores are as above, but yes/no understood is judged on each read-back the
 caller answered (kept after a "yes", asked again after a "no"), ``turns`` counts the caller's
-steps per call (p50/p95: each thing said, each key or keyed number), and ``numbers_keyed`` the
-numbers typed when the agent offered the keypad.
+steps per call (p50/p95: each thing said, each key or keyed number), ``numbers_keyed`` the
+numbers typed when the agent offered the keypad, and ``names_spelled`` the names spelled when
+it asked.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from common import git_sha  # noqa: E402
 from agent.slots import digits_in  # noqa: E402
 from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
+from harness.callers.script import spelled_out  # noqa: E402
 from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature  # noqa: E402
 
 TOKEN = "bench-conv-" + "0" * 24
@@ -210,6 +213,7 @@ class ListeningCaller:
         self._renditions = 0
         self.keyed = 0                           # numbers typed on the keypad when offered
         self.key_steps = 0                       # steps keyed (a 1 or a 2, a number and #)
+        self.spelled = 0                         # names spelled when asked
 
     def _reached(self) -> bool:
         return bool(self.script.answer) and any(
@@ -268,6 +272,9 @@ class ListeningCaller:
         if "is that right" in h:
             self._answered = right = self._readback_right(h)
             return await self._say("yes" if right else "no")
+        if "spell your name" in h and self.name:
+            self.spelled += 1
+            return await self._say(spelled_out(self.name))
         if "your name" in h and self.name:
             return await self._say(f"my name is {self.name}")
         if self.digits and "keypad" in h and "press pound" in h:   # a number asked again
@@ -357,6 +364,7 @@ def score_listening(script: Script, report, record: dict, caller: ListeningCalle
         "v2v_ms": [t.v2v_ms for t in report.turns if t.v2v_ms is not None],
         "heard": [t.get("user_text", "") for t in turns],
         "said": caller.said, "turns": spoken + caller.key_steps, "keyed": caller.keyed,
+        "spelled": caller.spelled,
     }
 
 
@@ -413,7 +421,8 @@ def summarise(rows: list[dict]) -> dict:
         "by_goal": {g: rate([r["success"] for r in rows if r["goal"] == g])
                     for g in dict.fromkeys(r["goal"] for r in rows)},
         **({"turns": {k: v for k, v in _pct([r["turns"] for r in rows]).items() if k != "p99"},
-            "numbers_keyed": sum(r["keyed"] for r in rows)}
+            "numbers_keyed": sum(r["keyed"] for r in rows),
+            "names_spelled": sum(r["spelled"] for r in rows)}
            if rows and "turns" in rows[0] else {}),
     }
 

@@ -15,6 +15,10 @@ shipped recogniser, in one run: free (the baseline) and with the turn's hint (``
   one said, spelled as said; the names are drawn by how common they are (US Census shares, the
   table the name hint searches, so the draw is callers' names, not the hint's tuning), half of
   them given in a carrier ("my name is ...", "it's ...", "this is ..."), half bare;
+- spelled names: the same names spelled letter by letter, as the agent asks for a name it did
+  not get ("dee, eigh, vee, eye, dee. em, ...": ``harness.callers.script.spelled_out``), under
+  the hint the agent then gives (``spelling`` and ``name``): the name the agent takes is the one
+  spelled;
 - open sentences decoded under a yes/no hint, a name hint and a digits hint (a caller who asks
   something else instead; the order line listens for digits on its first turn): how many turn
   into a yes or a no, a hinted name or a digit string (must stay near 0), and their WER beside
@@ -42,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import git_sha  # noqa: E402
 
 from agent.slots import digits_in, extract, yes_or_no  # noqa: E402
+from harness.callers.script import spelled_out  # noqa: E402
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
 from pipeline.engines.ssm_recognizer import SSMSTTEngine  # noqa: E402
 from ssm_engine.data.audio import resample  # noqa: E402
@@ -138,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         for spoken, person in _name_sentences(rng, args.names):
             x, rate = v.synthesize(spoken, nrng)
             clips.append(("name", person, _phone(x, rate), name))
+            x, rate = v.synthesize(spelled_out(person), nrng)
+            clips.append(("spelled", person, _phone(x, rate), name))
     human = Path(args.human)
     if human.exists():
         from ssm_engine.data.manifest import read_manifest
@@ -155,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             free, free_ms = _decode(engine, pcm, Hints())
             # a yes or a no also under a name hint: the receptionist's first turn listens for
             # a name ("my name is ...") and a short answer must not become one
-            for hint_kind in {"digits": ("digits",), "name": ("name",),
+            for hint_kind in {"digits": ("digits",), "name": ("name",), "spelled": ("spelling",),
                               "open": ("yes_no", "name", "digits")}.get(kind, ("yes_no", "name")):
-                hinted, hinted_ms = _decode(engine, pcm, Hints(expect=frozenset({hint_kind})))
+                expect = {hint_kind, "name"} if hint_kind == "spelling" else {hint_kind}
+                hinted, hinted_ms = _decode(engine, pcm, Hints(expect=frozenset(expect)))
                 row_kind = (f"open_{hint_kind}" if kind == "open"
                             else "short_name" if kind == "yes_no" and hint_kind == "name"
                             else kind)
@@ -180,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         odr = [r for r in rows if r[0] == "open_digits"]
         nr = [r for r in rows if r[0] == "name"]
         name_ok = [extract("name", r[i].text) == r[1] for r in nr]
+        spr = [r for r in rows if r[0] == "spelled"]
+        spelled_ok = [extract("name", r[i].text) == r[1] for r in spr]
         right = [yn(r[i].text) == r[1] for r in ynr]
         digit_ok = [digits_in(r[i].text) == r[1] for r in dr]
         der = (sum(edit_distance(list(r[1]), list(digits_in(r[i].text))) for r in dr)
@@ -195,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
             "names_exact": round(sum(name_ok) / max(1, len(name_ok)), 3), "names_n": len(nr),
             "names_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r}" for r, ok in zip(nr, name_ok)
                             if not ok][:8],
+            "spelled_names_exact": round(sum(spelled_ok) / max(1, len(spelled_ok)), 3),
+            "spelled_by_voice": {v: f"{sum(ok for r, ok in zip(spr, spelled_ok) if r[2] == v)}/"
+                                    f"{sum(r[2] == v for r in spr)}"
+                                 for v in dict.fromkeys(r[2] for r in spr)},
+            "spelled_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r}"
+                              for r, ok in zip(spr, spelled_ok) if not ok][:8],
             "open_turned_yes_no": sum(yn(r[i].text) != "none" for r in opr),
             "open_n": len(opr),
             "open_taken_by_name_hint": sum(bool(r[i].hinted) for r in onr if mode == "hinted"),

@@ -26,7 +26,7 @@ from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
 
 __all__ = [
     "CallReport", "CallerConfig", "CallerUtterance", "LatencyMs", "TurnResult", "TurnState",
-    "fetch_call_record", "load_utterance_audio", "validate_record",
+    "fetch_call_record", "load_utterance_audio", "spelled_out", "validate_record",
 ]
 
 
@@ -298,3 +298,17 @@ async def fetch_call_record(cfg: CallerConfig, call_sid: str) -> dict[str, Any] 
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         log.warning("[%s] could not fetch the call record from %s: %s", call_sid, url, exc)
     return record
+
+
+_LETTERS_SAID = dict(zip("abcdefghijklmnopqrstuvwxyz", (
+    "eigh bee see dee ee ef gee aitch eye jay kay el em en oh pee cue are ess tee you vee "
+    "double-you ex why zee").split()))
+
+
+def spelled_out(name: str) -> str:
+    """A name spelled as a person says it to someone taking it down: each letter's name, a
+    short pause between letters, a longer one between the names ("dee, eigh, vee, eye, dee.
+    em, ..."). The letters are written as they sound: the voices read a lone "a" as the
+    article, "uh" (espeak-ng and flite both)."""
+    return ". ".join(", ".join(_LETTERS_SAID[c] for c in part if c in _LETTERS_SAID)
+                     for part in name.lower().split())

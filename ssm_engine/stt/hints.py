@@ -3,6 +3,7 @@
     hints = Hints(expect=frozenset({"yes_no"}))                 # "Is that right?"
     hints = Hints(expect=frozenset({"digits"}))                 # "What is your number?"
     hints = Hints(expect=frozenset({"name"}))                   # "May I have your name?"
+    hints = Hints(expect=frozenset({"spelling", "name"}))       # "Could you spell it for me?"
     hints = Hints(phrases=("opening hours", "leave a message"))  # the agent's own intents
     hints = Hints(keywords=("parking", "insurance"))            # spotted anywhere (spotting.py)
     dec = joint_search.stream(hints)                            # finals biased toward them
@@ -23,6 +24,9 @@ what the caller really said when that is something else. Kinds:
 - ``name``: the same with callers' names (``names.py``: common US first and last names, in
   the ways callers give them, "my name is sarah jones", "it's anna", "brown"): a name the word
   LM rarely saw is found, and of two said alike the commoner spelling wins;
+- ``spelling``: a name said letter by letter ("d a v i d, m i l l e r"; ``spelling.py``): a
+  phone search over the letter names, its strings scored by the names they spell; the final is
+  the letters (``spelling.join_spelled`` makes them a name);
 - ``phrases``: sentences the agent gives (its intents' key phrases, a menu's choices);
 - ``keywords``: words or short phrases the agent acts on (its knowledge's keywords, its tasks'
   triggers), spotted on the phone head anywhere in the utterance whatever the transcript says
@@ -46,7 +50,7 @@ from ..errors import ConfigError
 __all__ = ["Hints", "HintKind", "Recognition", "YES_SENTENCES", "NO_SENTENCES", "DIGIT_WORDS",
            "digits_lm", "NO_HINTS"]
 
-HintKind = Literal["yes_no", "digits", "name"]
+HintKind = Literal["yes_no", "digits", "name", "spelling"]
 _KINDS: tuple[str, ...] = get_args(HintKind)
 
 YES_SENTENCES = ("yes", "yeah", "yep", "yes please", "yes it is", "yes that's right",

@@ -22,9 +22,9 @@ characters can decide that the name was there.
 
 Per-turn hints (``hints.py``): ``stream(hints)`` adds the hinted sentences (yes/no, the agent's
 phrases) and the best strings of a grammar's own phone search (digit strings; callers' names,
-``names.py``) to the pool, each scored as above plus the hint's bonus, a yes/no sentence with
-the grammar's prior and a grammar's string with its own LM (and lexicon) in place of the word
-LM; ``result()`` gives the final with each reading's posterior, and the hinted keywords spotted
+``names.py``; names spelled letter by letter, ``spelling.py``) to the pool, each scored as
+above plus the hint's bonus, a yes/no sentence with the grammar's prior and a grammar's string
+with its own LM (and lexicon) in place of the word LM; ``result()`` gives the final with each reading's posterior, and the hinted keywords spotted
 on the phone head anywhere in the utterance (``spotting.py``; they do not touch the transcript).
 
 Defaults were tuned on the development set of held-out voices (``data/stt/dev-lm``, 120 clips),
@@ -52,6 +52,7 @@ from .lm import BOS, EOS, NGramLM
 from .names import NameTable, names_lm
 from .phone_beam import PhoneBeamSearch
 from .phones import PHONE_BLANK, PHONES, Pronouncer
+from .spelling import SpelledNames, letters_pronouncer, spelled_logp, spelling_lm
 from .spotting import KeywordSpotter, SpotConfig
 from .text import BLANK, VOCAB, encode
 from ..errors import ConfigError, SSMEngineError
@@ -60,7 +61,7 @@ __all__ = ["JointConfig", "JointSearch", "JointDecoder", "Grammar"]
 
 log = logging.getLogger(__name__)
 
-Grammar = Literal["digits", "name"]
+Grammar = Literal["digits", "name", "spelling"]
 """Hint kinds with a phone search of their own (``JointSearch.grammar``)."""
 _GRAMMARS: tuple[Grammar, ...] = get_args(Grammar)
 
@@ -113,6 +114,7 @@ class JointSearch:
         self._beam_config = beam
         self._grammars: dict[Grammar, PhoneBeamSearch] = {}
         self._names: NameTable | None = None
+        self._spelled: SpelledNames | None = None
         self._unavailable: dict[Grammar, str] = {}
         self._prons: dict[tuple[Grammar | None, str], list[int] | None] = {}
         self._spotters: dict[tuple[str, ...], KeywordSpotter] = {}
@@ -161,21 +163,42 @@ class JointSearch:
                 self._grammars[kind] = PhoneBeamSearch(digits_lm(), self.pronouncer,
                                                        self._beam_config)
             elif kind == "name":
-                table = self._names = NameTable.load()
+                table = self._name_table()
                 self._grammars[kind] = PhoneBeamSearch(names_lm(table, self.pronouncer),
                                                        table.pronouncer(self.pronouncer),
                                                        self._beam_config)
+            elif kind == "spelling":
+                self._spelled = SpelledNames(self._name_table())
+                self._grammars[kind] = PhoneBeamSearch(spelling_lm(self._name_table()),
+                                                       letters_pronouncer(), self._beam_config)
             else:
                 raise ConfigError(f"no grammar for hint kind {kind!r} (known: {_GRAMMARS})")
         return self._grammars[kind]
 
+    def _name_table(self) -> NameTable:
+        if self._names is None:
+            self._names = NameTable.load()
+        return self._names
+
+    def grammar_strings(self, kind: Grammar, found: list[str]) -> list[str]:
+        """A grammar search's best strings, and for a spelling the names within a letter or two
+        of its two best (``spelling.SpelledNames``): its letter model cannot keep the search to
+        the names, so a lost or changed letter spells none; the rescoring decides."""
+        if kind != "spelling" or self._spelled is None:
+            return found
+        near = [r for t in found[:2] for r in self._spelled.readings(t)]
+        return list(dict.fromkeys(found + near))
+
     def grammar_logp(self, kind: Grammar, text: str) -> float | None:
-        """A grammar string's prior: the digits' LM, or the names' exact grammar (``NameTable.
-        logp``); None for a string the names' search found that fits no way of giving a name
-        ("this is it's beltran": its trigram allows more than the grammar)."""
+        """A grammar string's prior: the digits' LM, the names' exact grammar (``NameTable.
+        logp``) or the names a spelling spells (``spelling.spelled_logp``); None for a string
+        the names' search found that fits no way of giving a name ("this is it's beltran": its
+        trigram allows more than the grammar)."""
         search = self.grammar(kind)
-        if kind == "name" and self._names is not None:
-            return self._names.logp(text)
+        if kind == "name":
+            return self._name_table().logp(text)
+        if kind == "spelling":
+            return spelled_logp(self._name_table(), text)
         return search.lm.sentence_logp(text.split())
 
     def warm_grammars(self) -> None:
@@ -314,7 +337,7 @@ class JointDecoder:
         source: dict[str, Grammar | None] = dict.fromkeys(self.hints.sentences())
         priors: dict[str, float] = {}
         for kind, g in self._grammars.items():
-            for t, _ in g.nbest(cfg.nbest):
+            for t in search.grammar_strings(kind, [t for t, _ in g.nbest(cfg.nbest)]):
                 prior = search.grammar_logp(kind, t) if t and t not in source else None
                 if prior is not None:
                     source[t], priors[t] = kind, prior

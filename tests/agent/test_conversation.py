@@ -101,7 +101,7 @@ def test_message_taken_with_confirmations_and_a_no_correction(receptionist):
         ("hi i'd like to leave a message for the dentist",
          "Sure, I can take a message. May I have your name, please?"),
         ("my name is john smith", "I have your name as John Smith. Is that right?"),
-        ("no", "Sorry about that. May I have your name, please?"),
+        ("no", "Sorry about that. Could you spell your name for me, letter by letter?"),
         ("it's jon smyth", "I have your name as Jon Smyth. Is that right?"),
         ("yes that's right",
          "What is the best phone number to reach you? Please say it digit by digit."),
@@ -179,6 +179,39 @@ def test_a_number_asked_again_offers_the_keypad_and_takes_the_keys(receptionist)
     conv.hear("can you take a message")
     conv.hear("mary")
     assert "keypad" not in said(conv.hear("no"))
+
+
+def test_a_name_asked_again_is_asked_spelled_and_the_letters_make_the_name(receptionist):
+    """A name read back wrong is heard the same wrong way when said again (mbrola's "david
+    miller" heard "emma miller" three times): the caller is asked to spell it, the recogniser
+    listens for letters, and the letters are joined into the name (split into a first and a
+    last name where the recogniser's names table reads them so)."""
+    conv = Conversation(receptionist)
+    conv.hear("can you take a message")
+    assert said(conv.hear("my name is emma miller")) == (
+        "I have your name as Emma Miller. Is that right?")
+    assert said(conv.hear("no")) == (
+        "Sorry about that. Could you spell your name for me, letter by letter?")
+    assert conv.expectation().expect == {"spelling", "name"}
+    assert said(conv.hear("d a v i d m i double l e r")) == (
+        "I have your name as David Miller. Is that right?")
+    assert conv.expectation().expect == {"yes_no"}
+    actions = conv.hear("yes")
+    assert SlotFilled("name", "David Miller") in actions
+    assert "spell" not in said(actions)
+    assert conv.expectation().expect == {"digits"}       # the next slot: no letters
+    # a name not heard at all is asked spelled at once; the caller may say it whole instead
+    conv = Conversation(receptionist)
+    conv.hear("can you take a message")
+    assert said(conv.hear("um")) == (
+        "Sorry, I didn't get that. Could you spell your name for me, letter by letter?")
+    assert said(conv.hear("it's sarah jones")) == (
+        "I have your name as Sarah Jones. Is that right?")
+    # a correction spelled while confirming
+    conv = Conversation(receptionist)
+    conv.hear("can you take a message")
+    conv.hear("my name is emma miller")
+    assert said(conv.hear("no it's d a v i d")) == "I have your name as David. Is that right?"
 
 
 def test_a_phone_number_asked_tells_the_recogniser_how_many_digits_it_needs(receptionist, orders):

@@ -120,3 +120,14 @@ def test_bm25_ranks_and_rejects_off_topic():
 def test_a_name_slot_refuses_what_no_name_is(heard, name):
     """Guards the call where the name slot kept "I Want To" (a misheard request) as a name."""
     assert extract("name", heard) == name
+
+
+@pytest.mark.parametrize("heard, name", [
+    ("d a v i d m i double l e r", "David Miller"),     # split where the names table reads two
+    ("my name is s a r a h", "Sarah"), ("it's j o n e s", "Jones"),
+    ("x q z w", "Xqzw"),                                # spells no name in the table: kept
+    ("i a", None),                                      # two letters: words heard short
+    ("d a v i d miller", "David Miller"),               # the first name spelled, the last said
+])
+def test_a_spelled_name_is_joined_into_the_name(heard, name):
+    assert extract("name", heard) == name
