@@ -132,6 +132,7 @@ def _name(text: str) -> str | None:
 
 
 MIN_SPELLED_LETTERS = 3
+_HYPHENATED = re.compile(r"[A-Za-z](?:-[A-Za-z])+")
 """A name spelled out has at least this many letters; fewer single letters ("i a") are more
 likely words the recogniser heard short."""
 
@@ -143,6 +144,9 @@ def _join_spelled(ws: list[str]) -> list[str]:
     -> "david miller")."""
     out: list[str] = []
     run: list[str] = []
+    # a transcriber that writes a spelling as one hyphenated word ("D-A-V-I-D", Whisper) gives
+    # the same letters
+    ws = [x for w in ws for x in (w.split("-") if _HYPHENATED.fullmatch(w) else [w])]
     for w in [*ws, ""]:
         if w and (len(w) == 1 or w.lower() == "double"):
             run.append(w.lower())

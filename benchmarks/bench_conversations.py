@@ -429,9 +429,11 @@ def summarise(rows: list[dict]) -> dict:
 
 async def main_async(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
-    all_scripts = [s for _ in range(args.repeat) for s in scripts(rng)]
+    # each script keeps its place (its seed: the voices' renditions) when goals are picked, so
+    # a --goals run places the very calls the whole run did
+    all_scripts = list(enumerate(s for _ in range(args.repeat) for s in scripts(rng)))
     if args.goals:
-        all_scripts = [s for s in all_scripts if s.goal in args.goals]
+        all_scripts = [(i, s) for i, s in all_scripts if s.goal in args.goals]
     if args.quick:
         all_scripts = all_scripts[:3]
     log_dir = Path(tempfile.mkdtemp(prefix="parley-bench-conv-"))
@@ -455,7 +457,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         await asyncio.gather(api.wait_ready(), *(s.wait_ready(timeout_s=180)
                                                  for s in servers.values()))
         n = 0
-        for i, script in enumerate(all_scripts):
+        for i, script in all_scripts:
             for voice_name in args.voices:
                 calls = [place(servers[(stt, script.agent)], script, voice_name, wavs, i,
                                args.caller == "listening")

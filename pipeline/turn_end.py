@@ -16,11 +16,14 @@ has (``Hints.min_digits``: ten for a phone number), the call's first turn is one
 opener the recogniser misheard: "hello," came out "holt" in bench_conversations), or any turn is
 one word that does not answer what the agent's hints expect (``one_word_answers``: a yes or a
 no when it asked one, a digit when it asked digits, a goodbye, one of its own one-word phrases;
-any word where it asked for a name alone), or it ends on a letter while the agent asked for a
-spelling (the caller pauses between letters and between a first and a last name), the turn is
+any word where it asked for a name alone), the turn is
 held ``hold_s`` more; if the caller goes on speaking within it, the turn goes on too (the VAD's
 start cancels the hold, as it cancels any pending end). A finished-looking transcript ends the
 turn as before, so the common case keeps its latency.
+
+A spelling needs no rule here: asked for one, the recogniser's stream keeps the utterance open
+over the caller's pauses (``pipeline.engines.transcripts``), so no transcript comes between
+letters and the turn cannot end there.
 
 The rules read the final transcript (lower case words), so they work with any recogniser; the
 digits rule also reads the agent's ``RecognitionHintsFrame`` on its way upstream to the
@@ -103,12 +106,11 @@ def one_word_answers(hints: Hints) -> frozenset[str] | None:
 
 
 def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False,
-                     answers: frozenset[str] | None = None, spelling: bool = False) -> bool:
+                     answers: frozenset[str] | None = None) -> bool:
     """True when ``text`` cannot be a whole turn (see the module docstring). ``min_digits``:
     the digits the answer asked for usually has (0: no number asked); ``first_turn``: nothing
     else has been said in the call yet; ``answers``: the one-word turns that answer the agent's
-    hints (``one_word_answers``; None: any word does); ``spelling``: the agent asked for a
-    spelling."""
+    hints (``one_word_answers``; None: any word does)."""
     ws = _WORDS.findall(text.lower())
     if not ws:
         return False
@@ -117,7 +119,6 @@ def looks_unfinished(text: str, *, min_digits: int = 0, first_turn: bool = False
             or (len(ws) == 2 and ws[0] in _QUESTION_AUX and ws[1] in _PRONOUNS)
             or (len(ws) in (3, 6) and all(w in _DIGITS for w in ws))
             or (ws[-1] in _DIGITS and _count_digits(ws) < min_digits)
-            or (spelling and (len(ws[-1]) == 1 or ws[-1] == "double"))
             or (len(ws) == 1 and (first_turn or (answers is not None and ws[0] not in answers))))
 
 
@@ -143,7 +144,6 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         self._finals: list[str] = []      # this turn's final transcripts (pipecat joins them
         #                                   with no space, which would fuse the last words)
         self._min_digits = 0              # from the agent's latest hints
-        self._spelling = False            # ditto: a spelling asked for
         self._answers: frozenset[str] | None = None   # one-word answers to them (None: no
         #                                   hints yet, or only a name asked: any word)
         self.turns = 0
@@ -157,7 +157,6 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
         elif isinstance(frame, RecognitionHintsFrame):
             hints = frame.hints
             self._min_digits = hints.min_digits if "digits" in hints.expect else 0
-            self._spelling = "spelling" in hints.expect
             self._answers = one_word_answers(hints)
         return await super().process_frame(frame)
 
@@ -182,7 +181,7 @@ class HoldUnfinishedTurnStopStrategy(SpeechTimeoutUserTurnStopStrategy):
             return
         if self._held or self._hold_s == 0 or not looks_unfinished(
                 " ".join(self._finals), min_digits=self._min_digits, first_turn=self.turns == 0,
-                answers=self._answers, spelling=self._spelling):
+                answers=self._answers):
             self.turns += 1
             await self.trigger_user_turn_stopped()
             return

@@ -17,6 +17,14 @@ is joined into one call, so a slow engine never holds up the event loop or the c
 Between utterances the last ``preroll_s`` of audio is kept (the VAD fires after speech began)
 and fed when the next utterance opens.
 
+A spelling (an utterance opened with hints that expect one) spans the caller's pauses: at the
+VAD's stop it stays open for ``spell_span_s`` more, hearing the pause (counted in the audio that
+comes, or by the clock where none comes), and goes on if the caller speaks again within it, so that the recogniser hears "dee, eigh, vee, ..." whole, as one string
+of letters its spelling search and the names near it can read (decoded in pieces at each pause,
+36 names spelled by three voices came out right 6 times against 29 whole: RESULTS.md). Its
+Final follows once the caller has been silent that long; until then the turn has no
+transcript, so the end of turn waits for it.
+
 What differs between recognisers is only a ``RecognizerBackend`` (``recognizer_backends``: the
 SSM recogniser in process or in its worker process, on the model tier, pocketsphinx in a thread
 or a worker process, Whisper): it takes its engine in ``start``, opens an ``Utterance`` per
@@ -40,8 +48,14 @@ from typing import Protocol, TypeAlias
 from pipeline.errors import PipelineError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
-__all__ = ["AudioIn", "CloseQueue", "Command", "Event", "Failed", "Final", "Partial",
+__all__ = ["SPELL_SPAN_S", "AudioIn", "CloseQueue", "Command", "Event", "Failed", "Final", "Partial",
            "RecognizerBackend", "SpeechStarted", "SpeechStopped", "TranscriptStream", "Utterance"]
+
+
+SPELL_SPAN_S = 0.45
+"""How long a spelling's utterance stays open after the VAD's stop for the caller to go on: the
+pauses between letters and names of the voices in bench_conversations are 130-250 ms past the
+VAD's 200 ms, and people pause longer while they think of the next letter."""
 
 
 # -- commands (in) --------------------------------------------------------------------------------
@@ -62,11 +76,13 @@ class SpeechStarted:
 
 @dataclass(frozen=True, slots=True)
 class SpeechStopped:
-    """The VAD heard the caller stop: finish the utterance; its ``Final`` follows.
+    """The VAD heard the caller stop: finish the utterance; its ``Final`` follows (a spelling's
+    after its pause, unless ``last``: nothing more will come).
 
     ``received_s``: ``time.perf_counter()`` when the stop arrived (the final's latency is from it)."""
 
     received_s: float
+    last: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +167,17 @@ class TranscriptStream:
     """See the module docstring. One iteration per stream; commands before ``start`` wait."""
 
     def __init__(self, backend: RecognizerBackend, sample_rate_hz: int, *,
-                 preroll_s: float = 0.5) -> None:
+                 preroll_s: float = 0.5, spell_span_s: float = SPELL_SPAN_S) -> None:
         if preroll_s < 0:
             raise PipelineError(f"TranscriptStream: preroll_s must be >= 0, got {preroll_s}")
+        if not 0 <= spell_span_s <= 3:
+            raise PipelineError(f"TranscriptStream: spell_span_s must be within 0..3 s, got "
+                                f"{spell_span_s}")
+        self.spell_span_s = spell_span_s
+        self._spelling = False         # the open utterance listens for a spelling
+        self._span_until: float | None = None   # a spelling's pause ends it then (perf_counter)
+        self._span_stop_s = 0.0        # when the VAD's stop that began the pause came
+        self._span_left = 0            # bytes of the pause still to hear before it ends it
         self.backend = backend
         self.sample_rate_hz = sample_rate_hz
         self._preroll_limit = int(preroll_s * sample_rate_hz) * 2
@@ -182,7 +206,7 @@ class TranscriptStream:
 
     def end_input(self) -> None:
         """Finish an open utterance (its Final is the last event), then end the iteration."""
-        self.flush()
+        self._queue.put_nowait(SpeechStopped(time.perf_counter(), last=True))
         self._queue.put_nowait(CloseQueue())
 
     @property
@@ -198,7 +222,22 @@ class TranscriptStream:
 
     async def _run(self) -> AsyncIterator[Event]:
         while True:
-            batch = [await self._queue.get()]
+            try:
+                if self._span_until is None:
+                    batch = [await self._queue.get()]
+                else:       # a spelling's pause: nothing may come (a transport that sends no
+                    #         silence), so the pause's end is also kept by the clock
+                    batch = [await asyncio.wait_for(
+                        self._queue.get(), max(0.0, self._span_until - time.perf_counter()))]
+            except TimeoutError:           # silent that long, and nothing came
+                spanned: list[Event] = []
+                try:
+                    await self._finish(self._span_stop_s, spanned)
+                except self.backend.errors as exc:
+                    spanned.append(Failed(exc))
+                for event in self._take_reported(spanned):
+                    yield event
+                continue
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             for kind, group in itertools.groupby(batch, key=type):
@@ -215,7 +254,8 @@ class TranscriptStream:
                             if isinstance(command, SpeechStarted):
                                 await self._on_started(command.hints, events)
                             elif isinstance(command, SpeechStopped):
-                                await self._on_stopped(command.received_s, events)
+                                await self._on_stopped(command.received_s, events,
+                                                       last=command.last)
                 except self.backend.errors as exc:
                     events.append(Failed(exc))
                 for event in self._take_reported(events):
@@ -234,6 +274,15 @@ class TranscriptStream:
         if self._utt is None:
             self._keep_preroll(pcm)
             return
+        if self._span_until is not None:       # a spelling's pause, counted in audio heard
+            room = self._span_left
+            if len(pcm) < room:
+                self._span_left -= len(pcm)
+            else:                              # the pause is over: what follows is the next
+                await self._feed(pcm[:room], events)     # utterance's pre-roll
+                await self._finish(self._span_stop_s, events)
+                self._keep_preroll(pcm[room:])
+                return
         await self._feed(pcm, events)
 
     async def _feed(self, pcm: bytes, events: list[Event]) -> None:
@@ -251,14 +300,27 @@ class TranscriptStream:
 
     async def _on_started(self, hints: Hints, events: list[Event]) -> None:
         if self._utt is not None:
+            self._span_until = None    # the caller spells on: the same utterance goes on
             return
         self._lost = ""
         preroll = self._take_preroll()
+        self._spelling = "spelling" in hints.expect and self.spell_span_s > 0
         self._utt = await self.backend.open(self.sample_rate_hz, hints)
         if self._utt is not None and preroll:
             await self._feed(preroll, events)
 
-    async def _on_stopped(self, received_s: float, events: list[Event]) -> None:
+    async def _on_stopped(self, received_s: float, events: list[Event], *,
+                          last: bool = False) -> None:
+        if self._utt is not None and self._spelling and self._span_until is None and not last:
+            self._span_until = received_s + self.spell_span_s      # a pause: more may follow
+            self._span_stop_s = received_s
+            self._span_left = int(self.spell_span_s * self.sample_rate_hz) * 2   # bytes
+            return
+        await self._finish(received_s, events)
+
+    async def _finish(self, received_s: float, events: list[Event]) -> None:
+        self._span_until = None
+        self._spelling = False
         utt, self._utt = self._utt, None
         if utt is None:
             if self._lost:

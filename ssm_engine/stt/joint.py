@@ -24,8 +24,9 @@ Per-turn hints (``hints.py``): ``stream(hints)`` adds the hinted sentences (yes/
 phrases) and the best strings of a grammar's own phone search (digit strings; callers' names,
 ``names.py``; names spelled letter by letter, ``spelling.py``) to the pool, each scored as
 above plus the hint's bonus, a yes/no sentence with the grammar's prior and a grammar's string
-with its own LM (and lexicon) in place of the word LM; ``result()`` gives the final with each reading's posterior, and the hinted keywords spotted
-on the phone head anywhere in the utterance (``spotting.py``; they do not touch the transcript).
+with its own LM (and lexicon) in place of the word LM; ``result()`` gives the final with each
+reading's posterior, and the hinted keywords spotted on the phone head anywhere in the
+utterance (``spotting.py``; they do not touch the transcript).
 
 Defaults were tuned on the development set of held-out voices (``data/stt/dev-lm``, 120 clips),
 never on the scored held-out manifest: over LM weight 0.8-1.6, word bonus 2-6, character weight

@@ -128,6 +128,7 @@ def test_a_name_slot_refuses_what_no_name_is(heard, name):
     ("x q z w", "Xqzw"),                                # spells no name in the table: kept
     ("i a", None),                                      # two letters: words heard short
     ("d a v i d miller", "David Miller"),               # the first name spelled, the last said
+    ("D-A-V-I-D M-I-L-L-E-R.", "David Miller"),         # as Whisper writes a spelling
 ])
 def test_a_spelled_name_is_joined_into_the_name(heard, name):
     assert extract("name", heard) == name

@@ -179,21 +179,6 @@ async def test_a_misheard_hello_later_in_the_call_waits_for_the_rest():
     assert texts == ["holt"] and hold.holds == 0
 
 
-async def test_a_spelling_asked_for_waits_out_the_pauses_between_letters_and_names():
-    """Asked to spell a name, a caller pauses between letters and longer between the first
-    and the last name: a turn that ends on a letter is held, so the name comes as one turn."""
-    asked = [RecognitionHintsFrame(Hints(expect=frozenset({"spelling", "name"})))]
-    said = _speech("d a v i d", 0.3) + _speech("m i double", 0.3) + _speech("l e r", 0.8)
-    hold = HoldUnfinishedTurnStopStrategy(hold_s=0.45)
-    texts = await _turns(hold, asked + said)
-    assert texts == ["d a v i d m i double l e r"] and hold.holds == 3
-    # without the spelling asked for, the first name's letters end the turn
-    texts = await _turns(HoldUnfinishedTurnStopStrategy(hold_s=0.45), said)
-    assert texts[0] == "d a v i d" and len(texts) == 3
-    assert looks_unfinished("m i double", spelling=True)
-    assert not looks_unfinished("david miller", spelling=True)   # said whole: ends at once
-
-
 def test_the_builder_uses_it_by_default_and_checks_the_hold():
     stop = _make_turn_stop(PipelineConfig())
     assert isinstance(stop[0], HoldUnfinishedTurnStopStrategy)
