@@ -18,7 +18,8 @@ shipped recogniser, in one run: free (the baseline) and with the turn's hint (``
 - spelled names: the same names spelled letter by letter, as the agent asks for a name it did
   not get ("dee, eigh, vee, eye, dee. em, ...": ``harness.callers.script.spelled_out``), under
   the hint the agent then gives (``spelling`` and ``name``): the name the agent takes is the one
-  spelled;
+  spelled; and the same decoded in pieces cut at each pause of 200 ms (``spelled_in_pieces``: one
+  utterance per VAD segment, as before the recogniser's stream spanned a spelling's pauses);
 - open sentences decoded under a yes/no hint, a name hint and a digits hint (a caller who asks
   something else instead; the order line listens for digits on its first turn): how many turn
   into a yes or a no, a hinted name or a digit string (must stay near 0), and their WER beside
@@ -100,6 +101,31 @@ def _phone(x: np.ndarray, rate: int) -> np.ndarray:
     return ulaw_decode(ulaw_encode(np.concatenate([pad, pcm, pad])))
 
 
+def _pieces(pcm: np.ndarray, gap_ms: int = 200) -> list[np.ndarray]:
+    """``pcm`` cut where it is quiet for ``gap_ms`` (the VAD's stop), each piece with 0.1 s of its
+    own audio either side and 0.15 s of silence around it: a spelling as the recogniser heard it
+    before its stream spanned the caller's pauses (one utterance per VAD segment). A stand-in for
+    the VAD: 10 ms frames under 5 % of the loudest frame's level are quiet."""
+    fr = 80
+    level = np.array([np.sqrt(np.mean(pcm[i:i + fr].astype(np.float32) ** 2))
+                      for i in range(0, len(pcm) - fr, fr)])
+    loud = level > max(float(level.max()) * 0.05, 30.0)
+    spans, start, quiet = [], None, 0
+    for k, on in enumerate(loud):
+        if on:
+            start = k if start is None else start
+            quiet = 0
+        elif start is not None:
+            quiet += 1
+            if quiet * 10 >= gap_ms:
+                spans.append((start, k - quiet + 1))
+                start, quiet = None, 0
+    if start is not None:
+        spans.append((start, len(loud)))
+    pad = np.zeros(1200, np.int16)
+    return [np.concatenate([pad, pcm[max(0, a * fr - 800):b * fr + 800], pad]) for a, b in spans]
+
+
 def _decode(engine: SSMSTTEngine, pcm: np.ndarray, hints: Hints):
     utt = engine.open(8000, hints)
     for i in range(0, len(pcm), 160):
@@ -158,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _decode(engine, clips[0][2][:4000], Hints())                    # warm-up
         rows = []
+        in_pieces: list[tuple[str, str, str, int]] = []    # truth, voice, heard, pieces
         for kind, truth, pcm, name in clips:
             free, free_ms = _decode(engine, pcm, Hints())
             # a yes or a no also under a name hint: the receptionist's first turn listens for
@@ -170,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
                             else "short_name" if kind == "yes_no" and hint_kind == "name"
                             else kind)
                 rows.append((row_kind, truth, name, free, free_ms, hinted, hinted_ms))
+            if kind == "spelled":      # the same spelling decoded in pieces, cut at its pauses
+                pieces = [_decode(engine, p, Hints(expect=frozenset(expect)))[0].text
+                          for p in _pieces(pcm)]
+                in_pieces.append((truth, name, " ".join(pieces), len(pieces)))
     finally:
         engine.close()
 
@@ -230,6 +261,13 @@ def main(argv: list[str] | None = None) -> int:
             "yes_no_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r} {r[i].confidence or 0:.2f}"
                              for r, ok in zip(ynr, right) if not ok],
         }
+    ok = [extract("name", heard) == truth for truth, _, heard, _ in in_pieces]
+    out["spelled_in_pieces"] = {
+        "names_exact": round(sum(ok) / max(1, len(ok)), 3), "n": len(ok),
+        "by_voice": {v: f"{sum(k for k, r in zip(ok, in_pieces) if r[1] == v)}/"
+                        f"{sum(r[1] == v for r in in_pieces)}"
+                     for v in dict.fromkeys(r[1] for r in in_pieces)},
+        "pieces_p50": float(np.percentile([r[3] for r in in_pieces], 50)) if in_pieces else 0}
     out["examples"] = [{"truth": r[1], "free": r[3].text, "hinted": r[5].text,
                         "conf": round(r[5].confidence or 0, 2)} for r in rows
                        if r[3].text != r[5].text][:8]

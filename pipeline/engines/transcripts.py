@@ -19,7 +19,8 @@ and fed when the next utterance opens.
 
 A spelling (an utterance opened with hints that expect one) spans the caller's pauses: at the
 VAD's stop it stays open for ``spell_span_s`` more, hearing the pause (counted in the audio that
-comes, or by the clock where none comes), and goes on if the caller speaks again within it, so that the recogniser hears "dee, eigh, vee, ..." whole, as one string
+comes, or by the clock where none comes), and goes on if the caller speaks again within it (the
+VAD's start, or more letters heard: a short soft letter may not reach the VAD's start), so that the recogniser hears "dee, eigh, vee, ..." whole, as one string
 of letters its spelling search and the names near it can read (decoded in pieces at each pause,
 36 names spelled by three voices came out right 6 times against 29 whole: RESULTS.md). Its
 Final follows once the caller has been silent that long; until then the turn has no
@@ -48,7 +49,7 @@ from typing import Protocol, TypeAlias
 from pipeline.errors import PipelineError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
-__all__ = ["SPELL_SPAN_S", "AudioIn", "CloseQueue", "Command", "Event", "Failed", "Final", "Partial",
+__all__ = ["SPELL_SPAN_S", "SPAN_HEARD_MAX_S", "AudioIn", "CloseQueue", "Command", "Event", "Failed", "Final", "Partial",
            "RecognizerBackend", "SpeechStarted", "SpeechStopped", "TranscriptStream", "Utterance"]
 
 
@@ -56,6 +57,11 @@ SPELL_SPAN_S = 0.45
 """How long a spelling's utterance stays open after the VAD's stop for the caller to go on: the
 pauses between letters and names of the voices in bench_conversations are 130-250 ms past the
 VAD's 200 ms, and people pause longer while they think of the next letter."""
+
+
+SPAN_HEARD_MAX_S = 4.0
+"""After the VAD's stop, letters the recogniser hears without the VAD starting again keep a
+spelling open this long at most (a noisy line must not keep a turn open)."""
 
 
 # -- commands (in) --------------------------------------------------------------------------------
@@ -178,6 +184,7 @@ class TranscriptStream:
         self._span_until: float | None = None   # a spelling's pause ends it then (perf_counter)
         self._span_stop_s = 0.0        # when the VAD's stop that began the pause came
         self._span_left = 0            # bytes of the pause still to hear before it ends it
+        self._span_heard = 0           # bytes heard since the VAD's stop
         self.backend = backend
         self.sample_rate_hz = sample_rate_hz
         self._preroll_limit = int(preroll_s * sample_rate_hz) * 2
@@ -274,16 +281,27 @@ class TranscriptStream:
         if self._utt is None:
             self._keep_preroll(pcm)
             return
-        if self._span_until is not None:       # a spelling's pause, counted in audio heard
-            room = self._span_left
-            if len(pcm) < room:
-                self._span_left -= len(pcm)
-            else:                              # the pause is over: what follows is the next
-                await self._feed(pcm[:room], events)     # utterance's pre-roll
-                await self._finish(self._span_stop_s, events)
-                self._keep_preroll(pcm[room:])
+        if self._span_until is None:
+            await self._feed(pcm, events)
+            return
+        # a spelling's pause, counted in the audio heard, 20 ms at a time as a call sends it:
+        # it ends when it is over, or begins again when the recogniser hears more letters (a
+        # short soft letter, "ee", may not reach the VAD's start)
+        step = self.sample_rate_hz // 50 * 2
+        for i in range(0, len(pcm), step):
+            chunk = pcm[i:i + step]
+            before = len(events)
+            await self._feed(chunk, events)
+            self._span_heard += len(chunk)
+            if len(events) > before and self._span_heard < SPAN_HEARD_MAX_S * self.sample_rate_hz * 2:
+                self._span_left = int(self.spell_span_s * self.sample_rate_hz) * 2
+                self._span_until = time.perf_counter() + self.spell_span_s
+            else:
+                self._span_left -= len(chunk)
+            if self._span_left <= 0:               # the pause is over: what follows is the
+                await self._finish(self._span_stop_s, events)   # next utterance's pre-roll
+                self._keep_preroll(pcm[i + step:])
                 return
-        await self._feed(pcm, events)
 
     async def _feed(self, pcm: bytes, events: list[Event]) -> None:
         utt = self._utt
@@ -315,6 +333,7 @@ class TranscriptStream:
             self._span_until = received_s + self.spell_span_s      # a pause: more may follow
             self._span_stop_s = received_s
             self._span_left = int(self.spell_span_s * self.sample_rate_hz) * 2   # bytes
+            self._span_heard = 0
             return
         await self._finish(received_s, events)
 

@@ -279,3 +279,33 @@ async def test_a_spelling_open_when_the_input_ends_is_finished(ssm_engine, flite
     assert len([e for e in events if isinstance(e, Final) and e.text]) == 1
     with pytest.raises(PipelineError, match="spell_span_s"):
         TranscriptStream(SSMRecognizerBackend(ssm_engine), RATE, spell_span_s=5.0)
+
+
+async def test_letters_heard_in_a_spellings_pause_keep_it_open_without_the_vad(
+        ssm_engine, flite_speech, monkeypatch):
+    """A short soft letter ("ee") may never reach the VAD's start: letters the recogniser
+    hears in the pause keep the spelling open, as the VAD's start would have."""
+    import pipeline.engines.transcripts as transcripts
+
+    first, more = flite_speech("dee eigh vee", RATE), flite_speech("eye dee are", RATE)
+
+    async def final_of(vad_starts_again: bool) -> list[Final]:
+        stream = TranscriptStream(SSMRecognizerBackend(ssm_engine), RATE)
+        await stream.start()
+        stream.start_utterance(SPELLING)
+        pushed(stream, np.concatenate([first, silence(0.2)]))
+        stream.flush()                              # the VAD's stop, 0.2 s into the pause
+        pushed(stream, silence(0.05))               # and the next letter soon after it
+        if vad_starts_again:
+            stream.start_utterance(SPELLING)
+        pushed(stream, np.concatenate([more, silence(0.6)]))
+        stream.end_input()
+        events = await asyncio.wait_for(events_of(stream), 60)
+        await stream.aclose()
+        return [e.text for e in events if isinstance(e, Final)]
+
+    with_vad = await final_of(True)
+    assert len(with_vad) == 1
+    assert await final_of(False) == with_vad           # the same utterance, heard whole
+    monkeypatch.setattr(transcripts, "SPAN_HEARD_MAX_S", 0.0)
+    assert await final_of(False) != with_vad           # without: cut 0.45 s into the pause
