@@ -20,9 +20,10 @@ and fed when the next utterance opens.
 A spelling (an utterance opened with hints that expect one) spans the caller's pauses: at the
 VAD's stop it stays open for ``spell_span_s`` more, hearing the pause (counted in the audio that
 comes, or by the clock where none comes), and goes on if the caller speaks again within it (the
-VAD's start, or more letters heard: a short soft letter may not reach the VAD's start), so that the recogniser hears "dee, eigh, vee, ..." whole, as one string
-of letters its spelling search and the names near it can read (decoded in pieces at each pause,
-36 names spelled by three voices came out right 6 times against 29 whole: RESULTS.md). Its
+VAD's start, or more letters heard: a short soft letter may not reach the VAD's start), so
+that the recogniser hears "dee, eigh, vee, ..." whole, as one string of letters its spelling
+search and the names near it can read (decoded in pieces cut at each pause, 36 names spelled
+by three voices came out right 5 times against 29 whole: bench_stt_hints, RESULTS.md). Its
 Final follows once the caller has been silent that long; until then the turn has no
 transcript, so the end of turn waits for it.
 
@@ -49,8 +50,9 @@ from typing import Protocol, TypeAlias
 from pipeline.errors import PipelineError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
-__all__ = ["SPELL_SPAN_S", "SPAN_HEARD_MAX_S", "AudioIn", "CloseQueue", "Command", "Event", "Failed", "Final", "Partial",
-           "RecognizerBackend", "SpeechStarted", "SpeechStopped", "TranscriptStream", "Utterance"]
+__all__ = ["SPELL_SPAN_S", "SPAN_HEARD_MAX_S", "AudioIn", "CloseQueue", "Command", "Event",
+           "Failed", "Final", "Partial", "RecognizerBackend", "SpeechStarted", "SpeechStopped",
+           "TranscriptStream", "Utterance"]
 
 
 SPELL_SPAN_S = 0.45
@@ -312,6 +314,11 @@ class TranscriptStream:
             self._utt = None           # its engine lost it: one error, not one per chunk;
             self._lost = utt.heard     # the next utterance opens afresh
             utt.abort()
+            if self._span_until is not None:      # in a spelling's pause: the VAD's stop has
+                self._span_until = None           # come, so what was heard is its Final now
+                if self._lost:
+                    events.append(Final(self._lost, self._span_stop_s))
+                self._lost = ""
             raise
         if partial is not None:
             events.append(Partial(partial))

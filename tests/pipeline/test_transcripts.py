@@ -309,3 +309,25 @@ async def test_letters_heard_in_a_spellings_pause_keep_it_open_without_the_vad(
     assert await final_of(False) == with_vad           # the same utterance, heard whole
     monkeypatch.setattr(transcripts, "SPAN_HEARD_MAX_S", 0.0)
     assert await final_of(False) != with_vad           # without: cut 0.45 s into the pause
+
+
+async def test_an_engine_error_in_a_spellings_pause_keeps_what_was_heard(ssm_engine,
+                                                                          flite_speech):
+    stream = TranscriptStream(SSMRecognizerBackend(ssm_engine), RATE)
+    await stream.start()
+    stream.start_utterance(SPELLING)
+    pushed(stream, np.concatenate([flite_speech("dee eigh vee eye dee", RATE), silence(0.2)]))
+    stream.flush()                               # the pause begins
+    stream.push(b"\x00\x01\x02")                 # not 16-bit PCM
+    stream.start_utterance()                     # the next utterance opens afresh
+    pushed(stream, np.concatenate([flite_speech("what are your opening hours", RATE, voice="awb"),
+                                   silence(0.3)]))
+    stream.end_input()
+    events = await asyncio.wait_for(events_of(stream), 60)
+    await stream.aclose()
+    failed = [e for e in events if isinstance(e, Failed)]
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(failed) == 1 and isinstance(failed[0].error, AudioFormatError), events
+    assert len(finals) == 2 and finals[0].text, finals       # the letters heard are kept
+    assert events.index(finals[0]) < events.index(failed[0]) < events.index(finals[1])
+    assert len(LATER_WORDS & set(finals[1].text.split())) >= 3, finals
