@@ -28,8 +28,8 @@ from .lm import NGramLM, build_lm
 from .names import NameTable
 from .phones import Pronouncer
 
-__all__ = ["SpelledNames", "LETTER_PRONS", "letters_pronouncer", "spelling_lm", "spelled_logp", "spelled_letters",
-           "join_spelled", "UNKNOWN_SPELLING_LOGP"]
+__all__ = ["SpelledNames", "LETTER_PRONS", "UNKNOWN_SPELLING_LOGP", "letters_pronouncer",
+           "spelling_lm", "spelled_logp", "spelled_letters", "join_spelled"]
 
 # The letters as said in American English (CMUdict's, without the article "a" = AH), and
 # "double" as in "m i double l e r"; the alternatives callers also use ("zed", "double you").
@@ -47,6 +47,7 @@ LETTER_PRONS: dict[str, tuple[tuple[str, ...], ...]] = {
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 UNKNOWN_SPELLING_LOGP = math.log(0.05)
 """ln P that a spelled string is no name of the table (each letter then ln 1/26 more)."""
+# how often a spelling is of both names, the first alone or the last alone (chosen, not tuned)
 _SHARES = {"both": math.log(0.6), "first": math.log(0.15), "last": math.log(0.2)}
 _SPELLED = re.compile(r"^(?:(?:double )?[a-z] )*(?:double )?[a-z]$")
 
