@@ -103,14 +103,20 @@ class NameTable:
             if m is None:
                 continue
             score = carrier
-            for group, names, total in (("f", self.first, self._first_total),
-                                        ("l", self.last, self._last_total)):
+            for group, kind, names in (("f", "first", self.first), ("l", "last", self.last)):
                 name = m.groupdict().get(group)
                 if name is not None:
-                    score = score + math.log(names[name] / total) if name in names else -math.inf
+                    score = score + self.share_logp(kind, name) if name in names else -math.inf
             if score > -math.inf and (best is None or score > best):
                 best = score
         return best
+
+    def share_logp(self, kind: str, name: str) -> float:
+        """ln of the share of people with this ``kind`` ("first" or "last") name among the
+        table's names of that kind (a KeyError for a name it lacks)."""
+        names, total = ((self.first, self._first_total) if kind == "first"
+                        else (self.last, self._last_total))
+        return math.log(names[name] / total)
 
     @functools.cached_property
     def _first_total(self) -> float:

@@ -24,6 +24,7 @@ import math
 import random
 import re
 
+from ..words import edit_distance
 from .lm import NGramLM, build_lm
 from .names import NameTable
 from .phones import Pronouncer
@@ -76,18 +77,16 @@ def spelled_letters(text: str) -> str | None:
 
 def _splits(table: NameTable, s: str) -> list[tuple[float, str]]:
     """(ln P, the name written out) for each reading of the letters ``s`` as names."""
-    tf = sum(table.first.values())
-    tl = sum(table.last.values())
     out: list[tuple[float, str]] = []
     if s in table.first:
-        out.append((_SHARES["first"] + math.log(table.first[s] / tf), s))
+        out.append((_SHARES["first"] + table.share_logp("first", s), s))
     if s in table.last:
-        out.append((_SHARES["last"] + math.log(table.last[s] / tl), s))
+        out.append((_SHARES["last"] + table.share_logp("last", s), s))
     for i in range(2, len(s) - 1):
         f, last = s[:i], s[i:]
         if f in table.first and last in table.last:
-            out.append((_SHARES["both"] + math.log(table.first[f] / tf)
-                        + math.log(table.last[last] / tl), f"{f} {last}"))
+            out.append((_SHARES["both"] + table.share_logp("first", f)
+                        + table.share_logp("last", last), f"{f} {last}"))
     return out
 
 
@@ -124,16 +123,6 @@ def _deletes(word: str, n: int) -> set[str]:
     return out
 
 
-def _edits(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
-
-
 class SpelledNames:
     """The names of a table within a letter or two of what was heard spelled, the way a person
     who took down "s t e n b u t l e r" asks "Steven Butler?": a spelling search hears most
@@ -165,7 +154,7 @@ class SpelledNames:
             found |= index.get(d, set())
         out = []
         for name in found:
-            e = _edits(s, name)
+            e = edit_distance(s, name)
             if e <= (1 if max(len(s), len(name)) <= 3 else self.max_edits):
                 out.append((e, name))
         return sorted(out)
@@ -177,20 +166,17 @@ class SpelledNames:
         s = spelled_letters(text)
         if s is None:
             return []
-        tf = sum(self.table.first.values())
-        tl = sum(self.table.last.values())
+        share = self.table.share_logp
         scored: list[tuple[int, float, str]] = []
-        for kind, shares, total in (("first", self.table.first, tf),
-                                    ("last", self.table.last, tl)):
+        for kind in ("first", "last"):
             for e, name in self.near(s, kind)[:limit]:
-                scored.append((e, -math.log(shares[name] / total), name))
+                scored.append((e, -share(kind, name), name))
         for i in range(2, len(s) - 1):
             firsts = self.near(s[:i], "first")[:limit]
             lasts = self.near(s[i:], "last")[:limit] if firsts else []
             for ef, f in firsts:
                 for el, last in lasts:
-                    scored.append((ef + el, -math.log(self.table.first[f] / tf)
-                                   - math.log(self.table.last[last] / tl), f + last))
+                    scored.append((ef + el, -share("first", f) - share("last", last), f + last))
         out = []
         for _, _, name in sorted(scored):
             spelled = " ".join(name)
