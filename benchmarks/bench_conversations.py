@@ -35,10 +35,11 @@ words; says "yes" to a read-back that is right and "no" to one that is wrong (th
 value again when asked); gives its name, number or message when asked for them; presses 1 or 2
 when offered the keypad after an unsure yes/no, and types its number and # when a number
 is asked again with the keypad offered; spells its name, letter by letter, when asked to
-(``spelled_out``: "dee, eigh, vee, eye, dee. em, eye, ..."); says its question again after "Sorry, I didn't
-catch that" (at most twice in a row) and after "anything else?" when its question has not been
-answered yet; says the script's last words once the goal is reached. It reads the agent's words
-from the server's live call record (a person hears them; the agent's own speech is issue 28's).
+(``spelled_out``: "dee, eigh, vee, eye, dee. em, eye, ..."); says its question again after
+"Sorry, I didn't catch that" (at most twice in a row) and after "anything else?" when its
+question has not been answered yet; says the script's last words once the goal is reached. It
+reads the agent's words from the server's live call record (a person hears them; the agent's own
+speech is issue 28's).
 A WAV voice says a repeated line anew (another rate and pitch, as a person would); flite's slt
 says it the same. The scores are as above, but yes/no understood is judged on each read-back the
 caller answered (kept after a "yes", asked again after a "no"), ``turns`` counts the caller's
