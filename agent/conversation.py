@@ -100,8 +100,8 @@ class _Fill(dict):
 
 
 _DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_attempts",
-                   "_misses", "_silences", "_keypad", "_spelling", "_asked_anything_else",
-                   "_heard", "_offered_task")
+                   "_misses", "_silences", "_keypad", "_asked_anything_else", "_heard",
+                   "_offered_task")
 """Every attribute an input may change; the rest is built from the spec once."""
 
 
@@ -132,7 +132,6 @@ class Conversation:
         self._misses = 0
         self._silences = 0
         self._keypad = ""
-        self._spelling = False             # the name slot was asked again: spelled, please
         self._asked_anything_else = False
         self._heard: Recognition | None = None
         self._offered_task: TaskSpec | None = None
@@ -497,7 +496,6 @@ class Conversation:
                 self._slot = self.spec.slot(name)
                 self._attempts = 0
                 self._keypad = ""
-                self._spelling = False
                 self.state = State.COLLECTING
                 return [self._say(self._slot.prompt)]
         self._slot = None
@@ -545,9 +543,13 @@ class Conversation:
         with the keypad offered."""
         assert self._slot is not None
         if self._slot.kind == "name":
-            self._spelling = True
             return _SPELL_NAME
         return f"{self._slot.prompt}{self._keypad_offer()}"
+
+    @property
+    def _spelling(self) -> bool:
+        """A name slot asked again, so asked spelled (``_ask_again``)."""
+        return self._slot is not None and self._slot.kind == "name" and self._attempts > 0
 
     def _keypad_offer(self) -> str:
         """The keypad offer (" You can also type it ...") where the slot asked again takes keys

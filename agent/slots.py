@@ -132,9 +132,9 @@ def _name(text: str) -> str | None:
 
 
 MIN_SPELLED_LETTERS = 3
-_HYPHENATED = re.compile(r"[A-Za-z](?:-[A-Za-z])+")
 """A name spelled out has at least this many letters; fewer single letters ("i a") are more
 likely words the recogniser heard short."""
+_HYPHENATED = re.compile(r"[A-Za-z](?:-[A-Za-z])+")
 
 
 def _join_spelled(ws: list[str]) -> list[str]:
