@@ -54,7 +54,8 @@ def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * RATE), np.int16)
 
 
-async def events_of(stream: TranscriptStream) -> list:
+async def events_of(stream) -> list:
+    """Every event of a stream (or of its iteration begun elsewhere)."""
     return [event async for event in stream]
 
 
@@ -208,7 +209,7 @@ SPELLING = Hints(expect=frozenset({"spelling", "name"}))
 
 
 async def _spelled_in_pieces(ssm_engine, flite_speech, hints: Hints, gap_s: float,
-                             end: bool = True) -> tuple[TranscriptStream, list]:
+                             end: bool = True) -> TranscriptStream:
     """"dee eigh vee" and "eye dee" with the VAD's start and stop around each, ``gap_s`` of
     silence between them (the caller's pause)."""
     pieces = [flite_speech("dee eigh vee", RATE), flite_speech("eye dee", RATE)]
@@ -221,26 +222,26 @@ async def _spelled_in_pieces(ssm_engine, flite_speech, hints: Hints, gap_s: floa
         pushed(stream, silence(gap_s if i == 0 else 0.1))
     if end:
         stream.end_input()
-    return stream, []
+    return stream
 
 
 async def test_a_spelling_spans_the_callers_pauses_as_one_utterance(ssm_engine, flite_speech):
     """Decoded in pieces at each pause, a spelling's letters lose their neighbours, and the
     recogniser's names near them (RESULTS.md: 6 of 36 names right against 29 whole): an
     utterance that listens for a spelling stays open over a pause shorter than the span."""
-    stream, _ = await _spelled_in_pieces(ssm_engine, flite_speech, SPELLING, gap_s=0.3)
+    stream = await _spelled_in_pieces(ssm_engine, flite_speech, SPELLING, gap_s=0.3)
     events = await asyncio.wait_for(events_of(stream), 60)
     await stream.aclose()
     finals = [e for e in events if isinstance(e, Final)]
     assert len(finals) == 1, finals
     assert len(finals[0].text.split()) >= 4 and all(len(w) == 1 for w in finals[0].text.split())
     # the same pieces without a spelling asked for: an utterance each
-    stream, _ = await _spelled_in_pieces(ssm_engine, flite_speech, Hints(), gap_s=0.3)
+    stream = await _spelled_in_pieces(ssm_engine, flite_speech, Hints(), gap_s=0.3)
     events = await asyncio.wait_for(events_of(stream), 60)
     await stream.aclose()
     assert len([e for e in events if isinstance(e, Final)]) == 2
     # a pause longer than the span ends the spelling there
-    stream, _ = await _spelled_in_pieces(ssm_engine, flite_speech, SPELLING, gap_s=0.9)
+    stream = await _spelled_in_pieces(ssm_engine, flite_speech, SPELLING, gap_s=0.9)
     events = await asyncio.wait_for(events_of(stream), 60)
     await stream.aclose()
     assert len([e for e in events if isinstance(e, Final)]) == 2
@@ -250,7 +251,7 @@ async def test_a_spellings_final_comes_after_its_pause_with_no_more_audio(ssm_en
                                                                           flite_speech):
     """A transport that sends nothing while the caller is silent: the span still ends, by the
     clock, and the Final comes without any later command; its latency counts the pause."""
-    stream, _ = await _spelled_in_pieces(ssm_engine, flite_speech, SPELLING, gap_s=0.3,
+    stream = await _spelled_in_pieces(ssm_engine, flite_speech, SPELLING, gap_s=0.3,
                                          end=False)
     it = aiter(stream)
     first = await asyncio.wait_for(anext(it), 30)
@@ -259,13 +260,9 @@ async def test_a_spellings_final_comes_after_its_pause_with_no_more_audio(ssm_en
     assert first.text and len(first.text.split()) >= 4
     assert time.perf_counter() - first.received_s >= stream.spell_span_s
     stream.end_input()
-    rest = await asyncio.wait_for(events_of_rest(it), 30)
+    rest = await asyncio.wait_for(events_of(it), 30)
     await stream.aclose()
     assert not [e for e in rest if isinstance(e, Final)]
-
-
-async def events_of_rest(it) -> list:
-    return [event async for event in it]
 
 
 async def test_a_spelling_open_when_the_input_ends_is_finished(ssm_engine, flite_speech):
