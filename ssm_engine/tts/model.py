@@ -44,7 +44,7 @@ from ..config import SSMConfig
 from ..errors import CheckpointFormatError, ConfigError
 from ..stack import SSMStack
 from ..state import StackState
-from .vocoder import CEP0, HOP_SAMPLES, LF0, N_FEATURES, SAMPLE_RATE_HZ, VUV
+from .vocoder import CEP0, HOP_SAMPLES, LF0, MAX_POSTFILTER, N_FEATURES, SAMPLE_RATE_HZ, VUV
 
 __all__ = ["TTSConfig", "TTSModel", "save_tts", "load_tts", "CHECKPOINT_KIND", "N_POS_FEATURES"]
 
@@ -63,7 +63,11 @@ def _dec_ssm() -> dict[str, Any]:
 @dataclass(frozen=True)
 class TTSConfig:
     """Sizes of the voice; ``enc_ssm``/``ssm`` are SSMConfig dicts; ``feat_mean``/``feat_std``
-    normalise the vocoder features (set from the training data; identity by default)."""
+    normalise the vocoder features (set from the training data; identity by default).
+    ``postfilter``: how much the vocoder deepens this voice's envelopes when it speaks
+    (``vocoder._min_phase_response``; 0: as predicted). Training leaves it alone: it is chosen
+    for a trained voice by ear on the phone line (benchmarks/bench_tts.py) and written into the
+    voice's config.json."""
 
     n_symbols: int
     n_stress: int = 4
@@ -78,6 +82,7 @@ class TTSConfig:
     hop_samples: int = HOP_SAMPLES
     feat_mean: tuple[float, ...] = ()
     feat_std: tuple[float, ...] = ()
+    postfilter: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_symbols < 2:
@@ -92,6 +97,9 @@ class TTSConfig:
             value = getattr(self, name)
             if value and len(value) != N_FEATURES:
                 raise ConfigError(f"TTSConfig.{name} needs {N_FEATURES} values, got {len(value)}")
+        if not 0.0 <= self.postfilter <= MAX_POSTFILTER:
+            raise ConfigError(f"TTSConfig.postfilter must be within 0..{MAX_POSTFILTER}, "
+                              f"got {self.postfilter}")
         enc, dec = SSMConfig.from_dict(self.enc_ssm), SSMConfig.from_dict(self.ssm)
         if enc.d_model != dec.d_model:
             raise ConfigError("TTSConfig: enc_ssm and ssm must share d_model")

@@ -55,7 +55,7 @@ from ..device import model_device
 from ..state import StackState
 from .errors import TextError, TTSError
 from .model import TTSModel, frame_position, load_tts
-from .vocoder import HOP_SAMPLES, LF0, SAMPLE_RATE_HZ, StreamingVocoder
+from .vocoder import HOP_SAMPLES, LF0, MAX_POSTFILTER, SAMPLE_RATE_HZ, StreamingVocoder
 
 __all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS", "QUESTION_RISE_ST"]
 
@@ -162,14 +162,25 @@ class TTSVoice:
                                                              branch_free=True))
 
     def open_stream(self, *, seed: int = 0, chunk_frames: int = DEFAULT_CHUNK_FRAMES,
-                    pace: float = 1.0, question_rise_st: float = QUESTION_RISE_ST) -> TTSStream:
+                    pace: float = 1.0, question_rise_st: float = QUESTION_RISE_ST,
+                    postfilter: float | None = None) -> TTSStream:
+        """A new utterance. ``postfilter``: the vocoder's envelope deepening (None: the voice's
+        own, ``postfilter`` in its config.json; 0: the envelopes as the model predicts them)."""
         return TTSStream(self, seed=seed, chunk_frames=chunk_frames, pace=pace,
-                         question_rise_st=question_rise_st)
+                         question_rise_st=question_rise_st,
+                         postfilter=self.postfilter if postfilter is None else postfilter)
+
+    @property
+    def postfilter(self) -> float:
+        """The vocoder's envelope deepening this voice speaks with (its config's)."""
+        return self.model.config.postfilter
 
     def synthesize(self, text: str, *, seed: int = 0, pace: float = 1.0,
-                   question_rise_st: float = QUESTION_RISE_ST) -> Synthesis:
+                   question_rise_st: float = QUESTION_RISE_ST,
+                   postfilter: float | None = None) -> Synthesis:
         """The whole utterance at once (the streaming path run to the end)."""
-        stream = self.open_stream(seed=seed, pace=pace, question_rise_st=question_rise_st)
+        stream = self.open_stream(seed=seed, pace=pace, question_rise_st=question_rise_st,
+                                  postfilter=postfilter)
         stream.push_text(text)
         stream.end_text()
         if stream.n_tokens == 0:
@@ -299,7 +310,7 @@ class TTSStream:
     one thread at a time (the voice's lock serialises the model)."""
 
     def __init__(self, voice: TTSVoice, *, seed: int, chunk_frames: int, pace: float = 1.0,
-                 question_rise_st: float = QUESTION_RISE_ST) -> None:
+                 question_rise_st: float = QUESTION_RISE_ST, postfilter: float = 0.0) -> None:
         from .phonemes import IncrementalPhonemizer
 
         if chunk_frames < 1:
@@ -308,6 +319,8 @@ class TTSStream:
             raise TTSError(f"pace must be within 0.5..2.0 (1.0: the voice's own), got {pace}")
         if not 0.0 <= question_rise_st <= 12.0:
             raise TTSError(f"question_rise_st must be within 0..12 semitones, got {question_rise_st}")
+        if not 0.0 <= postfilter <= MAX_POSTFILTER:
+            raise TTSError(f"postfilter must be within 0..{MAX_POSTFILTER}, got {postfilter}")
         self._pace = pace                   # predicted phone durations times this
         self._rise = question_rise_st * np.log(2.0) / 12.0   # in log f0
         self._offsets: list[float] = []     # each queued frame's log f0 offset (questions rise)
@@ -328,7 +341,7 @@ class TTSStream:
         self._cancelled = False
         self._enc_state: StackState = self._model.enc_stack.init_state(1)
         self._dec_state: StackState = self._model.init_frame_state(1)
-        self._vocoder = StreamingVocoder(seed)
+        self._vocoder = StreamingVocoder(seed, postfilter=postfilter)
         self._chunk_samples = chunk_frames * HOP_SAMPLES
         self._pending = np.zeros(0, np.float32)
         self._pending_words: list[tuple[str, float]] = []

@@ -67,6 +67,7 @@ def test_the_phone_line_version_is_8_khz_mu_law(tmp_path, capsys, monkeypatch):
     (["!?", ], "nothing to say in '!?'"),
     (["hi", "--pace", "3"], "--pace must be within 0.5..2.0"),
     (["hi", "--question-rise", "20"], "--question-rise must be within 0..12 semitones"),
+    (["hi", "--postfilter", "2"], "--postfilter must be within 0..1.0"),
 ])
 def test_mistakes_are_one_line(tmp_path, capsys, argv, message):
     out = tmp_path / "x.wav"
@@ -110,6 +111,20 @@ def test_a_yes_no_question_ends_higher_unless_asked_not_to(tmp_path, capsys):
     statement = say("That is the right number.", VOICES["slt"].folder)["pcm"]
     assert np.array_equal(statement, say("That is the right number.", VOICES["slt"].folder,
                                          question_rise_st=0.0)["pcm"])
+
+
+def test_joe_speaks_with_its_postfilter_unless_asked_not_to_and_slt_without(tmp_path, capsys):
+    """The postfilter is a voice's own (its config.json): joe's deepens its envelopes, slt's is 0
+    (its teacher's envelopes are sharp already: models/tts-joe's card)."""
+    sharp, plain = tmp_path / "sharp.wav", tmp_path / "plain.wav"
+    assert cli.main(["say", TEXT, "--voice", "joe", "--out", str(sharp)]) == 0
+    assert json.loads(capsys.readouterr().out)["postfilter"] == 0.4
+    assert cli.main(["say", TEXT, "--voice", "joe", "--out", str(plain), "--postfilter", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["postfilter"] == 0
+    a, b = _wav(plain)[0], _wav(sharp)[0]
+    assert len(a) == len(b) and not np.array_equal(a, b)        # the same timing, another sound
+    assert cli.main(["say", TEXT, "--voice", "slt", "--out", str(plain)]) == 0
+    assert json.loads(capsys.readouterr().out)["postfilter"] == 0
 
 
 def _folder(*argv: str):

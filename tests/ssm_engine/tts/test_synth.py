@@ -115,6 +115,9 @@ def test_pace_stretches_every_phone(voice: TTSVoice) -> None:
     for pace in (0.4, 2.5):
         with pytest.raises(TTSError, match="pace must be within"):
             voice.open_stream(pace=pace)
+    for postfilter in (-0.2, 2.0):
+        with pytest.raises(TTSError, match="postfilter must be within"):
+            voice.open_stream(postfilter=postfilter)
 
 
 def test_a_yes_no_question_rises_at_its_end_and_nothing_else_changes() -> None:
