@@ -31,7 +31,7 @@ from .audio import resample, wav_seconds, write_wav
 from .augment import PhoneChannel
 from .errors import DataError, VoiceUnavailableError
 from .manifest import read_manifest, write_manifest
-from .texts import FILLER, SentenceGenerator
+from .texts import FILLER, SentenceGenerator, said
 from .voices import HELDOUT_VOICES, TRAIN_VOICES, available, voice
 
 __all__ = ["GenerateConfig", "generate", "merge", "TRAIN_RATE_HZ", "HELDOUT_RATE_HZ",
@@ -81,7 +81,7 @@ def _run_job(job: _Job) -> tuple[_Job, float, str | None]:
     """Worker: synthesise, convert, augment, write. -> (job, seconds of audio, error or None)."""
     rng = np.random.default_rng(job.seed)
     try:
-        x, rate = voice(job.voice).synthesize(job.text, rng)
+        x, rate = voice(job.voice).synthesize(said(job.text), rng)     # the label stays job.text
     except DataError as exc:
         return job, 0.0, str(exc)
     if job.split == "train":

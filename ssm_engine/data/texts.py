@@ -12,7 +12,9 @@ pocketsphinx's trigram model), so that a recogniser learns to spell English, not
 callers' templates.
 
 Every sentence comes back already in ``normalize_text`` form, so the words a voice speaks are
-exactly the transcript the model learns. ``faker`` (optional) supplies names, streets and cities;
+exactly the transcript the model learns, with one exception, ``said``: a spelled letter "a"
+("it's spelled d a v i d") is given to the voice as "eigh", because every voice reads a lone
+"a" as the article ("uh"); the transcript keeps "a". ``faker`` (optional) supplies names, streets and cities;
 without it a small built-in list is used.
 """
 
@@ -25,11 +27,24 @@ from typing import Protocol
 from ..words import normalize_text, number_to_words, ordinal_words
 from ..errors import ConfigError
 
-__all__ = ["SentenceGenerator", "FILLER", "NaturalSampler"]
+__all__ = ["SentenceGenerator", "FILLER", "NaturalSampler", "said"]
 
 # Share of Faker's filler sentences (strings of the ~1,000 commonest English words) among the
 # sentences, as every shipped data set and the held-out set were made.
 FILLER = 0.12
+
+
+def said(text: str) -> str:
+    """What a voice is told to say for the transcript ``text``: the same words, but "a" as the
+    letter's name ("eigh") wherever it is one of a run of two or more single letters, a
+    spelling ("d a v i d", "a b c"); an article ("a car") or a lone "a" is left alone."""
+    words = text.split()
+    single = [len(w) == 1 and w.isalpha() for w in words]
+    for i, w in enumerate(words):
+        in_run = single[i] and ((i > 0 and single[i - 1]) or (i + 1 < len(words) and single[i + 1]))
+        if w == "a" and in_run:
+            words[i] = "eigh"
+    return " ".join(words)
 
 
 class NaturalSampler(Protocol):

@@ -13,7 +13,7 @@ from ssm_engine.data.augment import PhoneChannel, band_pass, speed_perturb
 from ssm_engine.data.errors import ManifestError, VoiceUnavailableError
 from ssm_engine.data.generate import GenerateConfig, generate
 from ssm_engine.data.manifest import read_manifest, write_manifest
-from ssm_engine.data.texts import SentenceGenerator
+from ssm_engine.data.texts import SentenceGenerator, said
 from ssm_engine.data.voices import voice
 from ssm_engine.stt.text import normalize_text
 from ssm_engine.errors import ConfigError
@@ -36,6 +36,28 @@ def test_sentences_are_normalised_varied_and_seeded():
     assert all(s == normalize_text(s) and s for s in sentences)
     assert len(set(sentences)) > 150
     assert any(" one " in f" {s} " or " two " in f" {s} " for s in sentences)   # digits as words
+
+
+def test_a_spelled_a_is_said_as_the_letter_and_the_article_as_itself():
+    assert said("it's spelled d a v i d") == "it's spelled d eigh v i d"
+    assert said("a b c") == "eigh b c"
+    assert said("i have a car") == "i have a car"                 # the article
+    assert said("a") == "a" and said("plan a please") == "plan a please"
+    assert said("my code is k a") == "my code is k eigh"
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_the_voice_says_the_letters_name_where_the_transcript_has_a():
+    """espeak-ng (as flite, mbrola and Piper's front end) reads a lone "a" as a schwa; told
+    ``said``'s words, it says the letter's name, /eI/."""
+    import subprocess
+
+    def phonemes(text: str) -> str:
+        return subprocess.run(["espeak-ng", "-v", "en-us", "-q", "-x", text], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    assert "eI" not in phonemes("d a d")
+    assert "eI" in phonemes(said("d a d"))
 
 
 def test_band_pass_keeps_speech_band_and_cuts_the_rest():
@@ -220,7 +242,7 @@ def test_the_pinned_faker_reproduces_the_held_out_sentences_the_model_card_score
     # models/stt/eval_ssm_8k_mulaw.json scores these held-out sentences (seed 1 + 7919); a data
     # set made without Faker, or with another version, has other sentences for the same seed
     from ssm_engine.data.generate import FAKER_VERSION, faker_version
-    from ssm_engine.data.texts import SentenceGenerator
+    from ssm_engine.data.texts import SentenceGenerator, said
 
     assert faker_version() == FAKER_VERSION            # pinned in pyproject's [data] extra
     from pathlib import Path
