@@ -213,20 +213,22 @@ async def speed(args, voices_dirs: dict[str, str]) -> dict:
     return out
 
 
-def vocoder_cost(voices_dirs: dict[str, str]) -> dict:
+def vocoder_cost(voices_dirs: dict[str, str], postfilter: float | None = None) -> dict:
     """The postfilter's price: one 10 ms frame through ``StreamingVocoder.push``, with it and
     without, alternating frame by frame over the frames of ``SENTENCES`` in the first SSM voice
-    that has a postfilter (microseconds p50/p95/p99, and the ratio of the medians)."""
+    that has a postfilter (its own, or ``postfilter``) (microseconds p50/p95/p99, and the ratio
+    of the medians)."""
     from ssm_engine.tts.synth import TTSVoice
     from ssm_engine.tts.vocoder import StreamingVocoder, analyze
 
     loaded = {n: TTSVoice.load(d) for n, d in voices_dirs.items()}
-    name = next((n for n, v in loaded.items() if v.postfilter > 0), None)
+    amounts = {n: v.postfilter if postfilter is None else postfilter for n, v in loaded.items()}
+    name = next((n for n, a in amounts.items() if a > 0), None)
     if name is None:
         return {}
     tts = loaded[name]
     frames = np.concatenate([analyze(tts.synthesize(s, postfilter=0.0).pcm) for s in SENTENCES])
-    vocoders = {"with": StreamingVocoder(0, postfilter=tts.postfilter), "without": StreamingVocoder(0)}
+    vocoders = {"with": StreamingVocoder(0, postfilter=amounts[name]), "without": StreamingVocoder(0)}
     took: dict[str, list[float]] = {k: [] for k in vocoders}
     for row in frames:
         for k, voc in vocoders.items():
@@ -234,7 +236,7 @@ def vocoder_cost(voices_dirs: dict[str, str]) -> dict:
             voc.push(row)
             took[k].append(time.perf_counter() - t0)
     out: dict = {"vocoder_frames": len(frames), "vocoder_voice": name,
-                 "vocoder_postfilter": tts.postfilter}
+                 "vocoder_postfilter": amounts[name]}
     for k, xs in took.items():
         us = np.asarray(xs) * 1e6
         out.update({f"vocoder_us_{k}_postfilter_p{q}": round(float(np.percentile(us, q)), 1)
@@ -253,12 +255,12 @@ def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
     return phone_channel(pcm, rate, 8000, "mulaw")
 
 
-def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int
-               ) -> dict[str, list[list[np.ndarray]]]:
+def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
+               postfilter: float | None = None) -> dict[str, list[list[np.ndarray]]]:
     """Each engine's phone-line audio of every sentence, ``renders`` times for the engines that
     draw noise (the SSM voices' vocoder seeds 0, 1, ...; Piper samples its own), once for the
     others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
-    voice is heard as it ships and, where it has one, without its vocoder's postfilter
+    voice is heard with ``postfilter`` (None: its own) and, where that is not 0, without it
     (``ssm-<name>-nopf``)."""
     from harness.tts_eval import teacher_clips
     from pipeline.engines.espeak import EspeakEngine
@@ -269,9 +271,10 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int
     clips: dict[str, list[list[np.ndarray]]] = {}
     for name, d in voices_dirs.items():
         tts = TTSVoice.load(d)
-        for tag, postfilter in (("", None), ("-nopf", 0.0))[:2 if tts.postfilter else 1]:
+        amount = tts.postfilter if postfilter is None else postfilter
+        for tag, pf in (("", amount), ("-nopf", 0.0))[:2 if amount else 1]:
             clips[f"ssm-{name}{tag}"] = [
-                [_line(tts.synthesize(s, seed=seed, postfilter=postfilter).pcm, 16000)
+                [_line(tts.synthesize(s, seed=seed, postfilter=pf).pcm, 16000)
                  for s in sentences] for seed in range(renders)]
     clips["teacher-slt"] = [teacher_clips(sentences, 8000, "mulaw")]      # festival's HTS voice
     teacher = PiperTeacher()
@@ -350,6 +353,35 @@ def heldout_sentences(n: int) -> list[str]:
     return pick_sentences(DatasetConfig(out_dir="unused", n_train=0, n_heldout=n, seed=1))[1]
 
 
+# (seed, training sentences) of every ``parley data tts`` draw the shipped voices trained on:
+# slt's data/tts/v1 (seed 1, 2,400: a prefix of seed 1's 4,000), joe's joe2, joe3 and joe4
+TRAINED_DRAWS = ((1, 4000), (2, 4000), (3, 4000))
+FRESH_SEED = 4242
+
+
+def fresh_sentences(n: int) -> list[str]:
+    """``n`` sentences of the agent kind drawn new (``AgentSentences``, seed ``FRESH_SEED``), none
+    of them in any draw the voices trained or chose a checkpoint on, nor in ``LINE_SENTENCES``:
+    a test set nothing here was ever tuned on (~1 min to redraw the training sentences)."""
+    from ssm_engine.tts.dataset import DatasetConfig, _text_key, pick_sentences
+    from ssm_engine.tts.sentences import AgentSentences
+
+    used = {_text_key(s) for v in LINE_SENTENCES.values() for s in v}
+    for seed, n_train in TRAINED_DRAWS:
+        train, held = pick_sentences(DatasetConfig(out_dir="unused", n_train=n_train,
+                                                   n_heldout=100, seed=seed))
+        used |= {_text_key(t) for t in train + held}
+    gen, out = AgentSentences(FRESH_SEED), []
+    for _ in range(100 * n):
+        if len(out) == n:
+            break
+        s = gen.sentence()
+        if _text_key(s) not in used:
+            used.add(_text_key(s))
+            out.append(s)
+    return out
+
+
 def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     from harness.stt_eval import make_engine
     from harness.tts_eval import judge_wer
@@ -358,12 +390,14 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     line = {k: list(v) for k, v in LINE_SENTENCES.items()}
     if args.heldout:
         line["heldout"] = heldout_sentences(args.heldout)
+    if args.fresh:
+        line["fresh"] = fresh_sentences(args.fresh)
     kinds = [k for k, v in line.items() for _ in v]
     sentences = [s for v in line.values() for s in v]
-    clips = line_clips(voices_dirs, sentences, args.line_renders)
+    clips = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter)
     judge = make_engine("whisper", 8000)
     out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
-                 "line_renders": args.line_renders}
+                 "line_fresh": args.fresh, "line_renders": args.line_renders}
     errors: dict[str, list[dict[str, str]]] = {}
     for name, renders in clips.items():
         pairs = [p for audio in renders for p in judge_wer(judge, sentences, audio)[1]]
@@ -380,7 +414,8 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
         out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
                                                    / out[f"{teacher}_line_audio_s"], 3)
-        out[f"ssm-{name}_postfilter"] = TTSVoice.load(voices_dirs[name]).postfilter
+        own = TTSVoice.load(voices_dirs[name]).postfilter
+        out[f"ssm-{name}_postfilter"] = own if args.postfilter is None else args.postfilter
         for key in (f"ssm-{name}", f"ssm-{name}-nopf"):
             if f"{key}_wer" not in out:
                 continue
@@ -490,6 +525,12 @@ def main() -> None:
     parser.add_argument("--heldout", type=int, default=100,
                         help="also judge this many of the voices' held-out sentences on the line "
                         "(0-100, default %(default)s)")
+    parser.add_argument("--fresh", type=int, default=0,
+                        help="also judge this many sentences drawn new, in none of the voices' "
+                        "data sets (kind 'fresh'; ~1 min to draw; default %(default)s)")
+    parser.add_argument("--postfilter", type=float, default=None, metavar="AMOUNT",
+                        help="the SSM voices' vocoder postfilter on the line (default: each "
+                        "voice's own); a voice heard with one is also heard without it")
     parser.add_argument("--line-renders", type=int, default=3,
                         help="render each sentence this many times in the engines that draw "
                         "noise (SSM voices, Piper) and judge them all: one rendering's WER moves "
@@ -497,6 +538,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.heldout <= 100:
         parser.error(f"--heldout must be within 0..100, got {args.heldout}")
+    if args.fresh < 0:
+        parser.error(f"--fresh must be 0 or more, got {args.fresh}")
+    if args.postfilter is not None and not 0.0 <= args.postfilter <= 1.0:
+        parser.error(f"--postfilter must be within 0..1, got {args.postfilter}")
     if args.line_renders < 1:
         parser.error(f"--line-renders must be at least 1, got {args.line_renders}")
     voices_dirs = {}
@@ -507,7 +552,7 @@ def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
     numbers = asyncio.run(speed(args, voices_dirs))
     if voices_dirs:
-        numbers.update(vocoder_cost(voices_dirs))
+        numbers.update(vocoder_cost(voices_dirs, args.postfilter))
     if args.line:
         numbers.update(line_wer(args, voices_dirs))
     if args.prosody:

@@ -242,7 +242,7 @@ def test_the_pinned_faker_reproduces_the_held_out_sentences_the_model_card_score
     # models/stt/eval_ssm_8k_mulaw.json scores these held-out sentences (seed 1 + 7919); a data
     # set made without Faker, or with another version, has other sentences for the same seed
     from ssm_engine.data.generate import FAKER_VERSION, faker_version
-    from ssm_engine.data.texts import SentenceGenerator, said
+    from ssm_engine.data.texts import SentenceGenerator
 
     assert faker_version() == FAKER_VERSION            # pinned in pyproject's [data] extra
     from pathlib import Path
