@@ -409,6 +409,9 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         out[f"{name}_line_audio_s"] = round(sum(len(a) for a in renders[0]) / 8000, 1)
         for kind in line:
             out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kind_of) if k == kind])
+        if len(line) > len(LINE_SENTENCES):      # the 36 replies alone, beside the whole
+            out[f"{name}_wer_replies"] = _wer([p for p, k in zip(pairs, kind_of)
+                                               if k in LINE_SENTENCES])
         errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
     for name in voices_dirs:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
