@@ -65,9 +65,9 @@ class TTSConfig:
     """Sizes of the voice; ``enc_ssm``/``ssm`` are SSMConfig dicts; ``feat_mean``/``feat_std``
     normalise the vocoder features (set from the training data; identity by default).
     ``postfilter``: how much the vocoder deepens this voice's envelopes when it speaks
-    (``vocoder._min_phase_response``; 0: as predicted). Training leaves it alone: it is chosen
-    for a trained voice by ear on the phone line (benchmarks/bench_tts.py) and written into the
-    voice's config.json."""
+    (``vocoder._min_phase_response``; 0: as predicted). Not learnt: it is chosen for a trained
+    voice on the phone line (``bench_tts.py --postfilter``) and written into its config.json; a
+    new run starts at 0, a fine-tune keeps its starting voice's."""
 
     n_symbols: int
     n_stress: int = 4
