@@ -14,8 +14,8 @@ callers' templates.
 Every sentence comes back already in ``normalize_text`` form, so the words a voice speaks are
 exactly the transcript the model learns, with one exception, ``said``: a spelled letter "a"
 ("it's spelled d a v i d") is given to the voice as "eigh", because every voice reads a lone
-"a" as the article ("uh"); the transcript keeps "a". ``faker`` (optional) supplies names, streets and cities;
-without it a small built-in list is used.
+"a" as the article ("uh"); the transcript keeps "a". ``faker`` (optional) supplies names,
+streets and cities; without it a small built-in list is used.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from ..device import model_device
 from ..state import StackState
 from .errors import TextError, TTSError
 from .model import TTSModel, frame_position, load_tts
-from .vocoder import HOP_SAMPLES, LF0, MAX_POSTFILTER, SAMPLE_RATE_HZ, StreamingVocoder
+from .vocoder import HOP_SAMPLES, LF0, SAMPLE_RATE_HZ, StreamingVocoder
 
 __all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS", "QUESTION_RISE_ST"]
 
@@ -319,8 +319,6 @@ class TTSStream:
             raise TTSError(f"pace must be within 0.5..2.0 (1.0: the voice's own), got {pace}")
         if not 0.0 <= question_rise_st <= 12.0:
             raise TTSError(f"question_rise_st must be within 0..12 semitones, got {question_rise_st}")
-        if not 0.0 <= postfilter <= MAX_POSTFILTER:
-            raise TTSError(f"postfilter must be within 0..{MAX_POSTFILTER}, got {postfilter}")
         self._pace = pace                   # predicted phone durations times this
         self._rise = question_rise_st * np.log(2.0) / 12.0   # in log f0
         self._offsets: list[float] = []     # each queued frame's log f0 offset (questions rise)
@@ -341,7 +339,7 @@ class TTSStream:
         self._cancelled = False
         self._enc_state: StackState = self._model.enc_stack.init_state(1)
         self._dec_state: StackState = self._model.init_frame_state(1)
-        self._vocoder = StreamingVocoder(seed, postfilter=postfilter)
+        self._vocoder = StreamingVocoder(seed, postfilter=postfilter)   # checks the amount
         self._chunk_samples = chunk_frames * HOP_SAMPLES
         self._pending = np.zeros(0, np.float32)
         self._pending_words: list[tuple[str, float]] = []
