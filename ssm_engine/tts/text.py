@@ -115,14 +115,41 @@ def _digit_count(chunk: str | None) -> int:
 def needs_right_context(chunk: str) -> bool:
     """Whether the chunk's reading can depend on the chunk after it: a money amount (a scale word
     may follow), a number of 3+ digits (a digit group may follow), a word ending in a period
-    (an abbreviation, or a sentence end before a capital), or "dr"/"st" without a period."""
+    (an abbreviation, or a sentence end before a capital), the letter a (a spelled letter when
+    one follows), or "dr"/"st" without a period."""
     c = _clean(chunk)
     number = _PURE_NUMBER.fullmatch(c)
     if re.search(r"[$€£]\d", c) or number is not None and len(number.group(1)) >= 3:
         return True
     if _ABBREV_END.search(c) and c.endswith("."):
         return True
+    if _lone_letter(c) in ("a", "A"):          # a spelled letter if a letter follows ("D A V")
+        return True
     return _bare(c).strip(".") in ("dr", "st")
+
+
+def _lone_letter(chunk: str | None) -> str | None:
+    """The letter a chunk is, punctuation around it aside ("D", "a,", "(B)"), else None."""
+    core = _clean(chunk or "").strip("\"'()[],.;:!?")
+    return core if len(core) == 1 and core.isalpha() else None
+
+
+def _spelled_a(chunk: str, prev: str | None, nxt: str | None) -> bool:
+    """Whether a chunk that is the letter a is the letter, said "ey", not the article: beside
+    another letter of the same case ("D A V I D", "k, o, w, a", but not "a B" or "am I a"), or
+    a capital A that does not start a sentence ("Plan A", "gate A"; not after a shouted word)."""
+    a = _lone_letter(chunk)
+    if a not in ("a", "A"):
+        return False
+    for side in (prev, nxt):
+        letter = _lone_letter(side)
+        if letter is not None and letter.lower() != "i" and letter.isupper() == a.isupper():
+            return True
+    if a == "A" and prev is not None:
+        before = _clean(prev).rstrip("\"')")
+        shouted = before.isalpha() and len(before) > 1 and before.isupper()
+        return bool(before) and before[-1] not in ".?!:" and not shouted
+    return False
 
 
 def _letters(text: str) -> list[Word]:
@@ -253,6 +280,8 @@ def expand_chunk(prev: str | None, chunk: str, nxt: str | None) -> list[Word]:
         elif kind == "word" and i == 0 and m.group("word").lower() in _SCALES and re.fullmatch(
                 r"[$€£][\d,]*\d[,\d]*(?:\.\d+)?", _clean(prev or "")):
             continue                          # "$4 million": said with the amount
+        elif kind == "word" and _spelled_a(c, prev, nxt):
+            out += _letters("a") + ([Word("", "end")] if m.group("wdot") is not None else [])
         elif kind == "word":
             out += _word(m.group("word"), m.group("wdot") is not None, _clean(prev or ""),
                          nxt_word, nxt_capital, last)

@@ -73,6 +73,33 @@ def test_readings(text: str, expected: str) -> None:
     assert said(text) == expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("It is spelled D A V I D.", "it is spelled d A v i d <end>"),
+    ("Spelled K, O, W, A.", "spelled k <pau> o <pau> w <pau> A <end>"),
+    ("the letters a, b and c", "the letters A <pau> b and c <end>"),
+    ("Plan A is fine.", "plan A is fine <end>"),
+    ("Is it gate A?", "is it gate A <qend>"),
+    # the article stays the article: lower case, a sentence's first word, beside "I" or a
+    # letter of the other case, after a shouted word
+    ("I have a car.", "i have a car <end>"),
+    ("A technician will call. A refund is due.",
+     "a technician will call <end> a refund is due <end>"),
+    ("Am I a member?", "am i a member <qend>"),
+    ("You got a B.", "you got a b <end>"),
+    ("PLEASE HOLD A MOMENT", "please hold a moment <end>"),
+])
+def test_a_spelled_a_is_the_letter_and_the_article_stays_one(text: str, expected: str) -> None:
+    """A lone "a" read as the article is a schwa: in a spelled name ("D A V I D") or "Plan A"
+    it must be the letter's name, as "D-A-V-I-D" always was."""
+    assert said(text) == expected
+
+
+def test_a_waits_for_the_chunk_after_it() -> None:
+    inc = IncrementalNormalizer()
+    assert [w.text for w in inc.push("spelled D A ")] == ["spelled", "d"]
+    assert [(w.text, w.kind) for w in inc.push("V ")] == [("a", "letter"), ("v", "word")]
+
+
 @pytest.mark.parametrize("text", ["", "   ", "?!...", ",,, ;", "\U0001F600 \u2603", "\u00a0\t\n"])
 def test_nothing_to_say(text: str) -> None:
     assert normalize(text) == []
@@ -120,7 +147,7 @@ _TEXTS = [
     "My ID is A-B-C, ok? Main St. Apt 4; e.g. 15% off... and/or more",
     "I'm sorry, I didn't catch that. Could you repeat it? \U0001F600",
 ]
-_PIECES = st.sampled_from(["a", "b", "A", "1", "2", "0", " ", " ", "  ", "\n", ".", ",", "$", ":",
+_PIECES = st.sampled_from(["a", "b", "A", "B", "I", "1", "2", "0", " ", " ", "  ", "\n", ".", ",", "$", ":",
                            "-", "?", "#", "%", "'", "/", "(", ")", "\U0001F600", "Dr.", "St",
                            "pm", "million", "May", "@"])
 _RANDOM_TEXT = st.lists(_PIECES, max_size=25).map("".join)
