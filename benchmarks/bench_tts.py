@@ -21,7 +21,8 @@ Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 36 agent
 written for this benchmark (never in a voice's training data), 12 of each kind: numbers
 (amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
 letters) and plain sentences, and (``--heldout``, 100) the voices' own held-out sentences, the
-ones ``parley data tts`` never trains on (kind ``heldout``). Every engine says each one; the
+ones ``parley data tts`` never trains on (kind ``heldout``), and (``--fresh N``, 0) sentences
+drawn new, in none of the voices' data sets (kind ``fresh``: nothing was ever tuned on them). Every engine says each one; the
 audio goes to 8 kHz and through G.711 mu-law and back; Whisper tiny.en (the judge, never
 parley's recogniser) transcribes it; WER against the words parley's front end reads the
 sentence as (``--reference spoken``; "dr" and "mr" as "doctor" and "mister"), per kind and
@@ -537,7 +538,7 @@ def main() -> None:
     parser.add_argument("--line-renders", type=int, default=3,
                         help="render each sentence this many times in the engines that draw "
                         "noise (SSM voices, Piper) and judge them all: one rendering's WER moves "
-                        "by a third from draw to draw (default %(default)s)")
+                        "by up to a fifth from draw to draw (default %(default)s)")
     args = parser.parse_args()
     if not 0 <= args.heldout <= 100:
         parser.error(f"--heldout must be within 0..100, got {args.heldout}")
