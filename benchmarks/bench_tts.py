@@ -257,12 +257,13 @@ def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
 
 
 def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
-               postfilter: float | None = None) -> dict[str, list[list[np.ndarray]]]:
+               postfilter: float | None = None
+               ) -> tuple[dict[str, list[list[np.ndarray]]], dict[str, float]]:
     """Each engine's phone-line audio of every sentence, ``renders`` times for the engines that
     draw noise (the SSM voices' vocoder seeds 0, 1, ...; Piper samples its own), once for the
     others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
     voice is heard with ``postfilter`` (None: its own) and, where that is not 0, without it
-    (``ssm-<name>-nopf``)."""
+    (``ssm-<name>-nopf``). Returns the clips and the postfilter each SSM voice was heard with."""
     from harness.tts_eval import teacher_clips
     from pipeline.engines.espeak import EspeakEngine
     from ssm_engine.tts.phonemes import phonemize
@@ -270,9 +271,10 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
     from ssm_engine.tts.synth import TTSVoice
 
     clips: dict[str, list[list[np.ndarray]]] = {}
+    amounts: dict[str, float] = {}
     for name, d in voices_dirs.items():
         tts = TTSVoice.load(d)
-        amount = tts.postfilter if postfilter is None else postfilter
+        amount = amounts[name] = tts.postfilter if postfilter is None else postfilter
         for tag, pf in (("", amount), ("-nopf", 0.0))[:2 if amount else 1]:
             clips[f"ssm-{name}{tag}"] = [
                 [_line(tts.synthesize(s, seed=seed, postfilter=pf).pcm, 16000)
@@ -289,7 +291,7 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
                           for _ in range(renders)]
     espeak = EspeakEngine(sample_rate_hz=8000)
     clips["espeak"] = [[_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]]
-    return clips
+    return clips, amounts
 
 
 def spectrogram_png(path: Path, clips: dict[str, list[np.ndarray]], sentences: list[str],
@@ -386,7 +388,6 @@ def fresh_sentences(n: int) -> list[str]:
 def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     from harness.stt_eval import make_engine
     from harness.tts_eval import judge_wer
-    from ssm_engine.tts.synth import TTSVoice
 
     line = {k: list(v) for k, v in LINE_SENTENCES.items()}
     if args.heldout:
@@ -395,7 +396,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         line["fresh"] = fresh_sentences(args.fresh)
     kinds = [k for k, v in line.items() for _ in v]
     sentences = [s for v in line.values() for s in v]
-    clips = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter)
+    clips, amounts = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter)
     judge = make_engine("whisper", 8000)
     out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
                  "line_fresh": args.fresh, "line_renders": args.line_renders}
@@ -418,8 +419,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
         out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
                                                    / out[f"{teacher}_line_audio_s"], 3)
-        own = TTSVoice.load(voices_dirs[name]).postfilter
-        out[f"ssm-{name}_postfilter"] = own if args.postfilter is None else args.postfilter
+        out[f"ssm-{name}_postfilter"] = amounts[name]
         for key in (f"ssm-{name}", f"ssm-{name}-nopf"):
             if f"{key}_wer" not in out:
                 continue
