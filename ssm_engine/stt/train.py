@@ -21,6 +21,13 @@ perturbation ties together) and SpecAugment on the normalised log-mel features (
 bands of up to ``freq_mask_mels`` mel bins, and one time mask of up to ``time_mask_ms`` per
 ``time_mask_every_s`` of audio, set to the feature mean). ``init_from`` starts a new run from an
 exported checkpoint (weights and feature statistics) with a fresh optimiser and schedule.
+
+Distillation (``distill``: a folder of Whisper tiny.en encoder features, ``distill.py``): beside
+the CTC losses, a linear head on the residual stream after ``distill_layer`` SSM layers regresses
+the teacher's frame ``distill_delay`` frames back (L1 plus one minus the cosine, on features
+normalised per dimension), weighted ``distill_weight``. A clip played faster or slower has its
+teacher frames stretched to match. The head lives in ``last.pt`` only; the exported recogniser
+has no trace of it.
 """
 
 from __future__ import annotations
@@ -49,13 +56,14 @@ from ..data.manifest import read_manifest
 from ..device import resolve_device
 from ..training import cosine_lr_scale, length_batches, run_log
 from .decode import cer, greedy_decode, wer
+from .distill import TEACHER_DIM, TeacherFeatures, stretch
 from .model import STTConfig, STTModel, load_stt, save_stt
 from .phones import PHONE_BLANK, PHONES, Pronouncer
 from .text import encode, normalize_text
 from ..errors import ConfigError
 
-__all__ = ["TrainConfig", "train", "load_clips", "evaluate", "spec_augment", "mel_warp",
-           "load_deepened"]
+__all__ = ["TrainConfig", "train", "load_clips", "load_clip_rows", "evaluate", "spec_augment",
+           "mel_warp", "load_deepened"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +100,10 @@ class TrainConfig:
     phones_dict: str | None = None     # CMUdict file: add a phone CTC head (see phones.py)
     phone_weight: float = 1.0          # its loss's weight beside the characters'
     norm: str = "fixed"                # feature normalisation: fixed statistics, or "stream" (frontend.py)
+    distill: str | None = None         # Whisper teacher features (distill.py) to regress, or None
+    distill_weight: float = 1.0
+    distill_layer: int = 4             # regress from the residual stream after this many layers
+    distill_delay: int = 2             # frames the student's regression lags the teacher
     seed: int = 1
     threads: int = 1
     device: str = "cpu"                # where the model trains: cpu, cuda[:N], or auto (a GPU if seen)
@@ -109,6 +121,14 @@ def load_clips(manifest: str | Path, rate_hz: int, *, phone: bool = False, limit
                max_s: float | None = None) -> list[tuple[np.ndarray, str]]:
     """Read a manifest's clips at ``rate_hz`` (resampled if needed), optionally through the mu-law
     channel. ``limit`` keeps an evenly spread subset. -> [(float32 samples, normalised text)]."""
+    return [(x, text) for _, x, text in load_clip_rows(manifest, rate_hz, phone=phone, limit=limit,
+                                                       max_s=max_s)]
+
+
+def load_clip_rows(manifest: str | Path, rate_hz: int, *, phone: bool = False,
+                   limit: int | None = None, max_s: float | None = None
+                   ) -> list[tuple[Path, np.ndarray, str]]:
+    """``load_clips`` with each clip's path: [(path, float32 samples, normalised text)]."""
     rows = read_manifest(manifest)
     check_not_reserved(p for p, _ in rows)        # the outside test never trains or tunes
     if limit is not None and len(rows) > limit:
@@ -123,7 +143,7 @@ def load_clips(manifest: str | Path, rate_hz: int, *, phone: bool = False, limit
             x = mulaw_roundtrip(x)
         if max_s is not None and x.size > max_s * rate_hz:
             continue
-        clips.append((x, normalize_text(text)))
+        clips.append((path, x, normalize_text(text)))
     return clips
 
 
@@ -298,12 +318,85 @@ def _phone_loss(logits: torch.Tensor, frames: torch.Tensor,
                       blank=PHONE_BLANK, reduction="mean", zero_infinity=True)
 
 
+def _distill_tap(model: STTModel, layer: int) -> tuple[nn.Linear, list[torch.Tensor]]:
+    """A linear head to the teacher's width, and the list a hook fills with the residual stream
+    after ``layer`` SSM layers (one tensor per scanned segment) on every forward pass."""
+    n = model.config.ssm_config.n_layers
+    if not 1 <= layer <= n:
+        raise ConfigError(f"distill_layer {layer}: the model has SSM layers 1..{n}")
+    captured: list[torch.Tensor] = []
+    # the input of layer ``layer``'s norm (or, after the last layer, of the final norm) is the
+    # residual stream after ``layer`` layers
+    tap = model.stack.norms[layer] if layer < n else model.stack.norm_f
+    tap.register_forward_pre_hook(lambda _m, args: captured.append(args[0]))
+    return nn.Linear(model.config.ssm_config.d_model, TEACHER_DIM), captured
+
+
+@torch.no_grad()
+def _fit_distill_head(model: STTModel, head: nn.Linear, captured: list[torch.Tensor],
+                      clips: list[np.ndarray], teach: list[np.ndarray], delay: int,
+                      batch: int = 16) -> float:
+    """Start the distillation head at the least-squares (ridge) map from the student's hidden
+    state to the teacher's frames over ``clips`` (heard without augmentation), so that its first
+    gradients into the student say something rather than undo a random projection. -> the
+    fitted map's mean L1 error on those frames."""
+    was_training = model.training
+    model.eval()
+    device = model.frontend.feat_mean.device
+    hs, ys = [], []
+    step = model.config.step_samples
+    for i in range(0, len(clips), batch):
+        audio, frames = _pad(clips[i:i + batch], step)
+        captured.clear()
+        model.forward_heads(audio.to(device))
+        h = torch.cat(captured, dim=1).cpu()
+        for j, feats in enumerate(teach[i:i + batch]):
+            n = min(int(frames[j]), h.shape[1])
+            if n > delay:
+                hs.append(h[j, delay:n])
+                ys.append(torch.from_numpy(stretch(feats, n)[: n - delay]))
+    captured.clear()
+    model.train(was_training)
+    hm, ym = torch.cat(hs).double(), torch.cat(ys).double()
+    x = torch.cat([hm, torch.ones(hm.shape[0], 1, dtype=hm.dtype)], dim=1)
+    gram = x.T @ x
+    gram += 1e-3 * torch.trace(gram) / gram.shape[0] * torch.eye(gram.shape[0], dtype=gram.dtype)
+    w = torch.linalg.solve(gram, x.T @ ym)               # (d + 1, D)
+    head.weight.copy_(w[:-1].T.to(head.weight))
+    head.bias.copy_(w[-1].to(head.bias))
+    return float((x @ w - ym).abs().mean())
+
+
+def _distill_loss(pred: torch.Tensor, frames: torch.Tensor, teach: list[np.ndarray | None],
+                  delay: int) -> torch.Tensor:
+    """L1 plus (1 - cosine) between the student's predictions (b, T, D) and each clip's teacher
+    frames, stretched to the clip's ``frames`` and ``delay`` frames late: student frame t answers
+    for teacher frame t - delay. Mean over the frames that have a teacher (0 when none do)."""
+    b, t, d = pred.shape
+    target = np.zeros((b, t, d), np.float32)
+    mask = np.zeros((b, t), np.float32)
+    for i, feats in enumerate(teach):
+        n = min(int(frames[i]), t)
+        if feats is None or n <= delay:
+            continue
+        target[i, delay:n] = stretch(feats, n)[: n - delay]
+        mask[i, delay:n] = 1.0
+    if not mask.any():
+        return pred.sum() * 0.0
+    tgt = torch.from_numpy(target).to(pred.device)
+    m = torch.from_numpy(mask).to(pred.device)
+    l1 = (pred - tgt).abs().mean(-1)
+    cos = F.cosine_similarity(pred, tgt, dim=-1, eps=1e-6)
+    return ((l1 + 1.0 - cos) * m).sum() / m.sum()
+
+
 def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
     mcfg = cfg.model_config()
     rate, step_samples = mcfg.sample_rate_hz, mcfg.step_samples
     log.info("config %s", json.dumps(dataclasses.asdict(cfg)))
     t_load = time.monotonic()
-    train_clips = load_clips(cfg.train_manifest, rate, max_s=cfg.max_clip_s)
+    rows = load_clip_rows(cfg.train_manifest, rate, max_s=cfg.max_clip_s)
+    train_clips = [(x, text) for _, x, text in rows]
     heldout = load_clips(cfg.heldout_manifest, rate, phone=True, limit=cfg.eval_utterances)
     targets = [torch.tensor(encode(t), dtype=torch.long) for _, t in train_clips]
     pronouncer = None
@@ -317,6 +410,12 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
         log.info("phone targets for %d of %d training clips (%d words in %s; the rest train "
                  "the characters only)", known, len(train_clips), len(pronouncer),
                  cfg.phones_dict)
+    teacher = TeacherFeatures(cfg.distill) if cfg.distill else None
+    paths = [path for path, _, _ in rows]      # read from the teacher's memory map per batch
+    if teacher is not None:
+        log.info("teacher features for %d of %d training clips (%s; the rest train the CTC "
+                 "heads only)", sum(teacher.has(p) for p in paths), len(rows), cfg.distill)
+    del rows
     hours = sum(c.size for c, _ in train_clips) / rate / 3600.0
     log.info("loaded %d training clips (%.2f h) and %d held-out clips in %.1f s",
              len(train_clips), hours, len(heldout), time.monotonic() - t_load)
@@ -354,14 +453,24 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
         model.train()
     model.to(device)
     log.info("training on %s", device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                            betas=(0.9, 0.98))
+    params = list(model.parameters())
+    distill_head = captured = None
+    if cfg.distill:
+        distill_head, captured = _distill_tap(model, cfg.distill_layer)
+        distill_head.to(device)
+        params += list(distill_head.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     step, elapsed_s, best_cer, epoch, pos = 0, 0.0, math.inf, 0, 0
     # the best check: lowest greedy CER, or with a phone head the mean of CER and phone error rate
     last = run / "last.pt"
     if last.exists():
         ck = torch.load(last, weights_only=False, map_location=device)
+        if ("distill_head" in ck) != (distill_head is not None):
+            raise ConfigError(f"{last} trained {'with' if 'distill_head' in ck else 'without'} "
+                              f"distillation: resume it the same way, or start a new run")
         model.load_state_dict(ck["model"])
+        if distill_head is not None:
+            distill_head.load_state_dict(ck["distill_head"])
         opt.load_state_dict(ck["opt"])
         step, elapsed_s, best_cer = ck["step"], ck["elapsed_s"], ck["best_cer"]
         epoch, pos = ck["epoch"], ck["pos"]
@@ -373,18 +482,35 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
         mean, std = _feature_stats(model, sample)
         model.frontend.set_stats(mean, std)
         log.info("model %d parameters; feature stats from 300 clips", model.n_params())
+    fit_from = ([i for i, p in enumerate(paths) if teacher.has(p)]
+                if teacher is not None and not last.exists() else [])
+    if distill_head is not None and captured is not None and fit_from:
+        rng = np.random.default_rng(cfg.seed + 17)
+        fit = [fit_from[int(i)] for i in rng.choice(len(fit_from), min(256, len(fit_from)),
+                                                     replace=False)]
+        err = _fit_distill_head(model, distill_head, captured,
+                                [train_clips[i][0] for i in fit],
+                                [cast(np.ndarray, cast(TeacherFeatures, teacher).get(paths[i]))
+                                 for i in fit], cfg.distill_delay)
+        log.info("distillation head fitted by least squares on %d clips: L1 %.3f a feature",
+                 len(fit), err)
 
     def save_last() -> None:
         tmp = run / "last.pt.tmp"
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
-                    "elapsed_s": elapsed_s, "best_cer": best_cer, "epoch": epoch, "pos": pos,
-                    "config": dataclasses.asdict(cfg)}, tmp)
+        ck = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+              "elapsed_s": elapsed_s, "best_cer": best_cer, "epoch": epoch, "pos": pos,
+              "config": dataclasses.asdict(cfg)}
+        if distill_head is not None:
+            ck["distill_head"] = distill_head.state_dict()
+        torch.save(ck, tmp)
         tmp.replace(last)
 
     def do_eval() -> dict:
         nonlocal best_cer
         t0 = time.monotonic()
         res = evaluate(model, heldout, pronouncer=pronouncer)
+        if captured is not None:
+            captured.clear()
         res.update(step=step, epoch=epoch, elapsed_min=round(elapsed_s / 60, 2),
                    eval_s=round(time.monotonic() - t0, 1))
         score = (res["cer"] + res["per"]) / 2 if "per" in res else res["cer"]
@@ -412,6 +538,7 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
     last_save = time.monotonic()
     res: dict = {}
     loss_avg = None
+    distill_avg = None
     stop = False
     while not stop:
         batches = length_batches(lengths, budget, random.Random(cfg.seed * 1000 + epoch))
@@ -445,6 +572,8 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
                 g["lr"] = cfg.lr * cosine_lr_scale(
                     step, elapsed_s, warmup_steps=cfg.warmup_steps, max_steps=cfg.max_steps,
                     max_minutes=cfg.max_minutes, min_frac=cfg.min_lr_frac)
+            if captured is not None:
+                captured.clear()
             logits, phone_logits = model.forward_heads(audio.to(device), augment)
             lp = torch.log_softmax(logits, dim=-1).transpose(0, 1)  # (T, b, V)
             loss = F.ctc_loss(lp, torch.cat(tgt).to(device), frames, torch.tensor([len(t) for t in tgt]),
@@ -452,6 +581,14 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
             if phone_logits is not None:
                 loss = loss + cfg.phone_weight * _phone_loss(
                     phone_logits, frames, [phone_targets[i] for i in idx])
+            distill_loss = None
+            if distill_head is not None and captured is not None and teacher is not None:
+                distill_loss = _distill_loss(distill_head(torch.cat(captured, dim=1)), frames,
+                                             [teacher.get(paths[i]) for i in idx],
+                                             cfg.distill_delay)
+                loss = loss + cfg.distill_weight * distill_loss
+                d_val = distill_loss.item()
+                distill_avg = d_val if distill_avg is None else 0.98 * distill_avg + 0.02 * d_val
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -465,9 +602,10 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_avg:.3f}", ep=epoch, best=f"{best_cer:.3f}")
             if step % 50 == 0:
-                log.info("step %d epoch %d loss %.4f avg %.4f gnorm %.2f lr %.2e frames/s %.0f",
+                log.info("step %d epoch %d loss %.4f avg %.4f gnorm %.2f lr %.2e frames/s %.0f%s",
                          step, epoch, loss_val, loss_avg, float(gnorm),
-                         opt.param_groups[0]["lr"], float(frames.sum()) / (time.monotonic() - t0))
+                         opt.param_groups[0]["lr"], float(frames.sum()) / (time.monotonic() - t0),
+                         f" distill avg {distill_avg:.4f}" if distill_avg is not None else "")
             if step % cfg.eval_every_steps == 0:
                 res = do_eval()
             if time.monotonic() - last_save > cfg.checkpoint_every_s:
