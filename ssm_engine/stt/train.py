@@ -394,6 +394,10 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
     mcfg = cfg.model_config()
     rate, step_samples = mcfg.sample_rate_hz, mcfg.step_samples
     log.info("config %s", json.dumps(dataclasses.asdict(cfg)))
+    if cfg.distill and not (1 <= cfg.distill_layer <= cfg.n_layers and cfg.distill_delay >= 0):
+        raise ConfigError(f"distill_layer {cfg.distill_layer} / distill_delay "
+                          f"{cfg.distill_delay}: a layer in 1..{cfg.n_layers} and a delay >= 0")
+    teacher = TeacherFeatures(cfg.distill) if cfg.distill else None   # before the clips load
     t_load = time.monotonic()
     rows = load_clip_rows(cfg.train_manifest, rate, max_s=cfg.max_clip_s)
     train_clips = [(x, text) for _, x, text in rows]
@@ -410,7 +414,6 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
         log.info("phone targets for %d of %d training clips (%d words in %s; the rest train "
                  "the characters only)", known, len(train_clips), len(pronouncer),
                  cfg.phones_dict)
-    teacher = TeacherFeatures(cfg.distill) if cfg.distill else None
     paths = [path for path, _, _ in rows]      # read from the teacher's memory map per batch
     if teacher is not None:
         log.info("teacher features for %d of %d training clips (%s; the rest train the CTC "

@@ -3,6 +3,7 @@ run that regresses them without changing what it exports."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -207,3 +208,8 @@ def test_a_distilled_run_trains_resumes_and_exports_the_plain_recogniser(tiny_da
         train(_cfg(tiny_data, run, 6))
     with pytest.raises(ConfigError, match="trained without distillation"):
         train(_cfg(tiny_data, plain, 2, distill=str(tmp_path / "teacher")))
+    with pytest.raises(ConfigError, match="a layer in 1..2"):
+        train(dataclasses.replace(_cfg(tiny_data, tmp_path / "r3", 1, distill="x"),
+                                  distill_layer=3))
+    with pytest.raises(ConfigError, match="no teacher features"):
+        train(_cfg(tiny_data, tmp_path / "r4", 1, distill=str(tmp_path / "nowhere")))
