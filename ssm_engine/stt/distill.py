@@ -171,7 +171,6 @@ def extract_features(manifest: str | Path, out: str | Path, *, workers: int = 1,
     rows = read_manifest(manifest)
     check_not_reserved(p for p, _ in rows)        # the outside test is never heard
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths, frames, too_long = [], [], 0
     for p, _ in rows:
         n = teacher_frames(round(wav_seconds(p) * TEACHER_RATE_HZ))
@@ -180,6 +179,11 @@ def extract_features(manifest: str | Path, out: str | Path, *, workers: int = 1,
             continue
         paths.append(str(p))
         frames.append(n)
+    if not paths:
+        raise DataError(f"{manifest}: no clip of at most 30 s to hear")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in [*out_dir.glob("shard-*"), out_dir / "stats.npz"]:   # a run before, other workers
+        old.unlink(missing_ok=True)
     workers = max(1, workers)
     jobs = [(k, paths[k::workers], str(out_dir), threads) for k in range(workers)]
     t0 = time.monotonic()
@@ -190,8 +194,6 @@ def extract_features(manifest: str | Path, out: str | Path, *, workers: int = 1,
     else:
         with ProcessPoolExecutor(workers) as pool:
             done = list(pool.map(_encode_shard, jobs))
-    if not paths:
-        raise DataError(f"{manifest}: no clip of at most 30 s to hear")
     n_frames = write_stats(out_dir)
     summary = {"format": FORMAT, "manifest": str(manifest), "clips": len(paths),
                "too_long": too_long, "frames": n_frames,
@@ -221,13 +223,17 @@ class TeacherFeatures:
             size = data_path.stat().st_size if data_path.exists() else -1
             if size < 0 or size % (2 * TEACHER_DIM):
                 raise ConfigError(f"{data_path}: missing or not whole frames ({size} bytes)")
-            self.shards.append(np.memmap(data_path, np.float16, "r",
-                                         shape=(size // (2 * TEACHER_DIM), TEACHER_DIM)))
+            self.shards.append(  # a shard may be empty: more workers than clips
+                np.memmap(data_path, np.float16, "r", shape=(size // (2 * TEACHER_DIM), TEACHER_DIM))
+                if size else np.zeros((0, TEACHER_DIM), np.float16))
             for line in tsv.read_text(encoding="utf-8").splitlines():
                 key, offset, n = line.split("\t")
                 self.index[key] = (k, int(offset), int(n))
         self.mean = self.std = None
         if normalise:
+            if not (d / "stats.npz").exists():
+                raise ConfigError(f"{d}: no stats.npz (an extraction that did not finish: run "
+                                  f"parley data whisper-features again)")
             stats = np.load(d / "stats.npz")
             self.mean, self.std = stats["mean"], stats["std"]
 

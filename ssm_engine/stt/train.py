@@ -416,8 +416,13 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
                  cfg.phones_dict)
     paths = [path for path, _, _ in rows]      # read from the teacher's memory map per batch
     if teacher is not None:
+        taught = sum(teacher.has(p) for p in paths)
+        if not taught:
+            raise ConfigError(f"{cfg.distill} has no features for any clip of "
+                              f"{cfg.train_manifest} (they are found by the clips' paths as "
+                              f"seen from where they were made: run both from the same folder)")
         log.info("teacher features for %d of %d training clips (%s; the rest train the CTC "
-                 "heads only)", sum(teacher.has(p) for p in paths), len(rows), cfg.distill)
+                 "heads only)", taught, len(rows), cfg.distill)
     del rows
     hours = sum(c.size for c, _ in train_clips) / rate / 3600.0
     log.info("loaded %d training clips (%.2f h) and %d held-out clips in %.1f s",

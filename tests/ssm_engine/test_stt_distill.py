@@ -92,6 +92,10 @@ def test_missing_or_torn_features_are_refused_in_one_line(tmp_path):
         f.write(b"\0" * 10)                              # a torn write
     with pytest.raises(ConfigError, match="not whole frames"):
         TeacherFeatures(tmp_path, normalise=False)
+    with open(tmp_path / "shard-0.f16", "r+b") as f:
+        f.truncate(3 * TEACHER_DIM * 2)
+    with pytest.raises(ConfigError, match="no stats.npz"):
+        TeacherFeatures(tmp_path)                        # an extraction that did not finish
 
 
 def test_whisper_encodes_each_clip_at_the_recognisers_frame_rate(tmp_path):
@@ -107,15 +111,19 @@ def test_whisper_encodes_each_clip_at_the_recognisers_frame_rate(tmp_path):
         rows.append((tmp_path / f"{i}.wav", "a b"))
     write_manifest(tmp_path / "train.tsv", rows)
     summary = extract_features(tmp_path / "train.tsv", tmp_path / "feat", workers=2)
+    few = extract_features(tmp_path / "train.tsv", tmp_path / "few", workers=4)   # one idle
+    assert few["frames"] == summary["frames"] and len(TeacherFeatures(tmp_path / "few")) == 3
     assert summary["clips"] == 3 and summary["too_long"] == 0
     feats = TeacherFeatures(tmp_path / "feat")
     for (path, _), seconds in zip(rows, (1.3, 0.71, 2.0)):
         f = feats.get(path)
         assert f.shape == (math.ceil(seconds * 50), TEACHER_DIM) and np.isfinite(f).all()
     # a clip heard again gives the same frames; another clip other frames
-    again = extract_features(tmp_path / "train.tsv", tmp_path / "feat2", workers=1)
+    again = extract_features(tmp_path / "train.tsv", tmp_path / "feat", workers=1)
     assert again["frames"] == summary["frames"]
-    np.testing.assert_allclose(TeacherFeatures(tmp_path / "feat2").get(rows[0][0]),
+    assert sorted(p.name for p in (tmp_path / "feat").glob("shard-*")) == ["shard-0.f16",
+                                                                           "shard-0.tsv"]
+    np.testing.assert_allclose(TeacherFeatures(tmp_path / "feat").get(rows[0][0]),
                                feats.get(rows[0][0]), atol=0.05)
     assert np.abs(feats.get(rows[0][0])[:30] - feats.get(rows[2][0])[:30]).mean() > 0.05
 
@@ -213,3 +221,6 @@ def test_a_distilled_run_trains_resumes_and_exports_the_plain_recogniser(tiny_da
                                   distill_layer=3))
     with pytest.raises(ConfigError, match="no teacher features"):
         train(_cfg(tiny_data, tmp_path / "r4", 1, distill=str(tmp_path / "nowhere")))
+    _write_features(tmp_path / "strangers", {str(tmp_path / "x.wav"): feats[str(rows[0][0])]})
+    with pytest.raises(ConfigError, match="no features for any clip"):
+        train(_cfg(tiny_data, tmp_path / "r5", 1, distill=str(tmp_path / "strangers")))
