@@ -415,14 +415,14 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
                  "the characters only)", known, len(train_clips), len(pronouncer),
                  cfg.phones_dict)
     paths = [path for path, _, _ in rows]      # read from the teacher's memory map per batch
+    taught = [i for i, p in enumerate(paths) if teacher.has(p)] if teacher is not None else []
     if teacher is not None:
-        taught = sum(teacher.has(p) for p in paths)
         if not taught:
             raise ConfigError(f"{cfg.distill} has no features for any clip of "
                               f"{cfg.train_manifest} (they are found by the clips' paths as "
                               f"seen from where they were made: run both from the same folder)")
         log.info("teacher features for %d of %d training clips (%s; the rest train the CTC "
-                 "heads only)", taught, len(rows), cfg.distill)
+                 "heads only)", len(taught), len(rows), cfg.distill)
     del rows
     hours = sum(c.size for c, _ in train_clips) / rate / 3600.0
     log.info("loaded %d training clips (%.2f h) and %d held-out clips in %.1f s",
@@ -490,12 +490,10 @@ def _train(cfg: TrainConfig, run: Path, device: torch.device) -> dict:
         mean, std = _feature_stats(model, sample)
         model.frontend.set_stats(mean, std)
         log.info("model %d parameters; feature stats from 300 clips", model.n_params())
-    fit_from = ([i for i, p in enumerate(paths) if teacher.has(p)]
-                if teacher is not None and not last.exists() else [])
-    if distill_head is not None and captured is not None and fit_from:
+    if distill_head is not None and captured is not None and taught and not last.exists():
         rng = np.random.default_rng(cfg.seed + 17)
-        fit = [fit_from[int(i)] for i in rng.choice(len(fit_from), min(256, len(fit_from)),
-                                                     replace=False)]
+        fit = [taught[int(i)] for i in rng.choice(len(taught), min(256, len(taught)),
+                                                   replace=False)]
         err = _fit_distill_head(model, distill_head, captured,
                                 [train_clips[i][0] for i in fit],
                                 [cast(np.ndarray, cast(TeacherFeatures, teacher).get(paths[i]))
