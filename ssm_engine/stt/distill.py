@@ -17,9 +17,9 @@ int8, nothing downloaded) on each clip alone, with 0.5 s of silence after it, ra
 to the 30 s Whisper trained on: the frames agree with the padded encoding (cosine p50 0.988) in
 a twentieth of the encoder's time, while clips packed several to a window do not (p50 0.47 past
 the first: the encoder's frames carry where in the window they sit, which a student cannot
-know; ``benchmarks/bench_whisper_features.py``). About 0.07 s a clip on one core: 17.7 h of clips in ~10 minutes
-on two. The features are float16 (768 bytes a frame, 2.4 GB for 17.7 h), read through a memory
-map.
+know; ``benchmarks/bench_whisper_features.py``). About 0.07 s a clip on one core, reading and
+the front end included: 17.7 h of clips in ~10 minutes on two. The features are float16 (768
+bytes a frame, 2.4 GB for 17.7 h), read through a memory map.
 """
 
 from __future__ import annotations
