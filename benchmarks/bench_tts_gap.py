@@ -1,0 +1,220 @@
+"""Where does the SSM voice lose to its teacher on the phone line: in the vocoder, the phone
+durations, the pitch and voicing, or the spectral envelope?
+
+Issue 28 asks the shipped voice (joe) to be understood on the line as well as its teacher
+(Piper's joe voice fed parley's phones). ``bench_tts.py`` says how far it is; this says where the
+difference comes from, by giving the student one part of the teacher's answer at a time. Each
+sentence is said by the teacher once per rendering (Piper draws its own noise, so each rendering
+has its own durations and audio), and from that rendering:
+
+* ``teacher``: the teacher's audio (the target);
+* ``copy``: the teacher's audio through ``vocoder.analyze`` and the vocoder again, no
+  postfilter (what the vocoder alone costs: the floor any student of this vocoder starts from);
+* ``student-env``: the student speaking with the teacher's durations, its pitch and voicing its
+  own, the envelope the teacher's (what the student's pitch and voicing cost);
+* ``student-f0``: the teacher's durations, pitch and voicing, the envelope the student's, with its
+  postfilter (what the student's envelope costs);
+* ``student-dur``: only the durations the teacher's (what the student's envelope, pitch and
+  voicing cost together);
+* ``student``: the student as it ships (its own durations too).
+
+Everything goes to 8 kHz G.711 mu-law and back; Whisper tiny.en transcribes it; WER against the
+words parley's front end reads (as ``bench_tts.py``). Two sets of sentences, scored apart:
+``bench_tts.py``'s fresh ones (``--fresh``, drawn new from the generator the training sentences
+come from, in none of the voices' data sets) and its 36 agent replies written by hand
+(``replies``: numbers, names, plain; ``--no-replies`` leaves them out). Each rendering uses
+vocoder seed ``r`` for the student and the copy.
+
+Per set and condition: WER, each rendering's WER, ``vs_teacher`` (the WER over the teacher's)
+with a 95 % interval from a paired bootstrap over sentences (Whisper's verdicts on a voice move
+by a tenth from one rendering to the next: a lone ratio misleads), how often the judge's
+transcript of a sentence differs from its transcript of the teacher's rendering
+(``changed_vs_teacher``), and the pace (audio seconds over the teacher's).
+
+    .venv/bin/python benchmarks/bench_tts_gap.py [--voice joe] [--fresh 120] [--renders 2]
+
+Prints one JSON line. About 0.4 s per clip on one core (rendering and judging): 6 conditions x
+(120 + 36) sentences x 2 renderings, ~13 min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from common import git_sha  # noqa: E402
+
+import torch  # noqa: E402
+
+from bench_tts import CANON, LINE_SENTENCES, _line, _wer, fresh_sentences  # noqa: E402
+from pipeline.voices import voice_dir  # noqa: E402
+from ssm_engine.tts.synth import TTSStream, TTSVoice  # noqa: E402
+from ssm_engine.tts.vocoder import CEP0, LF0, VUV, analyze, synthesize  # noqa: E402
+
+CONDITIONS = ("teacher", "copy", "student-env", "student-f0", "student-dur", "student")
+
+
+class ForcedStream(TTSStream):
+    """A stream of the student that takes each phone's frames from ``durations`` (the teacher's)
+    and, where asked, its pitch and voicing or its envelope from ``teacher_feats`` (the teacher's
+    audio analysed; one row per frame, aligned because the durations are the teacher's)."""
+
+    def __init__(self, voice: TTSVoice, durations: list[int], teacher_feats: np.ndarray, *,
+                 seed: int, take_f0: bool, take_env: bool, postfilter: float) -> None:
+        super().__init__(voice, seed=seed, chunk_frames=2, postfilter=postfilter)
+        self._forced = durations
+        self._teacher = teacher_feats
+        self._take_f0 = take_f0
+        self._take_env = take_env
+        self._vocoded = 0
+
+    def _phone_spoken(self, enc: torch.Tensor, log_dur: float) -> None:
+        frames = self._forced[self._next]
+        super()._phone_spoken(enc, float(np.log1p(frames)))
+
+    def _vocode(self, feats: np.ndarray) -> None:
+        if not (self._take_f0 or self._take_env):
+            super()._vocode(feats)
+            return
+        n = len(feats)
+        idx = np.minimum(np.arange(self._vocoded, self._vocoded + n), len(self._teacher) - 1)
+        self._vocoded += n
+        feats = feats.copy()
+        if self._take_f0:
+            feats[:, LF0] = self._teacher[idx, LF0]
+            feats[:, VUV] = self._teacher[idx, VUV]
+            self._taken_offsets = []        # the teacher's own pitch already rises
+        if self._take_env:
+            feats[:, CEP0:] = self._teacher[idx, CEP0:]
+        super()._vocode(feats)
+
+
+def _speak(stream: ForcedStream, text: str) -> np.ndarray:
+    stream.push_text(text)
+    stream.end_text()
+    if stream.n_tokens != len(stream._forced):
+        raise SystemExit(f"the stream read {stream.n_tokens} phones in {text!r}, phonemize "
+                         f"{len(stream._forced)}: the teacher's durations would not line up")
+    chunks = stream.pull()
+    return np.concatenate([c.pcm for c in chunks]) if chunks else np.zeros(0, np.float32)
+
+
+def render(voice: TTSVoice, teacher, sentence: str, seed: int) -> dict[str, np.ndarray]:
+    """Every condition's 16 kHz audio of ``sentence`` from one teacher rendering."""
+    from ssm_engine.tts.phonemes import phonemize
+
+    audio, durations = teacher.say(phonemize(sentence))
+    feats = analyze(audio)[: sum(durations)]
+    pf = voice.postfilter
+    out = {"teacher": audio, "copy": synthesize(feats, seed=seed)}
+    for name, f0, env in (("student-env", False, True), ("student-f0", True, False),
+                          ("student-dur", False, False)):
+        stream = ForcedStream(voice, durations, feats, seed=seed, take_f0=f0, take_env=env,
+                              postfilter=0.0 if env else pf)
+        out[name] = _speak(stream, sentence)
+    out["student"] = voice.synthesize(sentence, seed=seed).pcm
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--voice", default="joe",
+                        help="the SSM voice: a shipped name or a folder (default joe; its teacher "
+                        "must be Piper's joe)")
+    parser.add_argument("--fresh", type=int, default=120,
+                        help="sentences drawn new, as bench_tts.py --fresh (default %(default)s)")
+    parser.add_argument("--no-replies", dest="replies", action="store_false",
+                        help="leave out bench_tts.py's 36 hand-written replies")
+    parser.add_argument("--bootstrap", type=int, default=2000,
+                        help="resamples of the sentences for the ratios' intervals (default %(default)s)")
+    parser.add_argument("--renders", type=int, default=2,
+                        help="teacher renderings of each sentence (default %(default)s)")
+    parser.add_argument("--errors", default="", help="write each condition's misheard sentences here")
+    args = parser.parse_args()
+    if args.fresh < 1 or args.renders < 1:
+        parser.error("--fresh and --renders must be at least 1")
+    from harness.stt_eval import make_engine
+    from harness.tts_eval import judge_wer
+    from ssm_engine.tts.piper_teacher import PiperTeacher
+
+    torch.set_num_threads(1)
+    logging.getLogger().setLevel(logging.WARNING)
+    folder = str(voice_dir(args.voice))
+    voice = TTSVoice.load(folder)
+    teacher = PiperTeacher()
+    sets = {"fresh": fresh_sentences(args.fresh)}
+    if args.replies:
+        sets["replies"] = [x for v in LINE_SENTENCES.values() for x in v]
+    sentences = [x for v in sets.values() for x in v]
+    set_of = [k for k, v in sets.items() for _ in v] * args.renders
+    started = time.perf_counter()
+    clips: dict[str, list[np.ndarray]] = {c: [] for c in CONDITIONS}
+    for r in range(args.renders):
+        for i, s in enumerate(sentences):
+            for name, pcm in render(voice, teacher, s, seed=r).items():
+                clips[name].append(_line(pcm, 16000))
+            print(f"\rrendered {r * len(sentences) + i + 1}/{args.renders * len(sentences)}",
+                  end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    judge = make_engine("whisper", 8000)
+    refs = sentences * args.renders
+    pairs = {name: judge_wer(judge, refs, audio)[1] for name, audio in clips.items()}
+    out: dict = {"bench": "tts_gap", "git": git_sha(), "voice": folder,
+                 "postfilter": voice.postfilter, "renders": args.renders,
+                 "sentences": {k: len(v) for k, v in sets.items()},
+                 "judge": "whisper tiny.en, 8 kHz mu-law"}
+    rng = np.random.default_rng(0)
+    for set_name in sets:
+        rows = [k for k, t in enumerate(set_of) if t == set_name]
+        n = len(sets[set_name])
+        counts = {c: np.array([_errors(pairs[c][k]) for k in rows]) for c in CONDITIONS}
+        # resample sentences (all of a sentence's renderings together), the same draw for all
+        sentence_of = np.array([k % len(sentences) for k in rows])
+        uniq = np.unique(sentence_of)
+        draws = rng.integers(0, len(uniq), size=(args.bootstrap, len(uniq)))
+        weight = np.stack([np.bincount(d, minlength=len(uniq)) for d in draws])
+        member = np.searchsorted(uniq, sentence_of)
+        per = {c: weight[:, member] @ counts[c] for c in CONDITIONS}      # (bootstrap, 2)
+        block: dict = {}
+        teacher_audio_s = sum(len(clips["teacher"][k]) for k in rows) / 8000
+        for c in CONDITIONS:
+            err, words = counts[c].sum(axis=0)
+            each = [_wer([pairs[c][k] for k in rows[r * n:(r + 1) * n]]) for r in range(args.renders)]
+            changed = sum(pairs[c][k]["hyp"] != pairs["teacher"][k]["hyp"] for k in rows)
+            entry = {"wer": round(err / words, 4), "wer_renders": each,
+                     "changed_vs_teacher": round(changed / len(rows), 3),
+                     "pace_vs_teacher": round(sum(len(clips[c][k]) for k in rows) / 8000
+                                              / teacher_audio_s, 3)}
+            if c != "teacher":
+                t = counts["teacher"][:, 0].sum()
+                ratios = per[c][:, 0] / np.maximum(per["teacher"][:, 0], 1)
+                entry["vs_teacher"] = round(err / t, 3) if t else None
+                entry["vs_teacher_95"] = [round(float(q), 3) for q in np.percentile(ratios, [2.5, 97.5])]
+            block[c] = entry
+        out[set_name] = block
+    out["wall_s"] = round(time.perf_counter() - started, 1)
+    if args.errors:
+        Path(args.errors).write_text(json.dumps(
+            {n: [p for p in pairs[n] if p["ref"] != p["hyp"]] for n in CONDITIONS}, indent=1) + "\n")
+    print(json.dumps(out))
+
+
+def _errors(pair: dict[str, str]) -> tuple[int, int]:
+    """(word errors, reference words) of one judged sentence, as ``_wer`` counts them."""
+    from ssm_engine.stt.decode import edit_distance
+
+    ref = [CANON.get(w, w) for w in pair["ref"].split()]
+    hyp = [CANON.get(w, w) for w in pair["hyp"].split()]
+    return edit_distance(ref, hyp), len(ref)
+
+
+if __name__ == "__main__":
+    main()
