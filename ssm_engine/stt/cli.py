@@ -19,6 +19,8 @@ from typing import Any
 
 __all__ = ["register_cli", "group_subparsers", "PEOPLE_SOURCES"]
 
+NATURAL_TOP = 8000     # words --natural samples over, also parley data tts --broad's
+
 # the games `parley data people` reads (ssm_engine.data.human_train.TRAIN_SOURCES' names; named
 # here so that --help does not import the data code)
 PEOPLE_SOURCES = ("drascula", "fotaq", "warzone", "steelsky")
@@ -77,7 +79,7 @@ def register_cli(subparsers: Any) -> None:
                    "go to the gym\"): real word frequencies in locally grammatical runs, as "
                    "callers speak between the domain words (default 0; the held-out split never "
                    "has them)")
-    p.add_argument("--natural-top", type=int, default=8000, metavar="N",
+    p.add_argument("--natural-top", type=int, default=NATURAL_TOP, metavar="N",
                    help="how many of the model's commonest words --natural samples over "
                    "(default %(default)s)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,

@@ -39,6 +39,11 @@ def register_cli(subparsers: Any) -> None:
                    help="held-out utterances, sentences never in train (default %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="processes (default %(default)s)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--broad", type=float, default=0.0, metavar="F",
+                   help="share of the training sentences drawn from broader English instead of "
+                   "the agent's templates: half a caller's (Faker's names, streets, cities, "
+                   "numbers), half conversational English sampled from pocketsphinx's en-us "
+                   "trigram model; held-out sentences stay the agent's (default %(default)s)")
     p.add_argument("--merge", nargs="+", metavar="DIR", default=None,
                    help="instead of generating, join these data sets of one teacher into --out "
                    "(training sentences that are another set's held-out ones are left out)")
@@ -55,9 +60,17 @@ def _data_tts(args: argparse.Namespace) -> int:
         merged = merge(args.out, args.merge)
         print(json.dumps({k: merged[k] for k in ("splits", "dropped")}))
         return 0
+    broad: dict = {}
+    if args.broad:
+        if not 0.0 < args.broad <= 1.0:
+            raise SystemExit(f"parley data tts: --broad is a share in (0, 1], got {args.broad}")
+        from ..stt.cli import NATURAL_TOP, _natural_sampler
+
+        broad = {"broad": args.broad, "broad_sampler": _natural_sampler(NATURAL_TOP),
+                 "broad_source": f"pocketsphinx en-us trigram, {NATURAL_TOP} commonest words"}
     summary = generate(DatasetConfig(out_dir=args.out, n_train=args.train,
                                      n_heldout=args.heldout, workers=args.workers,
-                                     seed=args.seed, teacher=args.teacher))
+                                     seed=args.seed, teacher=args.teacher, **broad))
     print(json.dumps({k: summary[k] for k in ("splits", "failed", "wall_s")}))
     return 0 if summary["splits"].get("train", {}).get("utterances", 0) or not args.train else 1
 

@@ -23,6 +23,11 @@ position, word_index], ...], "words": [word, ...] (indexed by word_index), "dura
 Sentences come from :class:`~ssm_engine.tts.sentences.AgentSentences`; a sentence is kept if it
 has 3-25 words, all in the lexicon (so the data never depends on the letter-to-sound fallback),
 and its word sequence is new. Held-out sentences are drawn first, from their own seed.
+``broad`` (0 by default, as every shipped voice's data was made) is the share of *training*
+sentences drawn instead from broader English (:class:`BroadSentences`): a caller's sentences
+with Faker's thousands of names, streets and cities, and conversational English sampled from a
+trigram model (``broad_sampler``, e.g. pocketsphinx's en-us model), so that a voice hears words
+and phone sequences the agent's templates never use. Held-out sentences stay the agent's.
 Generation runs in ``workers`` processes, each with one teacher (a festival process, or Piper on
 one onnxruntime thread), with a progress bar.
 
@@ -36,6 +41,7 @@ import json
 import logging
 import multiprocessing
 import os
+import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -50,6 +56,7 @@ from .lexicon import default_lexicon
 from .phonemes import PAUSES, PhoneToken, phonemize
 from .piper_teacher import PiperTeacher
 from .sentences import AgentSentences
+from ..data.texts import NaturalSampler, SentenceGenerator
 from .teacher import SAMPLE_RATE_HZ, FestivalTeacher
 from ..errors import ConfigError
 
@@ -69,10 +76,17 @@ class DatasetConfig:
     max_words: int = 25
     progress: bool = True
     teacher: str = "festival"     # or "piper:joe" (the Piper neural voice, piper_teacher.py)
+    broad: float = 0.0            # share of training sentences from BroadSentences
+    broad_sampler: NaturalSampler | None = None   # its conversational English (see BroadSentences)
+    broad_source: str = ""        # what broad_sampler samples from, for the summary
 
     def __post_init__(self) -> None:
         if self.n_train < 0 or self.n_heldout < 0 or self.workers < 1:
             raise ConfigError("n_train and n_heldout must be >= 0 and workers >= 1")
+        if not 0.0 <= self.broad <= 1.0:
+            raise ConfigError(f"broad is a share of the training sentences in [0, 1], got {self.broad}")
+        if self.broad > 0.0 and self.broad_sampler is None:
+            raise ConfigError("broad > 0 needs broad_sampler, the English to sample from")
         if self.teacher not in TEACHERS:
             raise ConfigError(f"unknown teacher {self.teacher!r} (known: {', '.join(TEACHERS)})")
 
@@ -104,12 +118,41 @@ def _words(tokens: list[PhoneToken]) -> list[str]:
     return [words[i] for i in sorted(words)]
 
 
+class BroadSentences:
+    """The agent's sentences, and a share ``broad`` of broader English in their stead: half of
+    those a caller's (``data.texts.SentenceGenerator``: names, addresses, numbers, yes/no,
+    Faker's filler), half conversational English from ``sampler``. The caller's text comes
+    normalised (lower case, no punctuation); it is given a capital and a full stop, so that the
+    front end reads it as a sentence.
+
+        gen = BroadSentences(AgentSentences(1), seed=1, broad=0.4, sampler=ngram_sampler)
+        gen.sentence()   # an agent's sentence, or e.g. "My name is ... and I'm calling about ..." 
+    """
+
+    def __init__(self, agent: AgentSentences, *, seed: int, broad: float,
+                 sampler: NaturalSampler) -> None:
+        self._agent = agent
+        self._rng = random.Random(seed + 104_729)
+        self._broad = broad
+        self._callers = SentenceGenerator(seed + 104_729, natural=0.5, natural_sampler=sampler)
+
+    def sentence(self) -> str:
+        if self._rng.random() >= self._broad:
+            return self._agent.sentence()
+        text = self._callers.sentence()
+        return text[:1].upper() + text[1:] + "." if text else text
+
+
 def pick_sentences(cfg: DatasetConfig) -> tuple[list[str], list[str]]:
     """(train, heldout) texts: distinct word sequences, held-out never in train."""
     seen: set[tuple[str, ...]] = set()
     picked: list[list[str]] = []
-    for seed, n in ((cfg.seed + 7919, cfg.n_heldout), (cfg.seed, cfg.n_train)):
-        gen = AgentSentences(seed)
+    for seed, n, training in ((cfg.seed + 7919, cfg.n_heldout, False), (cfg.seed, cfg.n_train, True)):
+        agent = AgentSentences(seed)
+        gen: AgentSentences | BroadSentences = agent
+        if training and cfg.broad > 0.0:
+            assert cfg.broad_sampler is not None
+            gen = BroadSentences(agent, seed=seed, broad=cfg.broad, sampler=cfg.broad_sampler)
         out: list[str] = []
         tries = 0
         while len(out) < n:
@@ -221,7 +264,9 @@ def generate(cfg: DatasetConfig) -> dict:
                 _write_manifests(out, ids)
     shutil.rmtree(out / ".festival", ignore_errors=True)     # the workers' scratch folders
     stats = _write_manifests(out, ids)
-    summary = {"config": dataclasses.asdict(cfg), "wall_s": round(time.monotonic() - t0, 1),
+    # broad_source says what broad_sampler was (a model, not data)
+    config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "broad_sampler"}
+    summary = {"config": config, "wall_s": round(time.monotonic() - t0, 1),
                "splits": stats, "failed": len(failures), "failures": failures[:50],
                "sample_rate_hz": SAMPLE_RATE_HZ, "hop": SAMPLE_RATE_HZ // FRAME_RATE_HZ,
                "teacher": TEACHERS[cfg.teacher]}

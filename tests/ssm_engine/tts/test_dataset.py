@@ -130,3 +130,47 @@ def test_config_validates() -> None:
         DatasetConfig(n_train=-1)
     with pytest.raises(ConfigError, match="unknown teacher 'piper:amy'"):
         DatasetConfig(teacher="piper:amy")
+
+
+class _Sampler:
+    """Stands in for pocketsphinx's trigram sampler: a few fixed English sentences."""
+
+    SENTENCES = ("the weather was lovely over the weekend", "we walked along the river together",
+                 "my sister bought a new bicycle yesterday")
+
+    def sentence(self, rng) -> str:
+        return rng.choice(self.SENTENCES)
+
+
+def test_broad_sentences_replace_a_share_of_the_training_ones_only() -> None:
+    plain = DatasetConfig(n_train=200, n_heldout=20, seed=7)
+    broad = DatasetConfig(n_train=200, n_heldout=20, seed=7, broad=0.5, broad_sampler=_Sampler())
+    train0, held0 = pick_sentences(plain)
+    train, held = pick_sentences(broad)
+    assert held == held0                              # the held-out sentences stay the agent's
+    assert pick_sentences(broad) == (train, held)     # seeded
+    agent = set(train0) | {AgentSentences(7).sentence() for _ in range(2000)}
+    others = [t for t in train if t not in agent]
+    assert 60 <= len(others) <= 140                   # about half, drawn anew
+    sampled = {s.capitalize() + "." for s in _Sampler.SENTENCES}
+    assert sampled & set(others)                      # conversational English is among them
+    assert all(t[0].isupper() and t.endswith(".") for t in others)
+    assert len(set(train)) == len(train)
+
+
+def test_broad_needs_a_sampler_and_a_share() -> None:
+    with pytest.raises(ConfigError, match="needs broad_sampler"):
+        DatasetConfig(broad=0.3)
+    with pytest.raises(ConfigError, match=r"in \[0, 1\]"):
+        DatasetConfig(broad=1.5, broad_sampler=_Sampler())
+
+
+@needs_festival
+def test_a_broad_data_set_says_what_it_sampled(tmp_path: Path) -> None:
+    cfg = DatasetConfig(out_dir=str(tmp_path), n_train=2, n_heldout=0, workers=1, seed=3,
+                        progress=False, broad=1.0, broad_sampler=_Sampler(), broad_source="fixed")
+    summary = generate(cfg)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["config"]["broad"] == 1.0 and saved["config"]["broad_source"] == "fixed"
+    assert "broad_sampler" not in saved["config"]
+    assert summary["splits"]["train"]["utterances"] == 2
