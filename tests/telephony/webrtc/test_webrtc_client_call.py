@@ -182,10 +182,10 @@ async def test_drain_ends_a_live_browser_call_with_the_farewell(speech):
         await server.stop()
     assert not server.live
     agent = result.transcripts("agent")
-    # the farewell reached the page (its last word's transcript may lose the race with the hang-up
-    # when the machine is loaded: the audio played, the page's text ends a word early; seen once in
-    # a full `make test`, never alone)
-    assert agent and re.search(r"We are closing now( Goodbye)?$", agent[-1]), agent
+    # the farewell reached the page (its last words' transcripts may lose the race with the hang-up
+    # when the machine is loaded: the audio played, the page's text ends a word or two early; seen
+    # in full `make test` runs beside a training job, "... We are closing", never alone)
+    assert agent and re.search(r"We are closing( now( Goodbye)?)?$", agent[-1]), agent
     # the server ended it after the farewell, as when the agent says goodbye (pipecat's peerLeft)
     assert any(m.get("type") == "signalling" and m.get("message", {}).get("type") == "peerLeft"
                for m in result.messages), [m.get("type") for m in result.messages]
