@@ -50,13 +50,13 @@ from pathlib import Path
 import numpy as np
 
 from ..data.audio import write_wav
+from ..data.texts import NaturalSampler, SentenceGenerator
 from .align import FRAME_RATE_HZ, align, festival_words, split_sentences
 from .errors import TTSError
 from .lexicon import default_lexicon
 from .phonemes import PAUSES, PhoneToken, phonemize
 from .piper_teacher import PiperTeacher
 from .sentences import AgentSentences
-from ..data.texts import NaturalSampler, SentenceGenerator
 from .teacher import SAMPLE_RATE_HZ, FestivalTeacher
 from ..errors import ConfigError
 
@@ -126,7 +126,7 @@ class BroadSentences:
     front end reads it as a sentence.
 
         gen = BroadSentences(AgentSentences(1), seed=1, broad=0.4, sampler=ngram_sampler)
-        gen.sentence()   # an agent's sentence, or e.g. "My name is ... and I'm calling about ..." 
+        gen.sentence()   # an agent's sentence, or a caller's, or sampled English
     """
 
     def __init__(self, agent: AgentSentences, *, seed: int, broad: float,
