@@ -551,6 +551,9 @@ def main() -> None:
     voices_dirs = {}
     for item in filter(None, args.voices.split(",")):
         name, _, folder = item.partition("=")
+        if args.line and name.split("-")[0] not in ("slt", "joe"):
+            parser.error(f"--voices: {name!r} names no teacher; a candidate is scored against the "
+                         "teacher its name starts with: slt-... or joe-... (e.g. joe-broad=FOLDER)")
         voices_dirs[name] = str(voice_dir(folder or name))
     torch.set_num_threads(1)
     logging.getLogger().setLevel(logging.WARNING)
