@@ -65,7 +65,9 @@ CONDITIONS = ("teacher", "copy", "student-env", "student-f0", "student-dur", "st
 class ForcedStream(TTSStream):
     """A stream of the student that takes each phone's frames from ``durations`` (the teacher's)
     and, where asked, its pitch and voicing or its envelope from ``teacher_feats`` (the teacher's
-    audio analysed; one row per frame, aligned because the durations are the teacher's)."""
+    audio analysed; one row per frame, aligned because the durations are the teacher's; a speech
+    phone the teacher gave no frame still gets one, as every stream's does, and the rows after it
+    then lag a frame)."""
 
     def __init__(self, voice: TTSVoice, durations: list[int], teacher_feats: np.ndarray, *,
                  seed: int, take_f0: bool, take_env: bool, postfilter: float) -> None:
