@@ -61,9 +61,7 @@ def _data_tts(args: argparse.Namespace) -> int:
         print(json.dumps({k: merged[k] for k in ("splits", "dropped")}))
         return 0
     broad: dict = {}
-    if args.broad:
-        if not 0.0 < args.broad <= 1.0:
-            raise SystemExit(f"parley data tts: --broad is a share in (0, 1], got {args.broad}")
+    if args.broad:      # DatasetConfig checks the share
         from ..stt.cli import NATURAL_TOP, _natural_sampler
 
         broad = {"broad": args.broad, "broad_sampler": _natural_sampler(NATURAL_TOP),
