@@ -339,11 +339,13 @@ def spectrogram_png(path: Path, clips: dict[str, list[np.ndarray]], sentences: l
 CANON = {"dr": "doctor", "mr": "mister", "mrs": "missus", "st": "street"}
 
 
+def canon(text: str) -> str:
+    """``text`` with the judge's abbreviations written out (``CANON``), as the WER counts it."""
+    return " ".join(CANON.get(w, w) for w in text.split())
+
+
 def _wer(pairs: list[dict[str, str]]) -> float:
     from ssm_engine.stt.decode import wer
-
-    def canon(text: str) -> str:
-        return " ".join(CANON.get(w, w) for w in text.split())
 
     return round(wer([canon(p["ref"]) for p in pairs], [canon(p["hyp"]) for p in pairs]), 4)
 

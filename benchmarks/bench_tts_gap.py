@@ -54,7 +54,7 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from bench_tts import CANON, LINE_SENTENCES, _line, _wer, fresh_sentences  # noqa: E402
+from bench_tts import LINE_SENTENCES, _line, _wer, canon, fresh_sentences  # noqa: E402
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.tts.synth import TTSStream, TTSVoice  # noqa: E402
 from ssm_engine.tts.vocoder import CEP0, LF0, VUV, analyze, synthesize  # noqa: E402
@@ -213,9 +213,8 @@ def _errors(pair: dict[str, str]) -> tuple[int, int]:
     """(word errors, reference words) of one judged sentence, as ``_wer`` counts them."""
     from ssm_engine.stt.decode import edit_distance
 
-    ref = [CANON.get(w, w) for w in pair["ref"].split()]
-    hyp = [CANON.get(w, w) for w in pair["hyp"].split()]
-    return edit_distance(ref, hyp), len(ref)
+    ref = canon(pair["ref"]).split()
+    return edit_distance(ref, canon(pair["hyp"]).split()), len(ref)
 
 
 if __name__ == "__main__":
