@@ -17,11 +17,12 @@ Each SSM voice is measured as ``parley serve`` runs it, its lone-stream steps co
 (``ssm-<name>``, ``TTSVoice.compile_steps``), and eagerly (``ssm-<name>-eager``, the baseline)
 in the same run (``--compile both``, the default; ``on`` or ``off`` for one of them).
 
-Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 36 agent replies
-written for this benchmark (never in a voice's training data), 12 of each kind: numbers
+Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 108 agent replies
+written for this benchmark (never in a voice's training data), 36 of each kind: numbers
 (amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
-letters) and plain sentences, and (``--heldout``, 100) the voices' own held-out sentences, the
-ones ``parley data tts`` never trains on (kind ``heldout``), and (``--fresh N``, 0) sentences
+letters) and plain sentences (the first 12 of each kind were the whole set until the 39th
+session: ``<engine>_wer_replies36`` scores them alone), and (``--heldout``, 100) the voices'
+own held-out sentences, the ones ``parley data tts`` never trains on (kind ``heldout``), and (``--fresh N``, 0) sentences
 drawn new, in none of the voices' data sets (kind ``fresh``: nothing was ever tuned on them). Every engine says each one; the
 audio goes to 8 kHz and through G.711 mu-law and back; Whisper tiny.en (the judge, never
 parley's recogniser) transcribes it; WER against the words parley's front end reads the
@@ -30,12 +31,16 @@ overall. Whisper's verdict on one rendering of a sentence turns on the noise in 
 engines that draw noise (the SSM voices' vocoders, Piper) say everything ``--line-renders``
 (3) times and are judged on all of them (``<engine>_wer_renders``: each rendering's WER). Each SSM
 voice with a postfilter (joe's) is heard as it ships and without it (``ssm-<name>-nopf``, the
-baseline). The engines: each SSM voice; its teacher (festival's slt HTS voice for
+baseline; ``--no-nopf`` skips it). The engines: each SSM voice; its teacher (festival's slt HTS voice for
 ``slt``; for ``joe``, Piper fed parley's phones exactly as the training data was made);
 Piper's joe voice as Piper ships it (its own espeak-ng front end, default settings); espeak-ng.
 Piper and espeak-ng are given the same spoken words (numbers already written out), so the
-figures compare voices, not number readers. ``pace_vs_teacher``: the voice's audio seconds over
-its teacher's for the same sentences (1.0: as fast). Spectrograms of three sentences (one per kind),
+figures compare voices, not number readers. Each SSM voice's ratios to its teacher and to
+Piper joe come with a 95 % interval from a paired bootstrap over sentences
+(``<voice>_wer_vs_teacher_95``, ``_wer_vs_piper_joe_95``; ``_wer_replies_vs_..._95`` for the
+replies alone): one rendering's WER moves by about a tenth, so a ratio near 1 needs one.
+``pace_vs_teacher``: the voice's audio seconds over its teacher's for the same sentences (1.0:
+as fast). Spectrograms of three sentences (one per kind),
 every engine side by side, go to ``--plots`` (a PNG).
 
 Prosody (``--prosody``, on by default): do yes/no questions rise? ``PROSODY_QUESTIONS``, 16
@@ -120,6 +125,31 @@ LINE_SENTENCES = {
         "It was delivered on October 2nd at 11:15.",
         "Your new PIN ends in 4 9 7 3.",
         "The flight leaves at 6:05 from gate 17.",
+        # written in the 39th session (2026-12-06)
+        "Your refund of $45.20 will arrive in 5 to 7 business days.",
+        "The total comes to three hundred and eighty one dollars.",
+        "Please dial 1-800-555-0142 for the billing office.",
+        "Your ticket number is 6 2 0 5 8 1.",
+        "We open at 7:30 on weekdays and at 9 on Saturdays.",
+        "The next opening is Monday, June 3rd at 10:15.",
+        "Your package weighs 12 pounds and ships from warehouse 4.",
+        "Our office is at 2048 Pine Avenue, floor 6.",
+        "The late fee is $15 after the 21st of the month.",
+        "You have 2500 points, worth 25 dollars.",
+        "Your table is for 4 people at 7:45.",
+        "The last 4 digits of the card are 8 0 2 6.",
+        "It should arrive between 1 and 3 this afternoon.",
+        "Your deductible is 500 dollars a year.",
+        "Room 214 is on the second floor.",
+        "Your case number is 9 1 7 7 3 0 2.",
+        "We can take 15 percent off your next order.",
+        "The meeting moved to Tuesday, April 9th at 3:20.",
+        "That is 3 boxes at $19.50 each.",
+        "Call me back at 212-555-0199 after 6.",
+        "Your plan renews on January 31st for $9.99.",
+        "The train leaves at 4:50 from platform 12.",
+        "You owe 84 dollars and 60 cents.",
+        "Your zip code is 9 4 1 0 3, is that right?",
     ),
     "names": (
         "I have you down as Margaret Olsen.",
@@ -134,6 +164,31 @@ LINE_SENTENCES = {
         "We have a branch on Maple Drive in Springfield.",
         "Nurse Gonzalez will call you this afternoon.",
         "I spelled your last name B, R, O, W, N.",
+        # written in the 39th session (2026-12-06)
+        "I have your name as Christopher Nguyen.",
+        "Doctor Okafor is in surgery until noon.",
+        "Could you spell that for me, is it S, M, I, T, H?",
+        "Your appointment is with Michelle on Wednesday.",
+        "The office is on Willow Creek Road.",
+        "Thank you, Miss Anderson, have a good evening.",
+        "I will pass your message to Kevin Robinson.",
+        "Your technician will be Alejandro.",
+        "Is that Katherine with a K, or Catherine with a C?",
+        "We deliver to Cedar Hills and Lakewood.",
+        "Mister Fitzgerald asked us to call you.",
+        "Your last name is spelled D, U, B, O, I, S.",
+        "Please ask for Stephanie in the pharmacy.",
+        "The clinic is on Sycamore Lane near the library.",
+        "Doctor Yamamoto has an opening on Friday.",
+        "I have the account under Daniel and Laura Murphy.",
+        "Your order ships to Portland, Oregon.",
+        "Our manager, Priya Sharma, will call you back.",
+        "Was that Brian with an I, or Bryan with a Y?",
+        "The dentist on Hawthorne Boulevard is closer.",
+        "Say hello to Gregory at the service desk.",
+        "I spelled the street name L, I, N, D, E, N.",
+        "Professor Whitaker left a message for you.",
+        "Your contact at the bank is Olivia Bennett.",
     ),
     "plain": (
         "I am sorry, I did not quite catch that.",
@@ -148,8 +203,34 @@ LINE_SENTENCES = {
         "Please have your card ready before you call.",
         "Your request has been sent to our team.",
         "Thank you for your patience, goodbye.",
+        # written in the 39th session (2026-12-06)
+        "Sorry about the wait, how can I help you today?",
+        "I can book that for you right now.",
+        "Would you prefer a morning or an afternoon visit?",
+        "Your prescription is ready for pickup.",
+        "Let me put you on a brief hold.",
+        "We will send you an email with the details.",
+        "Unfortunately that item is out of stock.",
+        "Could you repeat your date of birth, please?",
+        "The doctor is running a little late today.",
+        "Your claim is still being reviewed.",
+        "Is this the best number to reach you?",
+        "I have cancelled the order as you asked.",
+        "Please bring a photo ID to your appointment.",
+        "Our website has a form for returns.",
+        "I understand, that sounds frustrating.",
+        "Do you need help with anything else today?",
+        "The technician will call before he arrives.",
+        "Parking is free behind the building.",
+        "Your balance is now paid in full.",
+        "We could not verify that card, please try another.",
+        "I will stay on the line while you check.",
+        "The results should be back by tomorrow.",
+        "Can I have your email address, please?",
+        "That option is only available to members.",
     ),
 }
+FIRST_REPLIES = 12     # of each kind: the 36 replies of the 28th-38th sessions' figures
 SPECTROGRAM_SENTENCES = (LINE_SENTENCES["numbers"][1], LINE_SENTENCES["names"][0],
                          LINE_SENTENCES["plain"][1])
 
@@ -257,13 +338,14 @@ def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
 
 
 def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
-               postfilter: float | None = None
+               postfilter: float | None = None, nopf: bool = True
                ) -> tuple[dict[str, list[list[np.ndarray]]], dict[str, float]]:
     """Each engine's phone-line audio of every sentence, ``renders`` times for the engines that
     draw noise (the SSM voices' vocoder seeds 0, 1, ...; Piper samples its own), once for the
     others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
-    voice is heard with ``postfilter`` (None: its own) and, where that is not 0, without it
-    (``ssm-<name>-nopf``). Returns the clips and the postfilter each SSM voice was heard with."""
+    voice is heard with ``postfilter`` (None: its own) and, where that is not 0 and ``nopf``,
+    without it (``ssm-<name>-nopf``). A teacher is heard only where one of its students is.
+    Returns the clips and the postfilter each SSM voice was heard with."""
     from harness.tts_eval import teacher_clips
     from pipeline.engines.espeak import EspeakEngine
     from ssm_engine.tts.phonemes import phonemize
@@ -275,11 +357,12 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
     for name, d in voices_dirs.items():
         tts = TTSVoice.load(d)
         amount = amounts[name] = tts.postfilter if postfilter is None else postfilter
-        for tag, pf in (("", amount), ("-nopf", 0.0))[:2 if amount else 1]:
+        for tag, pf in (("", amount), ("-nopf", 0.0))[:2 if amount and nopf else 1]:
             clips[f"ssm-{name}{tag}"] = [
                 [_line(tts.synthesize(s, seed=seed, postfilter=pf).pcm, 16000)
                  for s in sentences] for seed in range(renders)]
-    clips["teacher-slt"] = [teacher_clips(sentences, 8000, "mulaw")]      # festival's HTS voice
+    if any(name.split("-")[0] == "slt" for name in voices_dirs):
+        clips["teacher-slt"] = [teacher_clips(sentences, 8000, "mulaw")]  # festival's HTS voice
     teacher = PiperTeacher()
     clips["teacher-joe"] = [[_line(teacher.say(phonemize(s))[0], 16000) for s in sentences]
                             for _ in range(renders)]
@@ -350,6 +433,41 @@ def _wer(pairs: list[dict[str, str]]) -> float:
     return round(wer([canon(p["ref"]) for p in pairs], [canon(p["hyp"]) for p in pairs]), 4)
 
 
+def _errors(pair: dict[str, str]) -> tuple[int, int]:
+    """(word errors, reference words) of one judged sentence, as ``_wer`` counts them."""
+    from ssm_engine.stt.decode import edit_distance
+
+    ref = canon(pair["ref"]).split()
+    return edit_distance(ref, canon(pair["hyp"]).split()), len(ref)
+
+
+def sentence_errors(pairs: list[dict[str, str]], n: int) -> np.ndarray:
+    """(n, 2): each of ``n`` sentences' word errors and reference words, summed over its
+    renderings (``pairs`` holds whole renderings one after another, each in sentence order)."""
+    out = np.zeros((n, 2), dtype=np.int64)
+    for k, pair in enumerate(pairs):
+        out[k % n] += _errors(pair)
+    return out
+
+
+def ratio_95(counts: dict[str, np.ndarray], base: str, rng: np.random.Generator,
+             draws: int = 2000) -> dict[str, list[float]]:
+    """The 95 % interval of each engine's WER over ``base``'s, from a paired bootstrap over
+    sentences: every draw resamples the sentences (all of a sentence's renderings together) and
+    all engines are scored on the same draw. ``counts``: ``sentence_errors`` of each engine."""
+    n = len(counts[base])
+    weight = np.stack([np.bincount(d, minlength=n) for d in rng.integers(0, n, size=(draws, n))])
+    b = weight @ counts[base]
+    base_wer = np.maximum(b[:, 0], 1) / np.maximum(b[:, 1], 1)
+    out = {}
+    for name, c in counts.items():
+        if name != base:
+            s = weight @ c
+            ratios = s[:, 0] / np.maximum(s[:, 1], 1) / base_wer
+            out[name] = [round(float(q), 3) for q in np.percentile(ratios, [2.5, 97.5])]
+    return out
+
+
 def heldout_sentences(n: int) -> list[str]:
     """The first ``n`` (<= 100) held-out sentences of the voices' data sets: ``parley data tts``
     draws them first, from their own seed (the default, 1), and never trains on them."""
@@ -398,13 +516,19 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         line["fresh"] = fresh_sentences(args.fresh)
     kinds = [k for k, v in line.items() for _ in v]
     sentences = [s for v in line.values() for s in v]
-    clips, amounts = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter)
+    # the replies written before the 39th session, to compare with the figures recorded then
+    first36 = [k in LINE_SENTENCES and i < FIRST_REPLIES for k, v in line.items()
+               for i in range(len(v))]
+    clips, amounts = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter,
+                                args.nopf)
     judge = make_engine("whisper", 8000)
     out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
                  "line_fresh": args.fresh, "line_renders": args.line_renders}
     errors: dict[str, list[dict[str, str]]] = {}
+    counts: dict[str, np.ndarray] = {}
     for name, renders in clips.items():
         pairs = [p for audio in renders for p in judge_wer(judge, sentences, audio)[1]]
+        counts[name] = sentence_errors(pairs, len(sentences))
         kind_of = kinds * len(renders)
         out[f"{name}_wer"] = _wer(pairs)
         if len(renders) > 1:      # how far one rendering's WER strays: its spread over renders
@@ -413,9 +537,11 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         out[f"{name}_line_audio_s"] = round(sum(len(a) for a in renders[0]) / 8000, 1)
         for kind in line:
             out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kind_of) if k == kind])
-        if len(line) > len(LINE_SENTENCES):      # the 36 replies alone, beside the whole
+        if len(line) > len(LINE_SENTENCES):      # the replies alone, beside the whole
             out[f"{name}_wer_replies"] = _wer([p for p, k in zip(pairs, kind_of)
                                                if k in LINE_SENTENCES])
+        out[f"{name}_wer_replies36"] = _wer([p for k, p in enumerate(pairs)
+                                             if first36[k % len(sentences)]])
         errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
     for name in voices_dirs:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
@@ -429,6 +555,15 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                 out[f"{key}_wer_vs_teacher"] = round(out[f"{key}_wer"] / out[f"{teacher}_wer"], 3)
             if out.get("piper-joe_wer"):
                 out[f"{key}_wer_vs_piper_joe"] = round(out[f"{key}_wer"] / out["piper-joe_wer"], 3)
+        # how sure: a paired bootstrap over sentences, the voice against both yardsticks
+        key = f"ssm-{name}"
+        replies = np.array([k in LINE_SENTENCES for k in kinds])
+        for base, label in ((teacher, "teacher"), ("piper-joe", "piper_joe")):
+            for part, rows in (("", slice(None)), ("_replies", replies)):
+                if base in counts and (not part or len(line) > len(LINE_SENTENCES)):
+                    out[f"{key}_wer{part}_vs_{label}_95"] = ratio_95(
+                        {base: counts[base][rows], key: counts[key][rows]}, base,
+                        np.random.default_rng(args.seed))[key]
         out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
         out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
     if args.plots:
@@ -537,6 +672,9 @@ def main() -> None:
     parser.add_argument("--postfilter", type=float, default=None, metavar="AMOUNT",
                         help="the SSM voices' vocoder postfilter on the line (default: each "
                         "voice's own); a voice heard with one is also heard without it")
+    parser.add_argument("--no-nopf", dest="nopf", action="store_false",
+                        help="do not also hear each SSM voice without its postfilter (the "
+                        "postfilter's baseline; saves a third of the line test)")
     parser.add_argument("--line-renders", type=int, default=3,
                         help="render each sentence this many times in the engines that draw "
                         "noise (SSM voices, Piper) and judge them all: one rendering's WER moves "

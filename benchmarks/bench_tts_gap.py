@@ -54,7 +54,8 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from bench_tts import LINE_SENTENCES, _line, _wer, canon, fresh_sentences  # noqa: E402
+from bench_tts import (LINE_SENTENCES, _line, _wer, fresh_sentences, ratio_95,  # noqa: E402
+                       sentence_errors)
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.tts.synth import TTSStream, TTSVoice  # noqa: E402
 from ssm_engine.tts.vocoder import CEP0, LF0, VUV, analyze, synthesize  # noqa: E402
@@ -177,14 +178,8 @@ def main() -> None:
     for set_name in sets:
         rows = [k for k, t in enumerate(set_of) if t == set_name]
         n = len(sets[set_name])
-        counts = {c: np.array([_errors(pairs[c][k]) for k in rows]) for c in CONDITIONS}
-        # resample sentences (all of a sentence's renderings together), the same draw for all
-        sentence_of = np.array([k % len(sentences) for k in rows])
-        uniq = np.unique(sentence_of)
-        draws = rng.integers(0, len(uniq), size=(args.bootstrap, len(uniq)))
-        weight = np.stack([np.bincount(d, minlength=len(uniq)) for d in draws])
-        member = np.searchsorted(uniq, sentence_of)
-        per = {c: weight[:, member] @ counts[c] for c in CONDITIONS}      # (bootstrap, 2)
+        counts = {c: sentence_errors([pairs[c][k] for k in rows], n) for c in CONDITIONS}
+        interval = ratio_95(counts, "teacher", rng, args.bootstrap)
         block: dict = {}
         teacher_audio_s = sum(len(clips["teacher"][k]) for k in rows) / 8000
         for c in CONDITIONS:
@@ -197,9 +192,8 @@ def main() -> None:
                                               / teacher_audio_s, 3)}
             if c != "teacher":
                 t = counts["teacher"][:, 0].sum()
-                ratios = per[c][:, 0] / np.maximum(per["teacher"][:, 0], 1)
                 entry["vs_teacher"] = round(err / t, 3) if t else None
-                entry["vs_teacher_95"] = [round(float(q), 3) for q in np.percentile(ratios, [2.5, 97.5])]
+                entry["vs_teacher_95"] = interval[c]
             block[c] = entry
         out[set_name] = block
     out["wall_s"] = round(time.perf_counter() - started, 1)
@@ -207,14 +201,6 @@ def main() -> None:
         Path(args.errors).write_text(json.dumps(
             {n: [p for p in pairs[n] if p["ref"] != p["hyp"]] for n in CONDITIONS}, indent=1) + "\n")
     print(json.dumps(out))
-
-
-def _errors(pair: dict[str, str]) -> tuple[int, int]:
-    """(word errors, reference words) of one judged sentence, as ``_wer`` counts them."""
-    from ssm_engine.stt.decode import edit_distance
-
-    ref = canon(pair["ref"]).split()
-    return edit_distance(ref, canon(pair["hyp"]).split()), len(ref)
 
 
 if __name__ == "__main__":
