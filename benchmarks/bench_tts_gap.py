@@ -21,7 +21,7 @@ has its own durations and audio), and from that rendering:
 Everything goes to 8 kHz G.711 mu-law and back; Whisper tiny.en transcribes it; WER against the
 words parley's front end reads (as ``bench_tts.py``). Two sets of sentences, scored apart:
 ``bench_tts.py``'s fresh ones (``--fresh``, drawn new from the generator the training sentences
-come from, in none of the voices' data sets) and its 36 agent replies written by hand
+come from, in none of the voices' data sets) and its 108 agent replies written by hand
 (``replies``: numbers, names, plain; ``--no-replies`` leaves them out). Each rendering uses
 vocoder seed ``r`` for the student and the copy.
 
@@ -34,7 +34,7 @@ transcript of a sentence differs from its transcript of the teacher's rendering
     .venv/bin/python benchmarks/bench_tts_gap.py [--voice joe] [--fresh 120] [--renders 2]
 
 Prints one JSON line. About 0.4 s per clip on one core (rendering and judging): 6 conditions x
-(120 + 36) sentences x 2 renderings, ~13 min.
+(120 + 108) sentences x 2 renderings, ~18 min.
 """
 
 from __future__ import annotations
@@ -133,17 +133,20 @@ def main() -> None:
                         help="the SSM voice: a shipped name or a folder (default joe; its teacher "
                         "must be Piper's joe)")
     parser.add_argument("--fresh", type=int, default=120,
-                        help="sentences drawn new, as bench_tts.py --fresh (default %(default)s)")
+                        help="sentences drawn new, as bench_tts.py --fresh (default %(default)s; "
+                        "0: the replies alone)")
     parser.add_argument("--no-replies", dest="replies", action="store_false",
-                        help="leave out bench_tts.py's 36 hand-written replies")
+                        help="leave out bench_tts.py's 108 hand-written replies")
     parser.add_argument("--bootstrap", type=int, default=2000,
                         help="resamples of the sentences for the ratios' intervals (default %(default)s)")
     parser.add_argument("--renders", type=int, default=2,
                         help="teacher renderings of each sentence (default %(default)s)")
     parser.add_argument("--errors", default="", help="write each condition's misheard sentences here")
     args = parser.parse_args()
-    if args.fresh < 1 or args.renders < 1:
-        parser.error("--fresh and --renders must be at least 1")
+    if args.fresh < 0 or args.renders < 1:
+        parser.error("--fresh must be 0 or more and --renders at least 1")
+    if not args.fresh and not args.replies:
+        parser.error("nothing to say: --fresh 0 with --no-replies")
     from harness.stt_eval import make_engine
     from harness.tts_eval import judge_wer
     from ssm_engine.tts.piper_teacher import PiperTeacher
@@ -153,7 +156,7 @@ def main() -> None:
     folder = str(voice_dir(args.voice))
     voice = TTSVoice.load(folder)
     teacher = PiperTeacher()
-    sets = {"fresh": fresh_sentences(args.fresh)}
+    sets = {"fresh": fresh_sentences(args.fresh)} if args.fresh else {}
     if args.replies:
         sets["replies"] = [x for v in LINE_SENTENCES.values() for x in v]
     sentences = [x for v in sets.values() for x in v]
