@@ -519,6 +519,11 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     # the replies written before the 39th session, to compare with the figures recorded then
     first36 = [k in LINE_SENTENCES and i < FIRST_REPLIES for k, v in line.items()
                for i in range(len(v))]
+    # the sentence sets each voice's ratios get an interval on: all, and the replies alone
+    # where there is more than them
+    parts: list[tuple[str, slice | np.ndarray]] = [("", slice(None))]
+    if len(line) > len(LINE_SENTENCES):
+        parts.append(("_replies", np.array([k in LINE_SENTENCES for k in kinds])))
     clips, amounts = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter,
                                 args.nopf)
     judge = make_engine("whisper", 8000)
@@ -557,13 +562,11 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                 out[f"{key}_wer_vs_piper_joe"] = round(out[f"{key}_wer"] / out["piper-joe_wer"], 3)
         # how sure: a paired bootstrap over sentences, the voice against both yardsticks
         key = f"ssm-{name}"
-        replies = np.array([k in LINE_SENTENCES for k in kinds])
         for base, label in ((teacher, "teacher"), ("piper-joe", "piper_joe")):
-            for part, rows in (("", slice(None)), ("_replies", replies)):
-                if base in counts and (not part or len(line) > len(LINE_SENTENCES)):
-                    out[f"{key}_wer{part}_vs_{label}_95"] = ratio_95(
-                        {base: counts[base][rows], key: counts[key][rows]}, base,
-                        np.random.default_rng(args.seed))[key]
+            for part, rows in parts if base in counts else ():
+                out[f"{key}_wer{part}_vs_{label}_95"] = ratio_95(
+                    {base: counts[base][rows], key: counts[key][rows]}, base,
+                    np.random.default_rng(args.seed))[key]
         out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
         out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
     if args.plots:
