@@ -258,7 +258,8 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voic
                   ) -> list[np.ndarray]:
     """The teacher voice's audio of each sentence (the SSM voice's training target: festival's
     slt HTS voice, given the words our normaliser makes of it, or Piper's joe voice given our
-    phones, as ``parley data tts --teacher`` made them), through the same channel."""
+    phones, as ``parley data tts --teacher`` made them), through the same channel. Piper's noise
+    is seeded (0): the same sentences give the same audio in every run."""
     from ssm_engine.tts.errors import TeacherError
     from ssm_engine.tts.teacher import SAMPLE_RATE_HZ, FestivalTeacher
 
@@ -271,7 +272,7 @@ def teacher_clips(sentences: list[str], rate_hz: int, codec: Codec, teacher_voic
         from ssm_engine.tts.piper_teacher import PiperTeacher
 
         try:
-            piper = PiperTeacher(teacher_voice.partition(":")[2])
+            piper = PiperTeacher(teacher_voice.partition(":")[2], seed=0)
             spoken = [piper.say(phonemize(s))[0] for s in sentences]
         except TeacherError as exc:
             raise PipelineError(f"the teacher voice failed: {exc}") from exc
