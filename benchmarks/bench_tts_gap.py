@@ -5,7 +5,8 @@ Issue 28 asks the shipped voice (joe) to be understood on the line as well as it
 (Piper's joe voice fed parley's phones). ``bench_tts.py`` says how far it is; this says where the
 difference comes from, by giving the student one part of the teacher's answer at a time. Each
 sentence is said by the teacher once per rendering (Piper draws its own noise, so each rendering
-has its own durations and audio), and from that rendering:
+has its own durations and audio; the noise is seeded, so every run hears the same renderings),
+and from that rendering:
 
 * ``teacher``: the teacher's audio (the target);
 * ``copy``: the teacher's audio through ``vocoder.analyze`` and the vocoder again, no
@@ -17,6 +18,15 @@ has its own durations and audio), and from that rendering:
 * ``student-dur``: only the durations the teacher's (what the student's envelope, pitch and
   voicing cost together);
 * ``student``: the student as it ships (its own durations too).
+
+And the vocoder's own candidates (``--conditions`` picks any of them; the teacher is always said):
+
+* ``copy-frac``: ``copy`` with each pitch pulse at its exact instant (``fractional``), not
+  rounded to a whole sample (up to 62.5 us of jitter);
+* ``copy-bap``: ``copy-frac`` with the excitation mixed band by band by the teacher's measured
+  band aperiodicity (``vocoder.analyze_aperiodicity``), not the fixed pulses-below-3-kHz mix
+  (what a student that predicted it could reach);
+* ``student-frac``: the student as it ships with fractional pulses (no retraining needed).
 
 Everything goes to 8 kHz G.711 mu-law and back; Whisper tiny.en transcribes it; WER against the
 words parley's front end reads (as ``bench_tts.py``). Two sets of sentences, scored apart:
@@ -58,9 +68,11 @@ from bench_tts import (LINE_SENTENCES, _line, _wer, fresh_sentences, ratio_95,  
                        sentence_errors)
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.tts.synth import TTSStream, TTSVoice  # noqa: E402
-from ssm_engine.tts.vocoder import CEP0, LF0, VUV, analyze, synthesize  # noqa: E402
+from ssm_engine.tts.vocoder import (CEP0, LF0, VUV, StreamingVocoder,  # noqa: E402
+                                    analyze, analyze_aperiodicity, synthesize)
 
-CONDITIONS = ("teacher", "copy", "student-env", "student-f0", "student-dur", "student")
+CONDITIONS = ("teacher", "copy", "student-env", "student-f0", "student-dur", "student",
+              "copy-frac", "copy-bap", "student-frac")
 
 
 class ForcedStream(TTSStream):
@@ -110,20 +122,38 @@ def _speak(stream: ForcedStream, text: str) -> np.ndarray:
     return np.concatenate([c.pcm for c in chunks]) if chunks else np.zeros(0, np.float32)
 
 
-def render(voice: TTSVoice, teacher, sentence: str, seed: int) -> dict[str, np.ndarray]:
-    """Every condition's 16 kHz audio of ``sentence`` from one teacher rendering."""
+def render(voice: TTSVoice, teacher, sentence: str, seed: int,
+           conditions: tuple[str, ...] = CONDITIONS) -> dict[str, np.ndarray]:
+    """Each of ``conditions``' 16 kHz audio of ``sentence`` from one teacher rendering."""
     from ssm_engine.tts.phonemes import phonemize
 
     audio, durations = teacher.say(phonemize(sentence))
     feats = analyze(audio)[: sum(durations)]
     pf = voice.postfilter
-    out = {"teacher": audio, "copy": synthesize(feats, seed=seed)}
+    out = {"teacher": audio}
+    if "copy" in conditions:
+        out["copy"] = synthesize(feats, seed=seed)
+    if "copy-frac" in conditions:
+        out["copy-frac"] = synthesize(feats, seed=seed, fractional=True)
+    if "copy-bap" in conditions:
+        bap = analyze_aperiodicity(audio[: len(feats) * 160], feats)
+        out["copy-bap"] = synthesize(feats, seed=seed, fractional=True, bap=bap)
     for name, f0, env in (("student-env", False, True), ("student-f0", True, False),
                           ("student-dur", False, False)):
-        stream = ForcedStream(voice, durations, feats, seed=seed, take_f0=f0, take_env=env,
-                              postfilter=0.0 if env else pf)
-        out[name] = _speak(stream, sentence)
-    out["student"] = voice.synthesize(sentence, seed=seed).pcm
+        if name in conditions:
+            stream = ForcedStream(voice, durations, feats, seed=seed, take_f0=f0, take_env=env,
+                                  postfilter=0.0 if env else pf)
+            out[name] = _speak(stream, sentence)
+    if "student" in conditions:
+        out["student"] = voice.synthesize(sentence, seed=seed).pcm
+    if "student-frac" in conditions:
+        stream = voice.open_stream(seed=seed)
+        stream._vocoder = StreamingVocoder(seed, postfilter=pf, fractional=True)
+        stream.push_text(sentence)
+        stream.end_text()
+        chunks = stream.pull()
+        out["student-frac"] = (np.concatenate([c.pcm for c in chunks]) if chunks
+                               else np.zeros(0, np.float32))
     return out
 
 
@@ -142,7 +172,10 @@ def main() -> None:
     parser.add_argument("--renders", type=int, default=2,
                         help="teacher renderings of each sentence (default %(default)s)")
     parser.add_argument("--errors", default="", help="write each condition's misheard sentences here")
+    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS[1:], default=list(CONDITIONS[1:]),
+                        help="what to say beside the teacher (default: all)")
     args = parser.parse_args()
+    conditions = ("teacher", *args.conditions)
     if args.fresh < 0 or args.renders < 1:
         parser.error("--fresh must be 0 or more and --renders at least 1")
     if not args.fresh and not args.replies:
@@ -155,17 +188,17 @@ def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
     folder = str(voice_dir(args.voice))
     voice = TTSVoice.load(folder)
-    teacher = PiperTeacher()
+    teacher = PiperTeacher(seed=0)
     sets = {"fresh": fresh_sentences(args.fresh)} if args.fresh else {}
     if args.replies:
         sets["replies"] = [x for v in LINE_SENTENCES.values() for x in v]
     sentences = [x for v in sets.values() for x in v]
     set_of = [k for k, v in sets.items() for _ in v] * args.renders
     started = time.perf_counter()
-    clips: dict[str, list[np.ndarray]] = {c: [] for c in CONDITIONS}
+    clips: dict[str, list[np.ndarray]] = {c: [] for c in conditions}
     for r in range(args.renders):
         for i, s in enumerate(sentences):
-            for name, pcm in render(voice, teacher, s, seed=r).items():
+            for name, pcm in render(voice, teacher, s, seed=r, conditions=conditions).items():
                 clips[name].append(_line(pcm, 16000))
             print(f"\rrendered {r * len(sentences) + i + 1}/{args.renders * len(sentences)}",
                   end="", file=sys.stderr, flush=True)
@@ -181,11 +214,11 @@ def main() -> None:
     for set_name in sets:
         rows = [k for k, t in enumerate(set_of) if t == set_name]
         n = len(sets[set_name])
-        counts = {c: sentence_errors([pairs[c][k] for k in rows], n) for c in CONDITIONS}
+        counts = {c: sentence_errors([pairs[c][k] for k in rows], n) for c in conditions}
         interval = ratio_95(counts, "teacher", rng, args.bootstrap)
         block: dict = {}
         teacher_audio_s = sum(len(clips["teacher"][k]) for k in rows) / 8000
-        for c in CONDITIONS:
+        for c in conditions:
             err, words = counts[c].sum(axis=0)
             each = [_wer([pairs[c][k] for k in rows[r * n:(r + 1) * n]]) for r in range(args.renders)]
             changed = sum(pairs[c][k]["hyp"] != pairs["teacher"][k]["hyp"] for k in rows)
@@ -202,7 +235,7 @@ def main() -> None:
     out["wall_s"] = round(time.perf_counter() - started, 1)
     if args.errors:
         Path(args.errors).write_text(json.dumps(
-            {n: [p for p in pairs[n] if p["ref"] != p["hyp"]] for n in CONDITIONS}, indent=1) + "\n")
+            {n: [p for p in pairs[n] if p["ref"] != p["hyp"]] for n in conditions}, indent=1) + "\n")
     print(json.dumps(out))
 
 

@@ -67,7 +67,9 @@ class TTSConfig:
     ``postfilter``: how much the vocoder deepens this voice's envelopes when it speaks
     (``vocoder._min_phase_response``; 0: as predicted). Not learnt: it is chosen for a trained
     voice on the phone line (``bench_tts.py --postfilter``) and written into its config.json; a
-    new run starts at 0, a fine-tune keeps its starting voice's."""
+    new run starts at 0, a fine-tune keeps its starting voice's. ``fractional_pulses``: the
+    vocoder puts each pitch pulse at its exact instant, not on a whole sample (``vocoder``;
+    chosen on the line like the postfilter; no weight depends on it)."""
 
     n_symbols: int
     n_stress: int = 4
@@ -83,6 +85,7 @@ class TTSConfig:
     feat_mean: tuple[float, ...] = ()
     feat_std: tuple[float, ...] = ()
     postfilter: float = 0.0
+    fractional_pulses: bool = False
 
     def __post_init__(self) -> None:
         if self.n_symbols < 2:

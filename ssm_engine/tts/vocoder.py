@@ -20,11 +20,22 @@ are filtered by the envelope's minimum-phase response with one FFT of ``N_FFT`` 
 filtered block with its tail is overlap-added into the output. A frame only adds to samples at or
 after its own start, so the ``HOP`` samples of frame ``t`` are final as soon as frame ``t`` is in:
 the vocoder adds no latency. It is deterministic for a given seed, so streaming and offline
-synthesis give the same samples (``synthesize`` is the streaming loop run to the end).
+synthesis give the same samples (``synthesize`` is the streaming loop run to the end). Each pulse
+sits on the whole sample after the instant its period ends, or (``fractional``) at that very
+instant, band-limited in the block's spectrum: rounding jitters the pulses by up to 62.5 us,
+which blurs the harmonics above 2-3 kHz into noise.
 
 Analysis (for making training targets): f0 by the YIN difference function on 32 ms windows,
 voicing from YIN's aperiodicity and the frame's energy, the envelope by cepstral smoothing with a
 few "true envelope" iterations (the smoothed curve is pushed up onto the harmonic peaks).
+
+Band aperiodicity (measured, not yet a model output): ``analyze_aperiodicity`` gives each voiced
+frame, in each of the ``BAP_EDGES_HZ`` bands, the share of its power that does not repeat at the
+frame's pitch period (0: a pure pulse train, 1: noise), and ``push(frame, bap=...)`` /
+``synthesize(feats, bap=...)`` mix pulses and noise by it band by band, instead of the fixed
+pulses-below-3-kHz mix. A breathy or voiced-fricative frame (the "z" of "zero", the "v" of
+"seven") then carries the noise a listener hears in it; the fixed mix makes it pure buzz below
+3 kHz, all of the phone band.
 """
 
 from __future__ import annotations
@@ -51,6 +62,11 @@ MAX_POSTFILTER = 1.0
 
 LF0, VUV, CEP0 = 0, 1, 2
 """Column indices of the feature vector."""
+
+BAP_EDGES_HZ = (0.0, 500.0, 1000.0, 2000.0, 3000.0, 4000.0, 8000.0)
+N_BAP = len(BAP_EDGES_HZ) - 1
+_BAP_WIN = 400        # at most 25 ms around each frame's centre (two periods, at least a hop)
+_BAP_DRIFT = 0.03     # the period searched within 3 % of the frame's (pitch moves within a window)
 
 
 def _frame_signal(pcm: np.ndarray, n_frames: int, win: int) -> np.ndarray:
@@ -147,6 +163,65 @@ def analyze(pcm: np.ndarray) -> np.ndarray:
     return feats
 
 
+def analyze_aperiodicity(pcm: np.ndarray, feats: np.ndarray) -> np.ndarray:
+    """(frames, N_BAP) float32 in [0, 1]: each frame's noise share of the power in each of the
+    ``BAP_EDGES_HZ`` bands, for the pitch and voicing in ``feats`` (``analyze(pcm)``).
+
+    ``_periodicity`` measures how far each band repeats at the frame's period. Some of what it
+    misses is not noise but the pitch and the envelope moving within the window, which this
+    vocoder's own pulses do too: so the same features are also said with pulses alone (no noise
+    at all), measured the same way, and the speech's noise share is taken as what it lacks of the
+    pulses' periodicity: ``1 - r_speech / r_pulses``, within 0..1. Unvoiced frames are all noise."""
+    r_speech = _periodicity(pcm, feats)
+    pulses = synthesize(feats, bap=np.zeros((len(feats), N_BAP)), fractional=True)
+    r_pulses = _periodicity(pulses, feats)
+    share = 1.0 - r_speech / np.maximum(r_pulses, 1e-3)
+    share[np.asarray(feats)[:, VUV] < 0.5] = 1.0
+    return np.clip(share, 0.0, 1.0).astype(np.float32)
+
+
+def _periodicity(pcm: np.ndarray, feats: np.ndarray) -> np.ndarray:
+    """(frames, N_BAP): in each voiced frame, the band-passed speech's correlation with itself
+    one period later (the best lag within ``_BAP_DRIFT`` of the frame's period), over two periods
+    around the frame's centre. A periodic part and an independent noise give the periodic share
+    of the power. Unvoiced frames: 0."""
+    x = np.asarray(pcm, dtype=np.float64).reshape(-1)
+    if np.issubdtype(np.asarray(pcm).dtype, np.integer):
+        x = x / 32768.0
+    n_frames = len(feats)
+    out = np.zeros((n_frames, N_BAP))
+    voiced = np.flatnonzero(np.asarray(feats)[:, VUV] >= 0.5)
+    if voiced.size == 0 or x.size == 0:
+        return out
+    size = 1 << int(np.ceil(np.log2(x.size + 1)))
+    spec = np.fft.rfft(x, size)
+    freqs = np.fft.rfftfreq(size, 1 / SAMPLE_RATE_HZ)
+    periods = SAMPLE_RATE_HZ / np.exp(np.asarray(feats)[voiced, LF0].astype(np.float64))
+    t_max = int(np.ceil(SAMPLE_RATE_HZ / F0_MIN_HZ)) + 1
+    pad = _BAP_WIN + t_max
+    for b in range(N_BAP):
+        lo, hi = BAP_EDGES_HZ[b], BAP_EDGES_HZ[b + 1]
+        band = np.fft.irfft(spec * ((freqs >= lo) & (freqs < hi)), size)[: x.size]
+        band = np.pad(band, (pad, pad))
+        for t, period in zip(voiced, periods):
+            win = int(min(_BAP_WIN, max(HOP_SAMPLES, 2 * period)))
+            start = pad + t * HOP_SAMPLES + HOP_SAMPLES // 2 - win // 2
+            a = band[start:start + win]
+            best = 0.0
+            for lag in range(int(period * (1 - _BAP_DRIFT)), int(np.ceil(period * (1 + _BAP_DRIFT))) + 1):
+                c = band[start + lag:start + lag + win]
+                den = np.sqrt(np.dot(a, a) * np.dot(c, c))
+                if den > 1e-12:
+                    best = max(best, float(np.dot(a, c) / den))
+            out[t, b] = min(max(best, 0.0), 1.0)
+    return out
+
+
+def _bap_weights(bap: np.ndarray) -> np.ndarray:
+    """Each FFT bin's noise share of the power, from the bands' (flat within a band)."""
+    return np.asarray(bap, dtype=np.float64)[_BIN_BAND]
+
+
 def _clean_voicing(voiced: np.ndarray) -> np.ndarray:
     """Drop isolated one-frame voiced/unvoiced flips (YIN glitches)."""
     v = voiced.copy()
@@ -176,6 +251,8 @@ def _mix_weights() -> np.ndarray:
 
 
 _NOISE_MIX = _mix_weights()
+_BIN_BAND = np.clip(np.searchsorted(np.asarray(BAP_EDGES_HZ), np.fft.rfftfreq(N_FFT, 1 / SAMPLE_RATE_HZ),
+                                    side="right") - 1, 0, N_BAP - 1)
 
 
 def _min_phase_response(cep: np.ndarray, postfilter: float = 0.0) -> np.ndarray:
@@ -211,18 +288,22 @@ class StreamingVocoder:
     and a seeded noise generator. One instance per utterance (or per call, carried on).
     """
 
-    def __init__(self, seed: int = 0, *, postfilter: float = 0.0) -> None:
+    def __init__(self, seed: int = 0, *, postfilter: float = 0.0, fractional: bool = False) -> None:
         if not 0.0 <= postfilter <= MAX_POSTFILTER:
             raise TTSError(f"postfilter must be within 0..{MAX_POSTFILTER}, got {postfilter}")
         self._rng = np.random.default_rng(seed)
         self._phase = 0.0
         self._tail = np.zeros(N_FFT, dtype=np.float64)
         self._postfilter = postfilter
+        self._fractional = fractional
 
     def reset(self, seed: int = 0) -> None:
-        self.__init__(seed, postfilter=self._postfilter)  # type: ignore[misc]
+        self.__init__(seed, postfilter=self._postfilter,  # type: ignore[misc]
+                      fractional=self._fractional)
 
-    def push(self, frame: np.ndarray) -> np.ndarray:
+    def push(self, frame: np.ndarray, bap: np.ndarray | None = None) -> np.ndarray:
+        """``bap``: the frame's band aperiodicity (N_BAP noise shares, ``analyze_aperiodicity``),
+        or None for the fixed mix (pulses below ``MIX_LOW_HZ``)."""
         f = np.asarray(frame, dtype=np.float64)
         if f.shape != (N_FEATURES,):
             raise TTSError(f"vocoder frame must have shape ({N_FEATURES},), got {f.shape}")
@@ -233,9 +314,10 @@ class StreamingVocoder:
         noise = self._rng.standard_normal(HOP_SAMPLES)
         spec_noise = np.fft.rfft(noise, N_FFT)
         if voiced:
-            pulses = self._pulses(f0)
-            spec_pulse = np.fft.rfft(pulses, N_FFT)
-            excitation = spec_pulse * np.sqrt(1.0 - _NOISE_MIX) + spec_noise * np.sqrt(_NOISE_MIX)
+            spec_pulse = self._pulse_spectrum(f0) if self._fractional else np.fft.rfft(
+                self._pulses(f0), N_FFT)
+            mix = _NOISE_MIX if bap is None else np.clip(_bap_weights(bap), 0.0, 1.0)
+            excitation = spec_pulse * np.sqrt(1.0 - mix) + spec_noise * np.sqrt(mix)
         else:
             self._phase = 0.0
             excitation = spec_noise
@@ -245,6 +327,22 @@ class StreamingVocoder:
         self._tail[:-HOP_SAMPLES] = self._tail[HOP_SAMPLES:]
         self._tail[-HOP_SAMPLES:] = 0.0
         return out
+
+    def _pulse_spectrum(self, f0: float) -> np.ndarray:
+        """The spectrum of one hop of unit-power pulses, each at the exact (fractional) instant its
+        period ends, band-limited: ``_pulses`` rounds each to a whole sample, up to 62.5 us of
+        jitter that turns the harmonics above 2-3 kHz to noise (hoarse). The instants are those of
+        ``_pulses`` less the rounding, one sample later throughout."""
+        step = f0 / SAMPLE_RATE_HZ
+        last = self._phase + step * HOP_SAMPLES
+        k = np.arange(np.floor(self._phase) + 1, np.floor(last) + 1)
+        at = (k - self._phase) / step            # in (0, HOP]: where the phase reaches k
+        self._phase = float(last - np.floor(last))
+        if k.size == 0:
+            return np.zeros(N_FFT // 2 + 1, dtype=np.complex128)
+        bins = np.arange(N_FFT // 2 + 1)
+        return np.sqrt(SAMPLE_RATE_HZ / f0) * np.exp(
+            -2j * np.pi * np.outer(at, bins) / N_FFT).sum(axis=0)
 
     def _pulses(self, f0: float) -> np.ndarray:
         """Unit-power pulse train for one hop, continuing the phase of the previous hop."""
@@ -257,11 +355,16 @@ class StreamingVocoder:
         return out
 
 
-def synthesize(feats: np.ndarray, seed: int = 0, *, postfilter: float = 0.0) -> np.ndarray:
-    """Offline synthesis: the streaming loop over all frames. float32 in [-1, 1]."""
+def synthesize(feats: np.ndarray, seed: int = 0, *, postfilter: float = 0.0,
+               bap: np.ndarray | None = None, fractional: bool = False) -> np.ndarray:
+    """Offline synthesis: the streaming loop over all frames. float32 in [-1, 1]. ``bap``:
+    (frames, N_BAP) band aperiodicity to mix the excitation by (None: the fixed mix)."""
     f = np.asarray(feats)
     if f.ndim != 2 or f.shape[1] != N_FEATURES:
         raise TTSError(f"features must have shape (frames, {N_FEATURES}), got {f.shape}")
-    voc = StreamingVocoder(seed, postfilter=postfilter)
-    out = np.concatenate([voc.push(row) for row in f]) if len(f) else np.zeros(0)
+    if bap is not None and np.shape(bap) != (len(f), N_BAP):
+        raise TTSError(f"bap must have shape ({len(f)}, {N_BAP}), got {np.shape(bap)}")
+    voc = StreamingVocoder(seed, postfilter=postfilter, fractional=fractional)
+    rows = [voc.push(row, None if bap is None else bap[t]) for t, row in enumerate(f)]
+    out = np.concatenate(rows) if len(f) else np.zeros(0)
     return np.clip(out, -1.0, 1.0).astype(np.float32)
