@@ -68,8 +68,8 @@ from bench_tts import (LINE_SENTENCES, _line, _wer, fresh_sentences, ratio_95,  
                        sentence_errors)
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.tts.synth import TTSStream, TTSVoice  # noqa: E402
-from ssm_engine.tts.vocoder import (CEP0, LF0, VUV, StreamingVocoder,  # noqa: E402
-                                    analyze, analyze_aperiodicity, synthesize)
+from ssm_engine.tts.vocoder import (CEP0, LF0, VUV, analyze,  # noqa: E402
+                                    analyze_aperiodicity, synthesize)
 
 CONDITIONS = ("teacher", "copy", "student-env", "student-f0", "student-dur", "student",
               "copy-frac", "copy-bap", "student-frac")
@@ -122,9 +122,20 @@ def _speak(stream: ForcedStream, text: str) -> np.ndarray:
     return np.concatenate([c.pcm for c in chunks]) if chunks else np.zeros(0, np.float32)
 
 
+def fractional_voice(folder: str) -> TTSVoice:
+    """The voice in ``folder`` with its config's ``fractional_pulses`` on (its weights as they are)."""
+    import dataclasses
+
+    voice = TTSVoice.load(folder)
+    voice.model.config = dataclasses.replace(voice.model.config, fractional_pulses=True)
+    return voice
+
+
 def render(voice: TTSVoice, teacher, sentence: str, seed: int,
-           conditions: tuple[str, ...] = CONDITIONS) -> dict[str, np.ndarray]:
-    """Each of ``conditions``' 16 kHz audio of ``sentence`` from one teacher rendering."""
+           conditions: tuple[str, ...] = CONDITIONS,
+           frac_voice: TTSVoice | None = None) -> dict[str, np.ndarray]:
+    """Each of ``conditions``' 16 kHz audio of ``sentence`` from one teacher rendering
+    (``student-frac`` needs ``frac_voice``, ``fractional_voice`` of the same folder)."""
     from ssm_engine.tts.phonemes import phonemize
 
     audio, durations = teacher.say(phonemize(sentence))
@@ -147,13 +158,8 @@ def render(voice: TTSVoice, teacher, sentence: str, seed: int,
     if "student" in conditions:
         out["student"] = voice.synthesize(sentence, seed=seed).pcm
     if "student-frac" in conditions:
-        stream = voice.open_stream(seed=seed)
-        stream._vocoder = StreamingVocoder(seed, postfilter=pf, fractional=True)
-        stream.push_text(sentence)
-        stream.end_text()
-        chunks = stream.pull()
-        out["student-frac"] = (np.concatenate([c.pcm for c in chunks]) if chunks
-                               else np.zeros(0, np.float32))
+        assert frac_voice is not None, "student-frac needs frac_voice"
+        out["student-frac"] = frac_voice.synthesize(sentence, seed=seed).pcm
     return out
 
 
@@ -188,6 +194,7 @@ def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
     folder = str(voice_dir(args.voice))
     voice = TTSVoice.load(folder)
+    frac_voice = fractional_voice(folder) if "student-frac" in conditions else None
     teacher = PiperTeacher(seed=0)
     sets = {"fresh": fresh_sentences(args.fresh)} if args.fresh else {}
     if args.replies:
@@ -198,7 +205,8 @@ def main() -> None:
     clips: dict[str, list[np.ndarray]] = {c: [] for c in conditions}
     for r in range(args.renders):
         for i, s in enumerate(sentences):
-            for name, pcm in render(voice, teacher, s, seed=r, conditions=conditions).items():
+            for name, pcm in render(voice, teacher, s, seed=r, conditions=conditions,
+                                    frac_voice=frac_voice).items():
                 clips[name].append(_line(pcm, 16000))
             print(f"\rrendered {r * len(sentences) + i + 1}/{args.renders * len(sentences)}",
                   end="", file=sys.stderr, flush=True)
