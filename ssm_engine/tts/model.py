@@ -44,7 +44,7 @@ from ..config import SSMConfig
 from ..errors import CheckpointFormatError, ConfigError
 from ..stack import SSMStack
 from ..state import StackState
-from .vocoder import CEP0, HOP_SAMPLES, LF0, MAX_POSTFILTER, N_FEATURES, SAMPLE_RATE_HZ, VUV
+from .vocoder import CEP0, HOP_SAMPLES, LF0, MAX_POSTFILTER, N_CEP, N_FEATURES, SAMPLE_RATE_HZ, VUV
 
 __all__ = ["TTSConfig", "TTSModel", "save_tts", "load_tts", "CHECKPOINT_KIND", "N_POS_FEATURES"]
 
@@ -69,7 +69,9 @@ class TTSConfig:
     voice on the phone line (``bench_tts.py --postfilter``) and written into its config.json; a
     new run starts at 0, a fine-tune keeps its starting voice's. ``fractional_pulses``: the
     vocoder puts each pitch pulse at its exact instant, not on a whole sample (``vocoder``;
-    chosen on the line like the postfilter; no weight depends on it)."""
+    chosen on the line like the postfilter; no weight depends on it). ``postfilter_from``: the
+    first cepstral coefficient the postfilter scales (1: all but the level; 3: the phone band's
+    tilt, c1 and c2, left as predicted)."""
 
     n_symbols: int
     n_stress: int = 4
@@ -86,6 +88,7 @@ class TTSConfig:
     feat_std: tuple[float, ...] = ()
     postfilter: float = 0.0
     fractional_pulses: bool = False
+    postfilter_from: int = 1
 
     def __post_init__(self) -> None:
         if self.n_symbols < 2:
@@ -103,6 +106,9 @@ class TTSConfig:
         if not 0.0 <= self.postfilter <= MAX_POSTFILTER:
             raise ConfigError(f"TTSConfig.postfilter must be within 0..{MAX_POSTFILTER}, "
                               f"got {self.postfilter}")
+        if not 1 <= self.postfilter_from < N_CEP:
+            raise ConfigError(f"TTSConfig.postfilter_from must be within 1..{N_CEP - 1}, "
+                              f"got {self.postfilter_from}")
         enc, dec = SSMConfig.from_dict(self.enc_ssm), SSMConfig.from_dict(self.ssm)
         if enc.d_model != dec.d_model:
             raise ConfigError("TTSConfig: enc_ssm and ssm must share d_model")

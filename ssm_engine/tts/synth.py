@@ -340,7 +340,8 @@ class TTSStream:
         self._enc_state: StackState = self._model.enc_stack.init_state(1)
         self._dec_state: StackState = self._model.init_frame_state(1)
         self._vocoder = StreamingVocoder(seed, postfilter=postfilter,   # checks the amount
-                                         fractional=voice.model.config.fractional_pulses)
+                                         fractional=voice.model.config.fractional_pulses,
+                                         postfilter_from=voice.model.config.postfilter_from)
         self._chunk_samples = chunk_frames * HOP_SAMPLES
         self._pending = np.zeros(0, np.float32)
         self._pending_words: list[tuple[str, float]] = []

@@ -93,3 +93,5 @@ def test_checkpoint_round_trip_and_bad_config(tmp_path) -> None:
         load_tts(tmp_path / "voice")
     with pytest.raises(ConfigError, match="odd"):
         TTSConfig(n_symbols=10, enc_kernel=4)
+    with pytest.raises(ConfigError, match="postfilter_from must be within"):
+        TTSConfig(n_symbols=10, postfilter_from=0)

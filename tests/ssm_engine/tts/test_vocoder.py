@@ -100,6 +100,27 @@ def test_the_postfilter_deepens_the_envelope_by_its_factor_and_keeps_the_level(b
     assert np.array_equal(synthesize(feats, seed=3, postfilter=0.0), plain)
 
 
+def test_a_postfilter_from_c3_leaves_the_tilt_and_deepens_the_formants() -> None:
+    """``postfilter_from=3`` scales no coefficient below c3: an envelope that is only a tilt
+    (c1, c2: 8 dB down from 0.45 to 2 kHz) comes out as it went in, where the default
+    (from c1) steepens it; on the vowel the formant still rises over the valley between."""
+    tilt = _steady()
+    tilt[:, CEP0 + 1], tilt[:, CEP0 + 2] = 0.5, 0.25
+    plain = synthesize(tilt, seed=3)
+    slope = lambda y: _band_db(y, 300, 600) - _band_db(y, 1800, 2200)  # noqa: E731
+    assert slope(plain) > 5.0
+    kept = synthesize(tilt, seed=3, postfilter=0.4, postfilter_from=3)
+    assert slope(kept) == pytest.approx(slope(plain), abs=0.3)
+    assert slope(synthesize(tilt, seed=3, postfilter=0.4)) > slope(plain) + 2.5
+    # from 1 it is the postfilter as it always was
+    vowel = analyze(_vowel(150.0, 0.6))
+    assert np.allclose(synthesize(vowel, seed=3, postfilter=0.4, postfilter_from=1),
+                       synthesize(vowel, seed=3, postfilter=0.4))
+    peak = lambda y: _band_db(y, 550, 850) - _band_db(y, 1400, 1800)  # noqa: E731
+    deeper = synthesize(vowel, seed=3, postfilter=0.4, postfilter_from=3)
+    assert peak(deeper) > peak(synthesize(vowel, seed=3)) + 2.0
+
+
 def _steady(frames: int = 100, f0_hz: float = 123.4) -> np.ndarray:
     feats = np.zeros((frames, N_FEATURES), np.float32)
     feats[:, LF0] = np.log(f0_hz)
@@ -162,3 +183,6 @@ def test_bad_input_raises_tts_error() -> None:
     for postfilter in (-0.1, 1.5, float("nan")):
         with pytest.raises(TTSError, match="postfilter must be within"):
             StreamingVocoder(postfilter=postfilter)
+    for first in (0, 40):
+        with pytest.raises(TTSError, match="postfilter_from must be within"):
+            StreamingVocoder(postfilter=0.4, postfilter_from=first)
