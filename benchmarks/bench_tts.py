@@ -30,6 +30,9 @@ sentence as (``--reference spoken``; "dr" and "mr" as "doctor" and "mister"), pe
 overall. Whisper's verdict on one rendering of a sentence turns on the noise in it, so the
 engines that draw noise (the SSM voices' vocoders, Piper) say everything ``--line-renders``
 (3) times and are judged on all of them (``<engine>_wer_renders``: each rendering's WER).
+``<engine>_wer_capped``: the WER with each sentence's errors capped at its words, since Whisper
+tiny.en now and then loops on a rendering ("u o e e e e ..."), and one loop can add more errors
+than the sentence has words.
 Rendering k of every engine is drawn from seed k (the SSM vocoders' seed; ``seed_noise`` fixes
 the teacher's and Piper's, whose noise was drawn anew in every run before the 41st session and
 moved the teacher's WER on the same sentences from 0.088 to 0.098 between runs): the same
@@ -544,6 +547,10 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         counts[name] = sentence_errors(pairs, len(sentences))
         kind_of = kinds * len(renders)
         out[f"{name}_wer"] = _wer(pairs)
+        # each sentence's errors (over its renderings) capped at its words: a rendering the
+        # judge loops on ("u o e e e e ...") weighs no more than one it hears nothing of
+        out[f"{name}_wer_capped"] = round(float(np.minimum(*counts[name].T).sum()
+                                                / max(counts[name][:, 1].sum(), 1)), 4)
         if len(renders) > 1:      # how far one rendering's WER strays: its spread over renders
             each = [_wer(pairs[i * len(sentences):(i + 1) * len(sentences)]) for i in range(len(renders))]
             out[f"{name}_wer_renders"] = each
