@@ -4,7 +4,7 @@ Issue 28 asks the shipped voice (joe) to be understood on the line at least as w
 teacher (Piper's joe fed parley's phones). Before a student is trained again, this tries the
 knobs that cost nothing but a setting, each on the shipped weights:
 
-* ``pf=A``: the postfilter's amount (``postfilter`` in a voice's config.json; joe ships 0.4);
+* ``pf=A``: the postfilter's amount (``postfilter`` in a voice's config.json; joe shipped 0.4 until the 42nd session, 0.6 from c4 since);
 * ``from=K``: the first cepstral coefficient it scales (``postfilter_from``; 1 as shipped, which
   steepens the tilt too: 0.4 takes 2-4 kHz about 5 dB down against 300-500 Hz, measured on the
   teacher's and the student's long-term spectra; 3 or more leaves the phone band's tilt alone);

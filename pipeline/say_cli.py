@@ -83,7 +83,8 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
         out = ulaw_decode(ulaw_encode(out))
     return {"pcm": out, "voice": str(voice), "folder": str(folder), "rate_hz": rate_hz,
             "codec": codec, "pace": pace, "question_rise_st": rise,
-            "postfilter": sharpen, "seconds": round(seconds, 3),
+            "postfilter": sharpen, "postfilter_from": tts.model.config.postfilter_from,
+            "seconds": round(seconds, 3),
             "first_audio_ms": round((first_s or wall_s) * 1000, 2),
             "rtf": round(wall_s / max(seconds, 1e-9), 4),
             "words": [[w, round(s, 3)] for c in chunks for w, s in c.words]}
@@ -124,7 +125,7 @@ def register_cli(subparsers: Any) -> None:
                    help="how much the vocoder deepens the voice's formants against the valleys "
                    "between them, 0-1: the model's envelopes come out flatter than speech, which "
                    "the phone line blurs further; 0 plays them as predicted (default: the "
-                   "voice's own, from its config.json: joe 0.4, slt 0)")
+                   "voice's own, from its config.json: joe 0.6 from c4, slt 0)")
     p.set_defaults(func=_run)
 
 
