@@ -524,7 +524,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     if args.heldout:
         line["heldout"] = heldout_sentences(args.heldout)
     if args.fresh:
-        line["fresh"] = fresh_sentences(args.fresh)
+        line["fresh"] = fresh_sentences(args.fresh_from + args.fresh)[args.fresh_from:]
     kinds = [k for k, v in line.items() for _ in v]
     sentences = [s for v in line.values() for s in v]
     # the replies written before the 39th session, to compare with the figures recorded then
@@ -539,7 +539,8 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                                 args.nopf)
     judge = make_engine("whisper", 8000)
     out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
-                 "line_fresh": args.fresh, "line_renders": args.line_renders}
+                 "line_fresh": args.fresh, "line_fresh_from": args.fresh_from,
+                 "line_renders": args.line_renders}
     judged: dict[str, list[dict]] = {}
     counts: dict[str, np.ndarray] = {}
     for name, renders in clips.items():
@@ -712,6 +713,9 @@ def main() -> None:
     parser.add_argument("--fresh", type=int, default=0,
                         help="also judge this many sentences drawn new, in none of the voices' "
                         "data sets (kind 'fresh'; ~1 min to draw; default %(default)s)")
+    parser.add_argument("--fresh-from", type=int, default=0, metavar="K",
+                        help="skip the generator's first K fresh sentences: a second look on "
+                        "sentences no earlier run judged (default %(default)s)")
     parser.add_argument("--postfilter", type=float, default=None, metavar="AMOUNT",
                         help="the SSM voices' vocoder postfilter on the line (default: each "
                         "voice's own); a voice heard with one is also heard without it")
@@ -725,6 +729,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.heldout <= 100:
         parser.error(f"--heldout must be within 0..100, got {args.heldout}")
+    if args.fresh_from < 0:
+        parser.error(f"--fresh-from must be 0 or more, got {args.fresh_from}")
     if args.fresh < 0:
         parser.error(f"--fresh must be 0 or more, got {args.fresh}")
     if args.postfilter is not None and not 0.0 <= args.postfilter <= 1.0:
