@@ -111,11 +111,11 @@ def test_a_postfilter_from_c3_leaves_the_tilt_and_deepens_the_formants() -> None
     assert slope(plain) > 5.0
     kept = synthesize(tilt, seed=3, postfilter=0.4, postfilter_from=3)
     assert slope(kept) == pytest.approx(slope(plain), abs=0.3)
-    assert slope(synthesize(tilt, seed=3, postfilter=0.4)) > slope(plain) + 2.5
-    # from 1 it is the postfilter as it always was
+    steeper = slope(synthesize(tilt, seed=3, postfilter=0.4))            # from c1, the default
+    assert steeper > slope(plain) + 2.5
+    # from c2: c1 kept, c2 deepened: steeper than as predicted, less steep than from c1
+    assert slope(plain) + 1.0 < slope(synthesize(tilt, seed=3, postfilter=0.4, postfilter_from=2)) < steeper - 1.0
     vowel = analyze(_vowel(150.0, 0.6))
-    assert np.allclose(synthesize(vowel, seed=3, postfilter=0.4, postfilter_from=1),
-                       synthesize(vowel, seed=3, postfilter=0.4))
     peak = lambda y: _band_db(y, 550, 850) - _band_db(y, 1400, 1800)  # noqa: E731
     deeper = synthesize(vowel, seed=3, postfilter=0.4, postfilter_from=3)
     assert peak(deeper) > peak(synthesize(vowel, seed=3)) + 2.0
