@@ -308,8 +308,8 @@ async def speed(args, voices_dirs: dict[str, str]) -> dict:
 def vocoder_cost(voices_dirs: dict[str, str], postfilter: float | None = None) -> dict:
     """The postfilter's price: one 10 ms frame through ``StreamingVocoder.push``, with it and
     without, alternating frame by frame over the frames of ``SENTENCES`` in the first SSM voice
-    that has a postfilter (its own, or ``postfilter``) (microseconds p50/p95/p99, and the ratio
-    of the medians)."""
+    that has a postfilter (its own, or ``postfilter``, from its own first coefficient)
+    (microseconds p50/p95/p99, and the ratio of the medians)."""
     from ssm_engine.tts.synth import TTSVoice
     from ssm_engine.tts.vocoder import StreamingVocoder, analyze
 
@@ -320,7 +320,9 @@ def vocoder_cost(voices_dirs: dict[str, str], postfilter: float | None = None) -
         return {}
     tts = loaded[name]
     frames = np.concatenate([analyze(tts.synthesize(s, postfilter=0.0).pcm) for s in SENTENCES])
-    vocoders = {"with": StreamingVocoder(0, postfilter=amounts[name]), "without": StreamingVocoder(0)}
+    first = tts.model.config.postfilter_from
+    vocoders = {"with": StreamingVocoder(0, postfilter=amounts[name], postfilter_from=first),
+                "without": StreamingVocoder(0)}
     took: dict[str, list[float]] = {k: [] for k in vocoders}
     for row in frames:
         for k, voc in vocoders.items():
@@ -328,7 +330,7 @@ def vocoder_cost(voices_dirs: dict[str, str], postfilter: float | None = None) -
             voc.push(row)
             took[k].append(time.perf_counter() - t0)
     out: dict = {"vocoder_frames": len(frames), "vocoder_voice": name,
-                 "vocoder_postfilter": amounts[name]}
+                 "vocoder_postfilter": amounts[name], "vocoder_postfilter_from": first}
     for k, xs in took.items():
         us = np.asarray(xs) * 1e6
         out.update({f"vocoder_us_{k}_postfilter_p{q}": round(float(np.percentile(us, q)), 1)
