@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -495,19 +496,17 @@ TRAINED_DRAWS = ((1, 4000), (2, 4000), (3, 4000))
 FRESH_SEED = 4242
 
 
-def fresh_sentences(n: int) -> list[str]:
-    """``n`` sentences of the agent kind drawn new (``AgentSentences``, seed ``FRESH_SEED``), none
-    of them in any draw the voices trained or chose a checkpoint on, nor in ``LINE_SENTENCES``:
-    a test set nothing here was ever tuned on (~1 min to redraw the training sentences)."""
-    from ssm_engine.tts.dataset import DatasetConfig, _text_key, pick_sentences
+def fresh_sentences(n: int, seed: int = FRESH_SEED, exclude: tuple[str, ...] = ()) -> list[str]:
+    """``n`` sentences of the agent kind drawn new (``AgentSentences``, ``seed``), none of them in
+    any draw the voices trained or chose a checkpoint on, nor in ``LINE_SENTENCES`` or
+    ``exclude``: a test set nothing here was ever tuned on (~1 min to redraw the training
+    sentences, once a process)."""
+    from ssm_engine.tts.dataset import _text_key
     from ssm_engine.tts.sentences import AgentSentences
 
-    used = {_text_key(s) for v in LINE_SENTENCES.values() for s in v}
-    for seed, n_train in TRAINED_DRAWS:
-        train, held = pick_sentences(DatasetConfig(out_dir="unused", n_train=n_train,
-                                                   n_heldout=100, seed=seed))
-        used |= {_text_key(t) for t in train + held}
-    gen, out = AgentSentences(FRESH_SEED), []
+    used = set(_trained_keys()) | {_text_key(s) for s in exclude}
+    used |= {_text_key(s) for v in LINE_SENTENCES.values() for s in v}
+    gen, out = AgentSentences(seed), []
     for _ in range(100 * n):
         if len(out) == n:
             break
@@ -516,6 +515,19 @@ def fresh_sentences(n: int) -> list[str]:
             used.add(_text_key(s))
             out.append(s)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _trained_keys() -> frozenset[str]:
+    """The text keys of every training and held-out sentence of ``TRAINED_DRAWS``."""
+    from ssm_engine.tts.dataset import DatasetConfig, _text_key, pick_sentences
+
+    keys: set[str] = set()
+    for seed, n_train in TRAINED_DRAWS:
+        train, held = pick_sentences(DatasetConfig(out_dir="unused", n_train=n_train,
+                                                   n_heldout=100, seed=seed))
+        keys |= {_text_key(t) for t in train + held}
+    return frozenset(keys)
 
 
 def line_wer(args, voices_dirs: dict[str, str]) -> dict:

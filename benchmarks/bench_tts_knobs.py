@@ -51,8 +51,8 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from bench_tts import (LINE_SENTENCES, TRAINED_DRAWS, _line, _wer,  # noqa: E402
-                       fresh_sentences, heldout_sentences, ratio_95, sentence_errors)
+from bench_tts import (_line, _wer, fresh_sentences,  # noqa: E402
+                       heldout_sentences, ratio_95, sentence_errors)
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.errors import ConfigError  # noqa: E402
 
@@ -114,25 +114,9 @@ def tuning_sentences(n_heldout: int, n_new: int, exclude_fresh: int) -> list[str
     """The voices' first ``n_heldout`` held-out sentences (at most 100), then ``n_new`` agent sentences from ``TUNING_SEED``
     that are in no training draw (``fresh_sentences`` keeps those out), none of bench_tts's first
     ``exclude_fresh`` fresh sentences, none of its replies."""
-    from ssm_engine.tts.dataset import DatasetConfig, _text_key, pick_sentences
-    from ssm_engine.tts.sentences import AgentSentences
-
     held = heldout_sentences(n_heldout) if n_heldout else []
-    used = {_text_key(s) for s in held + fresh_sentences(exclude_fresh)}
-    used |= {_text_key(s) for v in LINE_SENTENCES.values() for s in v}
-    for seed, n_train in TRAINED_DRAWS:
-        train, h = pick_sentences(DatasetConfig(out_dir="unused", n_train=n_train, n_heldout=100,
-                                                seed=seed))
-        used |= {_text_key(t) for t in train + h}
-    gen, out = AgentSentences(TUNING_SEED), []
-    for _ in range(100 * max(n_new, 1)):
-        if len(out) == n_new:
-            break
-        s = gen.sentence()
-        if _text_key(s) not in used:
-            used.add(_text_key(s))
-            out.append(s)
-    return held + out
+    return held + fresh_sentences(n_new, seed=TUNING_SEED,
+                                  exclude=tuple(held + fresh_sentences(exclude_fresh)))
 
 
 def render(cond: Condition, sentences: list[str], seed: int, voice_folder: str) -> list[np.ndarray]:
