@@ -71,7 +71,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "search alone (default %(default)s)")
     p.add_argument("--tts", choices=get_args(TtsKind), default="ssm",
                    help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
-                   "hears it as well as its festival teacher, ~5 ms to first audio), or the "
+                   "hears joe, the default, about as well as its neural teacher; ~5 ms to first audio), or the "
                    "espeak-ng baseline (1 ms, far less intelligible), or remote: the SSM voice on the "
                    "model tier (--model-url) (default %(default)s)")
     p.add_argument("--model-url", default="", metavar="URL[,URL...]",
@@ -95,9 +95,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "%(default)s (PARLEY_TTS_COMPILE=0 turns it off)")
     p.add_argument("--voice", default=None, metavar="NAME",
                    help="with --tts ssm (or remote: the model servers' voice): which shipped voice "
-                   "speaks: slt (female, distilled from festival's HTS voice) or joe (male, "
-                   "distilled from Piper's neural voice); default: the agent spec's `voice:`, else "
-                   "slt. Hear them with `parley say`")
+                   "speaks: joe (male, distilled from Piper's neural voice; the clearer on the phone "
+                   "line) or slt (female, distilled from festival's HTS voice); default: the agent "
+                   "spec's `voice:`, else joe. Hear them with `parley say`")
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
                    help="with --tts ssm: a voice's folder, config.json + model.safetensors, in "
                    "place of --voice (a voice trained with `parley train tts`)")

@@ -62,7 +62,7 @@ class PipelineConfig:
     text_aggregation: Aggregation = "phrase"
     allow_interruptions: bool = True
     tts_voice: str = "en-us"  # espeak-ng voice
-    tts_model_dir: str | None = None  # the SSM voice's folder (None: the repo's models/tts)
+    tts_model_dir: str | None = None  # the SSM voice's folder (None: the default voice's, models/tts-joe)
     # with stt="ssm": how finals are decoded, whether the model's 5-frame step is compiled
     # (torch.compile; ~3x less CPU a lone call, ~30 s at the first start), and where it runs
     stt_decoder: SttDecoder = "beam"
@@ -157,7 +157,7 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
 
 
 def _make_tts(config: PipelineConfig) -> FrameProcessor:
-    if config.tts == "ssm":  # parley's own voice (models/tts), all calls through one voice thread
+    if config.tts == "ssm":  # parley's own voice (models/tts-joe unless named), all calls through one voice thread
         from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR
         from pipeline.services.ssm_tts import SSMTTSService
 

@@ -100,7 +100,7 @@ def register_cli(subparsers: Any) -> None:
         "through the same streaming path a call uses. Shipped voices: " + shipped + ".",
         epilog="examples:\n"
         "  parley say \"Your order ships on Tuesday.\" --out reply.wav\n"
-        "  parley say \"Your order ships on Tuesday.\" --out reply.wav --voice joe --rate 8000\n"
+        "  parley say \"Your order ships on Tuesday.\" --out reply.wav --voice slt --rate 8000\n"
         "  echo \"One moment, please.\" | parley say - --out moment.wav --rate 8000 --codec mulaw\n"
         "  parley say \"Thanks for calling.\" --out t.wav --voice runs/tts/v2/best   # a voice folder",
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -32,7 +32,9 @@ VOICES: dict[str, Voice] = {
     "slt": Voice("slt", "female", "festival's cmu_us_slt_arctic_hts (HTS)", MODELS / "tts"),
     "joe": Voice("joe", "male", "Piper's en_US-joe-medium (VITS, neural)", MODELS / "tts-joe"),
 }
-DEFAULT_VOICE = "slt"
+# joe, distilled from a neural teacher, is the default since the 43rd session: on the phone line
+# Whisper tiny.en hears it better than slt (benchmarks/RESULTS.md, "joe, the default voice").
+DEFAULT_VOICE = "joe"
 
 
 def voice_dir(voice: str | Path) -> Path:
@@ -49,8 +51,7 @@ def voice_dir(voice: str | Path) -> Path:
 def voices_in(model_dir: str | Path) -> dict[str, Path]:
     """The shipped voices a model folder holds, by name, the default voice first: each voice's
     folder by its name in the repository's ``models/`` (``tts`` is slt, ``tts-joe`` is joe), as
-    ``parley model-server --model-dir`` (or SageMaker's ``/opt/ml/model``) lays them out. A
-    ``tts`` folder is always the default voice, whatever it was trained as."""
+    ``parley model-server --model-dir`` (or SageMaker's ``/opt/ml/model``) lays them out."""
     root = Path(model_dir)
     order = [DEFAULT_VOICE, *(n for n in VOICES if n != DEFAULT_VOICE)]
     return {name: root / VOICES[name].folder.name for name in order if (root / VOICES[name].folder.name).is_dir()}

@@ -25,9 +25,9 @@ what it serves (port 8080 by default, as SageMaker expects):
   WS   /invocations-bidirectional-stream   SageMaker's bidirectional path: routed by the
                            X-Amzn-SageMaker-Model-Invocation-Path header (tts/websocket, stt/websocket)
 
-voices: every shipped voice the model folder holds (tts/ is slt, the default; tts-joe/ is joe), each
-request picking one by Cartesia's voice id: {"voice": {"mode": "id", "id": "joe"}} ("default" or none:
-the default voice). parley serve --tts remote --voice joe asks for joe.
+voices: every shipped voice the model folder holds (tts-joe/ is joe, the default; tts/ is slt), each
+request picking one by Cartesia's voice id: {"voice": {"mode": "id", "id": "slt"}} ("default" or none:
+the default voice). parley serve --tts remote --voice slt asks for slt.
 
 examples:
   parley model-server                          # models from /opt/ml/model, else the repo's models/

@@ -119,8 +119,8 @@ class ModelServer:
     def __init__(self, config: ModelServerConfig, *, voice=None, recogniser=None,
                  voices: dict[str, Any] | None = None) -> None:
         """``voice``/``recogniser``: engines already loaded (tests), and ``voices`` more voices
-        by name; else ``warm()`` loads them from ``config.model_dir`` (``tts/`` is the default
-        voice, ``tts-joe/`` the voice joe: ``pipeline.voices.voices_in``)."""
+        by name; else ``warm()`` loads them from ``config.model_dir`` (``tts-joe/`` is the default
+        voice joe, ``tts/`` the voice slt: ``pipeline.voices.voices_in``)."""
         self.config = config
         self.device = resolve_device(config.device)   # checked by the config already
         self.metrics = ModelServerMetrics()
@@ -190,17 +190,19 @@ class ModelServer:
         log.info("model server ready: %s", json.dumps(self.warm_report))
 
     async def _load_voices(self) -> None:
-        """The default voice (``tts/``) unless given, then every other shipped voice the model
-        folder holds that was not given."""
-        from pipeline.voices import DEFAULT_VOICE, voices_in
+        """The default voice unless given (``pipeline.voices.DEFAULT_VOICE``'s folder, joe's
+        ``tts-joe/``; where the folder lacks it, the first shipped voice it holds, else ``tts/``
+        as "default"), then every other shipped voice the model folder holds that was not given."""
+        from pipeline.voices import voices_in
 
-        found = voices_in(self.config.model_dir)
+        found = voices_in(self.config.model_dir)   # the default voice first
+        default, folder = next(iter(found.items()), ("default", self.config.model_dir / "tts"))
         if self.voice is None:
-            self.voice = await self._load_voice(self.config.model_dir / "tts")
+            self.voice = await self._load_voice(folder)
             self._owned.append(self.voice)
-            self.default_voice = DEFAULT_VOICE if DEFAULT_VOICE in found else "default"
+            self.default_voice = default
         for name, folder in found.items():
-            if name != DEFAULT_VOICE and name not in self.voices:
+            if name != default and name not in self.voices:
                 self.voices[name] = await self._load_voice(folder)
                 self._owned.append(self.voices[name])
 

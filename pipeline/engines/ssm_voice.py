@@ -51,6 +51,7 @@ import torch
 
 from pipeline.engines.speaking import SpeechChunk
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
+from pipeline.voices import DEFAULT_VOICE, VOICES
 from ssm_engine import SSMEngineError
 from ssm_engine.device import resolve_device
 from ssm_engine.tts.synth import TTSStream, TTSVoice
@@ -60,7 +61,7 @@ __all__ = ["DEFAULT_MODEL_DIR", "SSMVoiceEngine", "VoiceUtterance", "SpeechChunk
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "tts"
+DEFAULT_MODEL_DIR = VOICES[DEFAULT_VOICE].folder       # the default voice's folder (models/tts-joe)
 VOICE_FILES = ("config.json", "model.safetensors")
 FIRST_WORDS = 4        # words pushed before the first chunk (then one more a chunk)
 

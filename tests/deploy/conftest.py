@@ -29,11 +29,11 @@ def postgres():
 @pytest.fixture(scope="module")
 def engines_local():
     """The in-process engines on the same models: what the remote ones must match."""
-    from pipeline.engines.ssm_voice import SSMVoiceEngine
+    from pipeline.engines.ssm_voice import DEFAULT_MODEL_DIR, SSMVoiceEngine
     from pipeline.engines.ssm_recognizer import SSMSTTEngine
 
     class Local:
-        voice = SSMVoiceEngine(ROOT / "models" / "tts")
+        voice = SSMVoiceEngine(DEFAULT_MODEL_DIR)       # the default voice, as a request naming none gets
         recogniser = SSMSTTEngine(ROOT / "models" / "stt", compile=False)
         seconds: dict[str, float] = {}
 

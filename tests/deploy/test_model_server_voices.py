@@ -42,7 +42,7 @@ def _say(context_id: str, text: str, voice: str | None, more: bool = False) -> s
 
 
 def test_a_model_folder_lists_its_shipped_voices_default_first(tmp_path):
-    assert voices_in(MODELS) == {"slt": MODELS / "tts", "joe": MODELS / "tts-joe"}
+    assert list(voices_in(MODELS).items()) == [("joe", MODELS / "tts-joe"), ("slt", MODELS / "tts")]
     (tmp_path / "tts-joe").mkdir()
     assert voices_in(tmp_path) == {"joe": tmp_path / "tts-joe"}
     assert voices_in(tmp_path / "missing") == {}
@@ -50,13 +50,13 @@ def test_a_model_folder_lists_its_shipped_voices_default_first(tmp_path):
 
 async def test_each_context_speaks_the_voice_it_names_and_unknown_voices_are_refused(voices):
     slt, joe = voices
-    server = ModelServer(ModelServerConfig(host="127.0.0.1", port=0), voice=slt, voices={"joe": joe})
+    server = ModelServer(ModelServerConfig(host="127.0.0.1", port=0), voice=joe, voices={"slt": slt})
     await server.start()
     await server.warm()
     base = f"http://127.0.0.1:{server.port}"
     try:
         async with aiohttp.ClientSession() as s, s.ws_connect(f"{base}/tts/websocket") as ws:
-            for cid, voice, speaker in (("a", "joe", joe), ("b", None, slt), ("c", "default", slt)):
+            for cid, voice, speaker in (("a", "slt", slt), ("b", None, joe), ("c", "default", joe)):
                 steps = (slt.steps, joe.steps)
                 await ws.send_str(_say(cid, "Your order ships on Tuesday.", voice))
                 events = await _context_events(ws, cid)
@@ -66,8 +66,8 @@ async def test_each_context_speaks_the_voice_it_names_and_unknown_voices_are_ref
             await ws.send_str(_say("d", "Hello.", "nobody"))
             (error,) = await _context_events(ws, "d")
             assert error["type"] == "error" and error["status_code"] == 400
-            assert error["error"] == "voice 'nobody' is not served here: voice ids are default, joe"
-            await ws.send_str(_say("e", "One.", "joe", more=True))
+            assert error["error"] == "voice 'nobody' is not served here: voice ids are default, slt"
+            await ws.send_str(_say("e", "One.", "slt", more=True))
             await ws.send_str(_say("e", "Two.", None))
             events = await _context_events(ws, "e")
             assert events[-1]["type"] == "error"
@@ -78,7 +78,7 @@ async def test_each_context_speaks_the_voice_it_names_and_unknown_voices_are_ref
             (error,) = await _context_events(ws, "f")
             assert "'voice' must be" in error["error"]
         async with aiohttp.ClientSession() as s:
-            body = {"transcript": "Thank you for calling.", "output_format": FMT, "voice": {"mode": "id", "id": "joe"}}
+            body = {"transcript": "Thank you for calling.", "output_format": FMT, "voice": {"mode": "id", "id": "slt"}}
             async with s.post(f"{base}/invocations", json=body) as r:
                 lines = [json.loads(x) for x in (await r.text()).splitlines()]
                 assert r.status == 200 and lines[-1]["type"] == "done"
@@ -87,7 +87,7 @@ async def test_each_context_speaks_the_voice_it_names_and_unknown_voices_are_ref
                 assert r.status == 400 and "not served here" in (await r.json())["error"]
             async with s.get(f"{base}/metrics") as r:
                 text = await r.text()
-        assert sample(text, 'parley_model_steps_total{model="tts-joe"}') > 0
+        assert sample(text, 'parley_model_steps_total{model="tts-slt"}') > 0
         assert sample(text, 'parley_model_steps_total{model="tts"}') > 0
     finally:
         await server.stop()
@@ -97,19 +97,19 @@ async def test_a_model_server_process_serves_both_shipped_voices_to_the_remote_v
     server = ModelServerProcess()
     try:
         await server.ready()
-        joe = RemoteVoiceEngine(Replicas((server.url,)), voice="joe")
-        pcm = [c.pcm async for c in joe.open(8000).speak("Your table is booked for seven.")]
+        slt = RemoteVoiceEngine(Replicas((server.url,)), voice="slt")
+        pcm = [c.pcm async for c in slt.open(8000).speak("Your table is booked for seven.")]
         assert sum(len(p) for p in pcm) > 8000
         nobody = RemoteVoiceEngine(Replicas((server.url,)), voice="nobody")
-        with pytest.raises(PipelineError, match="voice 'nobody' is not served here: voice ids are slt, joe, default"):
+        with pytest.raises(PipelineError, match="voice 'nobody' is not served here: voice ids are joe, slt, default"):
             async for _ in nobody.open(8000).speak("Hello."):
                 pass
         async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{server.port}/metrics") as r:
-            assert sample(await r.text(), 'parley_model_steps_total{model="tts-joe"}') > 0
+            assert sample(await r.text(), 'parley_model_steps_total{model="tts-slt"}') > 0
         server.proc.terminate()                       # SIGTERM: drains (nothing live) and exits
         assert server.proc.wait(30) == 0
         log = server.rest_of_log()
-        assert '"voices": ["slt", "joe"]' in log and "voice joe ready" in log
+        assert '"voices": ["joe", "slt"]' in log and "voice slt ready" in log
     finally:
         server.stop()
 
