@@ -93,7 +93,8 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
 def register_cli(subparsers: Any) -> None:
     from pipeline.voices import DEFAULT_VOICE, VOICES
 
-    shipped = "; ".join(f"{v.name}: {v.gender}, from {v.teacher}" for v in VOICES.values())
+    shipped = "; ".join(f"{v.name}{' (the default)' if v.name == DEFAULT_VOICE else ''}: {v.gender}, "
+                        f"from {v.teacher}" for v in VOICES.values())
     p = subparsers.add_parser(
         "say", help="speak a text with one of parley's voices into a WAV file",
         description="Speak TEXT with parley's streaming SSM voice and write it to a WAV file, "
