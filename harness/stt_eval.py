@@ -158,6 +158,16 @@ def phone_channel(pcm: np.ndarray, rate: int, to_rate: int, codec: Codec) -> np.
     return ulaw_decode(ulaw_encode(pcm)) if codec == "mulaw" else pcm
 
 
+def _read_clip(path: Path) -> tuple[np.ndarray, int]:
+    """A manifest's clip as int16: WAV, or Ogg Opus from a packed data set (``parley data pack``)."""
+    from ssm_engine.data.audio import COMPRESSED_SUFFIXES, read_audio
+
+    if path.suffix.lower() not in COMPRESSED_SUFFIXES:
+        return read_wav(path)
+    x, rate = read_audio(path)
+    return np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16), rate
+
+
 def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
              decoder: str = "beam", lm_path: str | None = None,
@@ -175,7 +185,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
     clips, voices, paths = [], [], []
     for path, text in rows:
         paths.append(str(path))
-        pcm, rate = read_wav(path)
+        pcm, rate = _read_clip(path)
         clips.append((phone_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
         voices.append(voice_of.get(path, ""))
     engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path, stride, compile)

@@ -1,6 +1,7 @@
 """Small numpy audio helpers for data generation: WAV I/O, FFT resampling, G.711 mu-law.
 
     x, rate = read_wav("a.wav")            # float32 in [-1, 1], mono
+    x, rate = read_audio("a.opus")         # WAV, or Ogg Opus/Vorbis (a packed data set, pack.py)
     y = resample(x, rate, 8000)            # band-limited (FFT) resampling of a whole clip
     write_wav("b.wav", y, 8000)            # 16-bit PCM
     z = mulaw_roundtrip(y)                 # what a G.711 phone channel does to the samples
@@ -15,7 +16,10 @@ import numpy as np
 
 from .errors import AudioFileError
 
-__all__ = ["read_wav", "write_wav", "wav_seconds", "unsigned_8bit", "resample", "mulaw_roundtrip"]
+__all__ = ["read_wav", "read_audio", "write_wav", "wav_seconds", "unsigned_8bit", "resample",
+           "mulaw_roundtrip", "COMPRESSED_SUFFIXES"]
+
+COMPRESSED_SUFFIXES = (".opus", ".ogg")   # read through soundfile (libsndfile), imported on first use
 
 
 def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
@@ -28,6 +32,22 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
     if channels > 1:
         pcm = pcm.reshape(-1, channels).mean(axis=1)
     return (pcm.astype(np.float32) / 32768.0), rate
+
+
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """A clip as ``read_wav`` gives it, from a WAV file or an Ogg (Opus or Vorbis) one."""
+    if Path(path).suffix.lower() not in COMPRESSED_SUFFIXES:
+        return read_wav(path)
+    try:
+        import soundfile
+    except ImportError as exc:
+        raise AudioFileError(f"{path}: reading Ogg audio needs the soundfile package "
+                             f"(pip install soundfile)") from exc
+    try:
+        x, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except (RuntimeError, soundfile.LibsndfileError) as exc:
+        raise AudioFileError(f"{path}: {exc}") from exc
+    return np.ascontiguousarray(x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]), int(rate)
 
 
 def wav_seconds(path: str | Path) -> float:

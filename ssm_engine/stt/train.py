@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.audio import mulaw_roundtrip, read_wav, resample
+from ..data.audio import mulaw_roundtrip, read_audio, resample
 from ..data.augment import speed_perturb
 from ..data.human import check_not_reserved
 from ..data.manifest import read_manifest
@@ -63,7 +63,7 @@ from .text import encode, normalize_text
 from ..errors import ConfigError
 
 __all__ = ["TrainConfig", "train", "load_clips", "load_clip_rows", "evaluate", "spec_augment",
-           "mel_warp", "load_deepened"]
+           "mel_warp", "load_deepened", "run_results"]
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def load_clip_rows(manifest: str | Path, rate_hz: int, *, phone: bool = False,
         rows = [rows[int(i * stride)] for i in range(limit)]
     clips = []
     for path, text in rows:
-        x, rate = read_wav(path)
+        x, rate = read_audio(path)
         if rate != rate_hz:
             x = resample(x, rate, rate_hz)
         if phone:
@@ -268,6 +268,48 @@ def train(cfg: TrainConfig) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     with run_log(run):
         return _train(cfg, run, device)
+
+
+def run_results(run_dir: str | Path, out_dir: str | Path) -> dict:
+    """A run's weights and logs, small, to carry back from a machine that trained it (the GPU
+    machine's $OUT: at most 8 files): ``best/`` (the check's best, as saved), ``last/`` (the
+    weights of ``last.pt``, without the optimiser's state, with the run's last check in
+    ``metrics.json``), ``train.log`` and ``metrics.jsonl``. A run with no check yet has no
+    ``best/``; one without ``last.pt`` no ``last/``. -> {what: bytes} of the files written."""
+    import shutil
+
+    run, out = Path(run_dir), Path(out_dir)
+    if not (run / "train.log").exists():
+        raise ConfigError(f"{run}: not a training run (no train.log)")
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, int] = {}
+
+    def put(src: Path, name: str) -> None:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, out / name)
+        written[name] = (out / name).stat().st_size
+
+    for name in ("train.log", "metrics.jsonl"):
+        if (run / name).exists():
+            put(run / name, name)
+    if (run / "best" / "model.safetensors").exists():
+        for name in ("config.json", "model.safetensors"):
+            put(run / "best" / name, f"best/{name}")
+    if (run / "last.pt").exists():
+        ck = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
+        model = STTModel(TrainConfig(**ck["config"]).model_config())
+        model.load_state_dict(ck["model"])
+        save_stt(model, out / "last")
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()
+                if x.strip()] if (run / "metrics.jsonl").exists() else []
+        final = [r for r in rows if r.get("step") == ck["step"]]
+        if final:    # the run's final check, at the step it stopped on (none while it still ran)
+            text = json.dumps({k: v for k, v in final[-1].items() if k != "examples"}, indent=2)
+            (out / "last" / "step.json").write_text(text + "\n")
+        for name in ("config.json", "model.safetensors", "step.json"):
+            if (out / "last" / name).exists():
+                written[f"last/{name}"] = (out / "last" / name).stat().st_size
+    return written
 
 
 def load_deepened(model: STTModel, start: STTModel) -> list[int]:
