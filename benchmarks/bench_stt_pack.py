@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from harness.stt_eval import evaluate  # noqa: E402
 from ssm_engine.data.pack import pack, unpack  # noqa: E402
 
-CARRY_MB = 26.0          # what device-prepare-stt leaves for audio beside the repository
+CARRY_MB = 26.0          # audio that travels with room to spare (device-prepare-stt allows 30 by default)
 
 
 def main(argv: list[str] | None = None) -> int:
