@@ -273,8 +273,8 @@ def train(cfg: TrainConfig) -> dict:
 def run_results(run_dir: str | Path, out_dir: str | Path) -> dict:
     """A run's weights and logs, small, to carry back from a machine that trained it (the GPU
     machine's $OUT: at most 8 files): ``best/`` (the check's best, as saved), ``last/`` (the
-    weights of ``last.pt``, without the optimiser's state, with the run's last check in
-    ``metrics.json``), ``train.log`` and ``metrics.jsonl``. A run with no check yet has no
+    weights of ``last.pt``, without the optimiser's state, with the check made at its step in
+    ``step.json`` when the run made one), ``train.log`` and ``metrics.jsonl``. A run with no check yet has no
     ``best/``; one without ``last.pt`` no ``last/``. -> {what: bytes} of the files written."""
     import shutil
 
