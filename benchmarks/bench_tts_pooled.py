@@ -8,11 +8,11 @@ Each argument is a `bench_tts.py --errors` file and the engine in it that is the
 test (its name differs from run to run when a run heard a candidate beside the shipped voice).
 One run's ratio to the teacher moves by a tenth from one draw of fresh sentences to the next;
 runs on different fresh sentences (`--fresh-from`) together judge more of them. Sentences are
-pooled by their text (a sentence several runs judged counts once, with all its renderings),
-and each ratio carries a 95 % interval from a bootstrap over sentences (2,000 draws): raw word
-errors, and errors capped at each sentence's word count (Whisper tiny.en sometimes loops). Per
-kind of sentence too ("fresh": the generator's; the hand-written replies: numbers, names,
-plain). Prints one JSON line; no audio is made.
+pooled by their text (a sentence several runs judged counts once, with all its renderings), and
+each ratio carries a 95 % interval from bench_tts's paired bootstrap over sentences (2,000
+draws): raw word errors, and errors capped at each sentence's word count (Whisper tiny.en
+sometimes loops). Per kind of sentence too ("fresh": the generator's; the hand-written replies:
+numbers, names, plain). Prints one JSON line; no audio is made.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_tts import ratio_95  # noqa: E402
 
 DRAWS = 2000
 
@@ -53,20 +56,22 @@ def _load(specs: list[str], against: list[str]) -> dict[str, dict]:
 
 
 def _ratios(pooled: dict[str, dict], keys: list[str], against: list[str], rng: np.random.Generator) -> dict:
-    voice = np.array([pooled[k]["voice"] for k in keys], dtype=float)
+    """WER of the voice over ``keys``, and its ratio to each of ``against`` with the 95 % interval
+    of ``bench_tts.ratio_95`` (raw, and errors capped at each sentence's words)."""
+    tally = {name: np.array([pooled[k][name] for k in keys], dtype=np.int64) for name in ("voice", *against)}
+    voice = tally["voice"]
     out: dict = {"sentences": len(keys), "wer": round(voice[:, 0].sum() / voice[:, 2].sum(), 4),
                  "wer_capped": round(voice[:, 1].sum() / voice[:, 2].sum(), 4)}
-    draws = rng.integers(0, len(keys), size=(DRAWS, len(keys)))
     for name in against:
-        other = np.array([pooled[k].get(name, [0, 0, 0]) for k in keys], dtype=float)
-        out[f"{name}_wer"] = round(other[:, 0].sum() / max(other[:, 2].sum(), 1), 4)
+        other = tally[name]
+        out[f"{name}_wer"] = round(other[:, 0].sum() / other[:, 2].sum(), 4)
         for col, suffix in ((0, ""), (1, "_capped")):
             if other[:, col].sum() == 0:
                 out[f"vs_{name}{suffix}"] = None
                 continue
-            boot = voice[draws, col].sum(1) / np.maximum(other[draws, col].sum(1), 1e-9)
+            counts = {name: other[:, [col, 2]], "voice": voice[:, [col, 2]]}
             out[f"vs_{name}{suffix}"] = round(voice[:, col].sum() / other[:, col].sum(), 3)
-            out[f"vs_{name}{suffix}_95"] = [round(float(x), 3) for x in np.percentile(boot, [2.5, 97.5])]
+            out[f"vs_{name}{suffix}_95"] = ratio_95(counts, name, rng, draws=DRAWS)["voice"]
     return out
 
 
