@@ -29,7 +29,6 @@ import logging
 import os
 import tarfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +61,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def pack(data_dir: str | Path, out: str | Path, *, level: float = 0.97, max_mb: float | None = None,
-         phones: str | Path | None = None, name: str | None = None,
-         progress: Callable[[int, int], None] | None = None) -> dict:
+         phones: str | Path | None = None, name: str | None = None, progress: bool = False) -> dict:
     """Pack a data set's ``train.tsv`` and ``heldout.tsv`` (either may be absent, not both) into
     the tar ``out``. Raises DataError for a folder with neither, a clip that cannot be read, or
     a pack over ``max_mb`` (the partial file is removed). -> the summary written as PACK.json."""
@@ -86,6 +84,10 @@ def pack(data_dir: str | Path, out: str | Path, *, level: float = 0.97, max_mb: 
                      "level": level, "splits": {}}
     done, seconds, audio_bytes = 0, 0.0, 0
     t0 = time.monotonic()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=total, desc="pack", unit="clip", mininterval=2.0)
     try:
         with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:   # gzip takes the headers' padding
             for split, rows in splits.items():
@@ -107,8 +109,8 @@ def pack(data_dir: str | Path, out: str | Path, *, level: float = 0.97, max_mb: 
                     split_s += x.size / PACK_RATE_HZ
                     audio_bytes += len(data)
                     done += 1
-                    if progress is not None:
-                        progress(done, total)
+                    if bar is not None:
+                        bar.update()
                     if max_mb is not None and audio_bytes > max_mb * 2**20:
                         raise DataError(f"{out}: over {max_mb:g} MB after {done} of {total} clips "
                                         f"({seconds + split_s:.0f} s of audio): pack fewer clips "
@@ -140,6 +142,9 @@ def pack(data_dir: str | Path, out: str | Path, *, level: float = 0.97, max_mb: 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        if bar is not None:
+            bar.close()
     summary["bytes"] = os.path.getsize(out)
     log.info("packed %d clips (%.2f h) of %s into %s: %.1f MB, %.1f kb/s", total, seconds / 3600,
              src, out, summary["bytes"] / 2**20, summary["kbps"])

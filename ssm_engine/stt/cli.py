@@ -421,26 +421,8 @@ def _data_pack(args: argparse.Namespace) -> int:
     from ..data.pack import pack
 
     _logging()
-    bar = None
-    try:
-        from tqdm import tqdm
-
-        bar = tqdm(unit="clip", desc="packing", mininterval=2.0)
-    except ImportError:
-        pass
-
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.update(done - bar.n)
-
-    try:
-        summary = pack(args.data, args.out, level=args.level, max_mb=args.max_mb,
-                       phones=_phones_dict(args.phones), progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
-    print(json.dumps(summary))
+    print(json.dumps(pack(args.data, args.out, level=args.level, max_mb=args.max_mb,
+                          phones=_phones_dict(args.phones), progress=True)))
     return 0
 
 

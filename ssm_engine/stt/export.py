@@ -211,10 +211,16 @@ def _last(run: Path, model: STTModel) -> tuple[STTModel, dict]:
         model.load_state_dict(ck["model"])
     except (OSError, RuntimeError, KeyError, EOFError) as exc:
         raise CheckpointFormatError(path, f"not a readable training checkpoint: {exc}") from None
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()] \
-        if (run / "metrics.jsonl").exists() else []
-    at_step = [r for r in rows if r.get("step") == ck["step"]]
-    if not at_step:
+    check = check_at(run, ck["step"])
+    if check is None:
         raise CheckpointFormatError(path, f"step {ck['step']} was never checked (is the run still going? "
                                           f"export its best, or let it finish)")
-    return model, at_step[-1]
+    return model, check
+
+
+def check_at(run: Path, step: int) -> dict | None:
+    """The run's held-out check made at ``step`` (its last, in ``metrics.jsonl``), or None."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()] \
+        if (run / "metrics.jsonl").exists() else []
+    at_step = [r for r in rows if r.get("step") == step]
+    return at_step[-1] if at_step else None

@@ -274,9 +274,12 @@ def run_results(run_dir: str | Path, out_dir: str | Path) -> dict:
     """A run's weights and logs, small, to carry back from a machine that trained it (the GPU
     machine's $OUT: at most 8 files): ``best/`` (the check's best, as saved), ``last/`` (the
     weights of ``last.pt``, without the optimiser's state, with the check made at its step in
-    ``step.json`` when the run made one), ``train.log`` and ``metrics.jsonl``. A run with no check yet has no
-    ``best/``; one without ``last.pt`` no ``last/``. -> {what: bytes} of the files written."""
+    ``step.json`` when the run made one), ``train.log`` and ``metrics.jsonl``. A run with no
+    check yet has no ``best/``; one without ``last.pt`` no ``last/``. -> {what: bytes} of the
+    files written."""
     import shutil
+
+    from .export import check_at
 
     run, out = Path(run_dir), Path(out_dir)
     if not (run / "train.log").exists():
@@ -300,15 +303,11 @@ def run_results(run_dir: str | Path, out_dir: str | Path) -> dict:
         model = STTModel(TrainConfig(**ck["config"]).model_config())
         model.load_state_dict(ck["model"])
         save_stt(model, out / "last")
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()
-                if x.strip()] if (run / "metrics.jsonl").exists() else []
-        final = [r for r in rows if r.get("step") == ck["step"]]
-        if final:    # the run's final check, at the step it stopped on (none while it still ran)
-            text = json.dumps({k: v for k, v in final[-1].items() if k != "examples"}, indent=2)
+        final = check_at(run, ck["step"])   # the check at the step it stopped on (none mid-run)
+        if final is not None:
+            text = json.dumps({k: v for k, v in final.items() if k != "examples"}, indent=2)
             (out / "last" / "step.json").write_text(text + "\n")
-        for name in ("config.json", "model.safetensors", "step.json"):
-            if (out / "last" / name).exists():
-                written[f"last/{name}"] = (out / "last" / name).stat().st_size
+        written.update({f"last/{f.name}": f.stat().st_size for f in sorted((out / "last").iterdir())})
     return written
 
 

@@ -4,6 +4,7 @@ script's whole path, run here on the CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -23,6 +24,7 @@ from ssm_engine.data.pack import pack, unpack
 from ssm_engine.stt.model import load_stt
 from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.stt.train import TrainConfig, run_results, train
+from tests.ssm_engine.test_stt_train import _cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = ["yes please", "no thanks", "call me back tomorrow", "my number is five five five"]
@@ -119,9 +121,8 @@ def test_read_audio_names_a_broken_ogg_file(tmp_path):
 
 
 def _tiny(data: Path, run: Path, steps: int) -> TrainConfig:
-    return TrainConfig(train_manifest=str(data / "train.tsv"), heldout_manifest=str(data / "heldout.tsv"),
-                       run_dir=str(run), d_model=32, n_layers=1, d_state=16, headdim=16, conv_channels=16,
-                       batch_audio_s=4.0, warmup_steps=2, max_steps=steps, eval_every_steps=2, progress=False)
+    """test_stt_train's tiny model, with batches long enough for a flite sentence"""
+    return dataclasses.replace(_cfg(data, run, steps), batch_audio_s=4.0)
 
 
 def test_a_run_on_an_unpacked_pack_trains_and_its_results_travel_small(speech_data, tmp_path):
