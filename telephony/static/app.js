@@ -28,6 +28,7 @@ const parley = {
   agentPeakLevel: 0,         // 0..1, the loudest agent audio heard (AnalyserNode)
   agentAudioMs: 0,           // how long the agent's audio was above the speech threshold
   inbound: { bytesReceived: 0, packetsReceived: 0, totalAudioEnergy: 0 },
+  outbound: { bytesSent: 0, packetsSent: 0 },  // the microphone's RTP: 0 until capture starts
   muted: false,
   endReason: null,
   keysSent: [],              // the keypad's presses sent to the agent, in order
@@ -150,6 +151,8 @@ function measure() {
             packetsReceived: s.packetsReceived || 0,
             totalAudioEnergy: s.totalAudioEnergy || 0,  // Chromium only
           };
+        } else if (s.type === "outbound-rtp" && s.kind === "audio") {
+          parley.outbound = { bytesSent: s.bytesSent || 0, packetsSent: s.packetsSent || 0 };
         }
       });
     }).catch(() => {});

@@ -27,6 +27,7 @@ import jiwer
 import numpy as np
 import pytest
 
+from agent.echo import EchoAgentConfig
 from telephony.webrtc import ice
 
 from .conftest import SAID, assert_caller_hung_up
@@ -45,6 +46,8 @@ pytestmark = [
 ]
 
 RATE_HZ = 16000
+GREETING_END = EchoAgentConfig().greeting.lower().rstrip("?.! ").split()[-1]   # "today"
+MIC_LIVE_PACKETS = 25   # 0.5 s of the page's own RTP (20 ms Opus packets)
 ROOT = Path(__file__).resolve().parents[3]
 PREFS = {
     "media.navigator.permission.disabled": True,      # no microphone prompt
@@ -144,6 +147,12 @@ def _agent_final(turn: int):
                          and m["turn"] == turn for m in p["messages"])
 
 
+def _greeting_played(page: dict) -> bool:
+    """The greeting's last word has left the server (a line is final only at a pause)."""
+    return any(m["type"] == "transcript" and m["role"] == "agent" and m["turn"] == 0
+               and m["text"].lower().rstrip("?.! ").endswith(GREETING_END) for m in page["messages"])
+
+
 def drive_call(base: str, mic: Microphone, gecko_log: str) -> tuple[dict, str]:
     """The page's whole call in Firefox. -> (the page's state at the end of turn 1, call id)."""
     from marionette_driver.by import By
@@ -155,7 +164,12 @@ def drive_call(base: str, mic: Microphone, gecko_log: str) -> tuple[dict, str]:
         client.navigate(f"{base}/")
         assert client.find_element(By.ID, "status").text == "Ready to call."
         client.find_element(By.ID, "call").click()
-        _wait(client, _agent_final(0), "the greeting")           # played to the end
+        # the greeting played to its last word: a pause in playback on a loaded machine also
+        # makes a final line ("Hello this", in one CI run), and the caller then spoke too early
+        _wait(client, _greeting_played, "the greeting")
+        # and Firefox's microphone is sending: its PulseAudio capture starts 1-3 s into the call,
+        # and speech before that never leaves the browser (packetsSent 0 in every such run)
+        _wait(client, lambda p: p["outbound"]["packetsSent"] >= MIC_LIVE_PACKETS, "the microphone")
         mic.say()
         state = _wait(client, lambda p: _agent_final(1)(p) and any(
             m["type"] == "latency" and m["turn"] == 1 for m in p["messages"]), "turn 1's answer")
