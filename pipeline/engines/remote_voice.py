@@ -237,7 +237,8 @@ class RemoteVoiceUtterance:
         rate = self.sample_rate_hz
         written = WrittenWords(text)
         rest, base_index = text, 0
-        reported = 0                 # spoken words whose start has been reported
+        reported = 0                 # words whose start has been reported (queued for a chunk)
+        yielded = 0                  # of those, the ones a yielded chunk carried
         made = 0                     # samples yielded
         avoid: str | None = None
         tries = 0
@@ -272,6 +273,7 @@ class RemoteVoiceUtterance:
                         if pcm.size:
                             yield SpeechChunk(pcm, made / rate, tuple(words))
                             words = []
+                            yielded = reported
                             made += pcm.size
                     elif kind == "done":
                         rest = ""
@@ -291,6 +293,9 @@ class RemoteVoiceUtterance:
                 self._engine.replicas.failed(conn.url, why)
                 if tries >= 2 * len(self._engine.replicas.urls):
                     raise EngineUnavailableError(f"the voice failed on every model server: {why}")
+                # the server stamps words just before the chunk they start in: words stamped
+                # on a stream that broke before their chunk came were never heard or reported
+                reported = yielded
                 rest, base_index = written.rest_from(max(reported - 1, 0))
                 avoid = conn.url
                 log.info("tts: resuming an utterance on another replica from spoken word %d (%s)", base_index, why)
