@@ -39,7 +39,7 @@ class Replica:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]      # type: ignore[union-attr]
+        port = self.runner.addresses[0][1]
         self.url = f"ws://127.0.0.1:{port}"
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
