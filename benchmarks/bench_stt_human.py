@@ -28,7 +28,7 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from harness.stt_eval import evaluate, write_hyps  # noqa: E402
+from harness.stt_eval import evaluate, voices_of, write_hyps  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,17 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"bench": "stt_human", "manifest": args.manifest, "engines": {}}
     if args.speed != 1.0:
         out["speed"] = args.speed
-    tmp = tempfile.TemporaryDirectory()
-    manifest = args.manifest if args.speed == 1.0 else _sped(args.manifest, args.speed, Path(tmp.name))
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = args.manifest if args.speed == 1.0 else _sped(args.manifest, args.speed, Path(tmp))
+        _score(args, manifest, out)
+    print(json.dumps(out))
+    return 0
+
+
+def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
+    """Every engine over ``manifest``, into ``out`` (with the ratios and the git commit)."""
     for name in args.engines:
         res = evaluate(name, manifest, model_dir=args.model, decoder=args.decoder,
                        lm_path=args.lm, compile=False)
         if args.hyps:
             Path(args.hyps).mkdir(parents=True, exist_ok=True)
             write_hyps(res, Path(args.hyps) / f"{name}.tsv")
-        by_source: dict[str, dict] = {}
-        for voice, v in res.by_voice.items():      # "source:speaker" -> per source
-            by_source.setdefault(voice.split(":")[0], []).append(v)
         out["engines"][name] = {
             "n": res.n, "audio_s": res.audio_s, "wer": res.wer, "cer": res.cer, "rtf": res.rtf,
             "final_ms": {"p50": res.final_latency_ms_p50, "p95": res.final_latency_ms_p95,
@@ -80,9 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         out["ssm_over_pocketsphinx_wer"] = round(
             eng["ssm"]["wer"] / max(eng["pocketsphinx"]["wer"], 1e-9), 2)
     out["git"] = git_sha()
-    tmp.cleanup()
-    print(json.dumps(out))
-    return 0
 
 
 def _sped(manifest: str, speed: float, folder: Path) -> Path:
@@ -91,8 +92,7 @@ def _sped(manifest: str, speed: float, folder: Path) -> Path:
     from ssm_engine.data.audio import read_wav, resample, write_wav
     from ssm_engine.data.manifest import read_manifest, write_manifest
 
-    voices_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
-    voice_of = dict(read_manifest(voices_file)) if voices_file.exists() else {}
+    voice_of = voices_of(manifest)
     rows, voices = [], []
     for i, (path, text) in enumerate(read_manifest(manifest)):
         x, rate = read_wav(path)
@@ -100,9 +100,10 @@ def _sped(manifest: str, speed: float, folder: Path) -> Path:
         write_wav(clip, resample(x, rate, int(round(rate / speed))), rate)
         rows.append((clip, text))
         voices.append((clip, voice_of.get(path, "")))
-    write_manifest(folder / "human.tsv", rows)
-    write_manifest(folder / "human_voices.tsv", voices)
-    return folder / "human.tsv"
+    sped = folder / Path(manifest).name
+    write_manifest(sped, rows)
+    write_manifest(sped.with_name(sped.stem + "_voices.tsv"), voices)
+    return sped
 
 
 if __name__ == "__main__":

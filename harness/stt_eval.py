@@ -38,7 +38,7 @@ from ssm_engine.data.manifest import read_manifest
 from ssm_engine.stt.decode import cer, edit_distance, wer
 from ssm_engine.stt.text import normalize_text
 
-__all__ = ["STTEvalResult", "evaluate", "register_cli", "make_engine", "phone_channel", "report",
+__all__ = ["STTEvalResult", "evaluate", "voices_of", "register_cli", "make_engine", "phone_channel", "report",
            "write_hyps"]
 
 Codec = Literal["mulaw", "none"]
@@ -168,6 +168,12 @@ def _read_clip(path: Path) -> tuple[np.ndarray, int]:
     return np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16), rate
 
 
+def voices_of(manifest: str | Path) -> dict[Path, str]:
+    """Each clip's voice from ``<manifest>_voices.tsv`` beside the manifest ({} without one)."""
+    voice_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
+    return dict(read_manifest(voice_file)) if voice_file.exists() else {}
+
+
 def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
              decoder: str = "beam", lm_path: str | None = None,
@@ -180,8 +186,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
     if limit is not None and len(rows) > limit:
         every = len(rows) / limit
         rows = [rows[int(i * every)] for i in range(limit)]
-    voice_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
-    voice_of = ({p: v for p, v in read_manifest(voice_file)} if voice_file.exists() else {})
+    voice_of = voices_of(manifest)
     clips, voices, paths = [], [], []
     for path, text in rows:
         paths.append(str(path))

@@ -197,9 +197,10 @@ async def test_page_call_in_firefox(webrtc_server, pulse, speech, tmp_path):
     assert state["status"] == "live"
 
     # what the agent heard from Firefox's microphone is what was said. At most 3 of its 4 words
-    # wrong: on a loaded 2-core machine Firefox's PulseAudio source sometimes starts late ("no
-    # audio from the browser for 2 s") and the recogniser hears only the tail ("there you", in
-    # two full runs of sixteen). This test checks the audio path; accuracy is benchmarked apart.
+    # wrong: on a loaded 2-core machine Firefox's PulseAudio source sometimes started late and the
+    # recogniser heard only the tail ("there you", in two full runs of sixteen, before drive_call
+    # waited for the microphone to send). This test checks the audio path; accuracy is
+    # benchmarked apart.
     finals = [m["text"] for m in page["messages"]
               if m["type"] == "transcript" and m["role"] == "user" and m["final"] and m["turn"] == 1]
     assert finals and jiwer.wer(SAID, finals[0].lower()) <= 0.75, finals
