@@ -13,17 +13,22 @@ the output transport lets them through, which pipecat does in step with the audi
 shows a word when it is played, and an interruption ends the agent's line where playback stopped.
 Agent messages carry the whole of the turn's reply played so far, so a reply that pauses (the
 TTS falling behind, or a second sentence) stays one line; ``final`` marks each pause in playback.
+pipecat lets a word through by the clock and marks the end of playback by the audio, so on a
+busy machine a reply's last word can come after its ``BotStoppedSpeakingFrame``: such a late
+word ends its line ``LATE_WORD_END_S`` later unless playback starts again.
 The observer never blocks: it reads frames and calls a synchronous ``send``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
     InterimTranscriptionFrame,
     InterruptionFrame,
@@ -38,6 +43,9 @@ from pipeline.latency import TurnLatency
 log = logging.getLogger(__name__)
 
 Role = Literal["user", "agent"]
+
+# a word played while playback is stopped ends its line this long after, unless playback starts
+LATE_WORD_END_S = 0.5
 CallState = Literal["started", "ended"]
 
 
@@ -122,6 +130,8 @@ class PageEventsObserver(BaseObserver):
         self._turn_number = turn_number
         self._playing = False  # agent words played since playback last stopped
         self._playing_turn = 0
+        self._speaking = False  # the output transport is playing agent audio
+        self._late_end: asyncio.TimerHandle | None = None
         self.lines: dict[int, AgentLine] = {}
 
     def set_tts(self, tts: object) -> None:
@@ -143,7 +153,11 @@ class PageEventsObserver(BaseObserver):
             if data.first_push and frame.text.strip():
                 final = isinstance(frame, TranscriptionFrame)
                 self._send(TranscriptMessage("user", frame.text.strip(), final, self._turn_number() + 1))
+        elif isinstance(frame, BotStartedSpeakingFrame) and data.source is self._output:
+            self._speaking = True
+            self._cancel_late_end()
         elif isinstance(frame, BotStoppedSpeakingFrame) and data.source is self._output:
+            self._speaking = False
             self._end_line(interrupted=False)
         elif isinstance(frame, InterruptionFrame) and data.first_push:
             self._end_line(interrupted=True)
@@ -159,9 +173,22 @@ class PageEventsObserver(BaseObserver):
         line = self.line(turn)
         line.played.append(text)
         self._send(TranscriptMessage("agent", line.played_text, False, turn))
+        if not self._speaking and self._late_end is None:      # no stop may follow this word
+            self._late_end = asyncio.get_running_loop().call_later(LATE_WORD_END_S, self._end_late)
+
+    def _end_late(self) -> None:
+        self._late_end = None
+        if not self._speaking:
+            self._end_line(interrupted=False)
+
+    def _cancel_late_end(self) -> None:
+        if self._late_end is not None:
+            self._late_end.cancel()
+            self._late_end = None
 
     def _end_line(self, *, interrupted: bool) -> None:
         """Playback stopped (or was cut): the turn's line so far is final; more may follow."""
+        self._cancel_late_end()
         if not self._playing:
             return
         line = self.line(self._playing_turn)

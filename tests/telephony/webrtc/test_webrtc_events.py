@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
     InterimTranscriptionFrame,
     InterruptionFrame,
@@ -16,6 +18,7 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.utils.text.base_text_aggregator import TextType
 
 from pipeline.latency import TurnLatency
+from telephony.webrtc import events
 from telephony.webrtc.events import CallMessage, LatencyMessage, PageEventsObserver
 
 DOWN, UP = FrameDirection.DOWNSTREAM, FrameDirection.UPSTREAM
@@ -104,3 +107,34 @@ async def test_a_reply_that_pauses_stays_one_line():
     assert [(m["text"], m["final"], m["turn"]) for m in t.sent] == [
         ("Hello,", False, 0), ("Hello,", True, 0), ("Hello, this is parley.", False, 0),
         ("Hello, this is parley.", True, 0)]
+
+
+async def test_a_word_played_after_playback_stopped_still_ends_its_line(monkeypatch):
+    """Regression (CI, 43rd session): pipecat times words by the clock and the stop by the audio;
+    on a busy machine the greeting's last word came after its BotStoppedSpeakingFrame, and the
+    line never became final."""
+    monkeypatch.setattr(events, "LATE_WORD_END_S", 0.05)
+    t = Timeline()
+    await t.push(OUT, BotStartedSpeakingFrame())
+    await t.push(OUT, _word("Hello,"), first=False)
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    await t.push(OUT, _word("goodbye."), first=False)     # late: no stop follows it
+    assert [(m["text"], m["final"]) for m in t.sent] == [
+        ("Hello,", False), ("Hello,", True), ("Hello, goodbye.", False)]
+    await asyncio.sleep(0.2)
+    assert [(m["text"], m["final"]) for m in t.sent][3:] == [("Hello, goodbye.", True)]
+    await t.push(OUT, BotStoppedSpeakingFrame())                # nothing new to end
+    assert len(t.sent) == 4
+
+
+async def test_a_word_played_just_before_playback_starts_does_not_end_its_line(monkeypatch):
+    monkeypatch.setattr(events, "LATE_WORD_END_S", 0.05)
+    t = Timeline()
+    await t.push(OUT, _word("Hello,"), first=False)             # the clock let it through first
+    await t.push(OUT, BotStartedSpeakingFrame())
+    await t.push(OUT, _word("this is parley."), first=False)
+    await asyncio.sleep(0.2)
+    assert [(m["text"], m["final"]) for m in t.sent] == [
+        ("Hello,", False), ("Hello, this is parley.", False)]
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    assert [(m["text"], m["final"]) for m in t.sent][2:] == [("Hello, this is parley.", True)]
