@@ -140,6 +140,7 @@ class WebRTCCall(CallSupervisor):
     def _send_ended(self, reason: str) -> None:
         if not self._ended_sent:
             self._ended_sent = True
+            self.events.end()      # the agent's last line is final before the call ends
             self.send(CallMessage("ended", self.call_id, reason))
 
     def _on_turn(self, turn: TurnLatency) -> None:

@@ -176,6 +176,12 @@ class PageEventsObserver(BaseObserver):
         if not self._speaking and self._late_end is None:      # no stop may follow this word
             self._late_end = asyncio.get_running_loop().call_later(LATE_WORD_END_S, self._end_late)
 
+    def end(self) -> None:
+        """The call is ending: the line playing is final now (before the page is told the call
+        ended). A call that ends with an ``EndFrame`` (a drain's farewell, an agent's goodbye)
+        may stop the pipeline before any ``BotStoppedSpeakingFrame`` follows its last word."""
+        self._end_line(interrupted=False)
+
     def _end_late(self) -> None:
         self._late_end = None
         if not self._speaking:

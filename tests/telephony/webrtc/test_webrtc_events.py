@@ -138,3 +138,18 @@ async def test_a_word_played_just_before_playback_starts_does_not_end_its_line(m
         ("Hello,", False), ("Hello, this is parley.", False)]
     await t.push(OUT, BotStoppedSpeakingFrame())
     assert [(m["text"], m["final"]) for m in t.sent][2:] == [("Hello, this is parley.", True)]
+
+
+async def test_the_line_playing_when_the_call_ends_is_final():
+    """A drain's farewell ends the pipeline with an EndFrame: no stop may follow its last word,
+    so the call's end makes the line final (seen in full test runs: the page's last agent line
+    stopped at "... How can I help you", never final)."""
+    t = Timeline()
+    await t.push(OUT, BotStartedSpeakingFrame())
+    for w in ("We are closing now.", "Goodbye."):
+        await t.push(OUT, _word(w), first=False)
+    t.observer.end()
+    t.observer.end()                                            # once only
+    assert [(m["text"], m["final"], m["interrupted"]) for m in t.sent] == [
+        ("We are closing now.", False, False), ("We are closing now. Goodbye.", False, False),
+        ("We are closing now. Goodbye.", True, False)]
