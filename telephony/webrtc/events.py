@@ -15,7 +15,8 @@ Agent messages carry the whole of the turn's reply played so far, so a reply tha
 TTS falling behind, or a second sentence) stays one line; ``final`` marks each pause in playback.
 pipecat lets a word through by the clock and marks the end of playback by the audio, so on a
 busy machine a reply's last word can come after its ``BotStoppedSpeakingFrame``: such a late
-word ends its line ``LATE_WORD_END_S`` later unless playback starts again.
+word ends its line ``LATE_WORD_END_S`` later unless playback starts again, and the line playing
+when the call ends (``end``) is final before the page hears that it ended.
 The observer never blocks: it reads frames and calls a synchronous ``send``.
 """
 
@@ -43,10 +44,10 @@ from pipeline.latency import TurnLatency
 log = logging.getLogger(__name__)
 
 Role = Literal["user", "agent"]
+CallState = Literal["started", "ended"]
 
 # a word played while playback is stopped ends its line this long after, unless playback starts
 LATE_WORD_END_S = 0.5
-CallState = Literal["started", "ended"]
 
 
 @dataclass(frozen=True)
