@@ -96,6 +96,7 @@ from common import git_sha  # noqa: E402
 import torch  # noqa: E402
 
 from harness.tts_eval import make_voice, percentiles_ms, spoken_text, timed_synthesis  # noqa: E402
+from line_scoring import capped_wer, errors_of, paired_95, sentence_errors, wer_of  # noqa: E402
 from pipeline.voices import VOICES, voice_dir  # noqa: E402
 
 SENTENCES = (
@@ -439,56 +440,6 @@ def spectrogram_png(path: Path, clips: dict[str, list[np.ndarray]], sentences: l
     sheet.convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(path, optimize=True)
 
 
-# Whisper writes some titles short; the reference has them as said
-CANON = {"dr": "doctor", "mr": "mister", "mrs": "missus", "st": "street"}
-
-
-def canon(text: str) -> str:
-    """``text`` with the judge's abbreviations written out (``CANON``), as the WER counts it."""
-    return " ".join(CANON.get(w, w) for w in text.split())
-
-
-def _wer(pairs: list[dict[str, str]]) -> float:
-    from ssm_engine.stt.decode import wer
-
-    return round(wer([canon(p["ref"]) for p in pairs], [canon(p["hyp"]) for p in pairs]), 4)
-
-
-def _errors(pair: dict[str, str]) -> tuple[int, int]:
-    """(word errors, reference words) of one judged sentence, as ``_wer`` counts them."""
-    from ssm_engine.stt.decode import edit_distance
-
-    ref = canon(pair["ref"]).split()
-    return edit_distance(ref, canon(pair["hyp"]).split()), len(ref)
-
-
-def sentence_errors(pairs: list[dict[str, str]], n: int) -> np.ndarray:
-    """(n, 2): each of ``n`` sentences' word errors and reference words, summed over its
-    renderings (``pairs`` holds whole renderings one after another, each in sentence order)."""
-    out = np.zeros((n, 2), dtype=np.int64)
-    for k, pair in enumerate(pairs):
-        out[k % n] += _errors(pair)
-    return out
-
-
-def ratio_95(counts: dict[str, np.ndarray], base: str, rng: np.random.Generator,
-             draws: int = 2000) -> dict[str, list[float]]:
-    """The 95 % interval of each engine's WER over ``base``'s, from a paired bootstrap over
-    sentences: every draw resamples the sentences (all of a sentence's renderings together) and
-    all engines are scored on the same draw. ``counts``: ``sentence_errors`` of each engine."""
-    n = len(counts[base])
-    weight = np.stack([np.bincount(d, minlength=n) for d in rng.integers(0, n, size=(draws, n))])
-    b = weight @ counts[base]
-    base_wer = np.maximum(b[:, 0], 1) / np.maximum(b[:, 1], 1)
-    out = {}
-    for name, c in counts.items():
-        if name != base:
-            s = weight @ c
-            ratios = s[:, 0] / np.maximum(s[:, 1], 1) / base_wer
-            out[name] = [round(float(q), 3) for q in np.percentile(ratios, [2.5, 97.5])]
-    return out
-
-
 def heldout_sentences(n: int) -> list[str]:
     """The first ``n`` (<= 100) held-out sentences of the voices' data sets: ``parley data tts``
     draws them first, from their own seed (the default, 1), and never trains on them."""
@@ -568,24 +519,23 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         pairs = [p for audio in renders for p in judge_wer(judge, sentences, audio)[1]]
         counts[name] = sentence_errors(pairs, len(sentences))
         kind_of = kinds * len(renders)
-        out[f"{name}_wer"] = _wer(pairs)
+        out[f"{name}_wer"] = wer_of(pairs)
         # each sentence's errors (over its renderings) capped at its words: a rendering the
         # judge loops on ("u o e e e e ...") weighs no more than one it hears nothing of
-        out[f"{name}_wer_capped"] = round(float(np.minimum(*counts[name].T).sum()
-                                                / max(counts[name][:, 1].sum(), 1)), 4)
+        out[f"{name}_wer_capped"] = capped_wer(counts[name])
         if len(renders) > 1:      # how far one rendering's WER strays: its spread over renders
-            each = [_wer(pairs[i * len(sentences):(i + 1) * len(sentences)]) for i in range(len(renders))]
+            each = [wer_of(pairs[i * len(sentences):(i + 1) * len(sentences)]) for i in range(len(renders))]
             out[f"{name}_wer_renders"] = each
         out[f"{name}_line_audio_s"] = round(sum(len(a) for a in renders[0]) / 8000, 1)
         for kind in line:
-            out[f"{name}_wer_{kind}"] = _wer([p for p, k in zip(pairs, kind_of) if k == kind])
+            out[f"{name}_wer_{kind}"] = wer_of([p for p, k in zip(pairs, kind_of) if k == kind])
         if len(line) > len(LINE_SENTENCES):      # the replies alone, beside the whole
-            out[f"{name}_wer_replies"] = _wer([p for p, k in zip(pairs, kind_of)
+            out[f"{name}_wer_replies"] = wer_of([p for p, k in zip(pairs, kind_of)
                                                if k in LINE_SENTENCES])
-        out[f"{name}_wer_replies36"] = _wer([p for k, p in enumerate(pairs)
+        out[f"{name}_wer_replies36"] = wer_of([p for k, p in enumerate(pairs)
                                              if first36[k % len(sentences)]])
         judged[name] = [{"kind": kind_of[k], "render": k // len(sentences), **p,
-                         "errors": _errors(p)[0]} for k, p in enumerate(pairs)]
+                         "errors": errors_of(p)[0]} for k, p in enumerate(pairs)]
     for name in voices_dirs:
         teacher = f"teacher-{name.split('-')[0]}"     # a candidate "joe-spec" is joe's student
         out[f"ssm-{name}_pace_vs_teacher"] = round(out[f"ssm-{name}_line_audio_s"]
@@ -601,20 +551,17 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         # how sure: a paired bootstrap over sentences, the voice against both yardsticks
         key = f"ssm-{name}"
         for base, label in ((teacher, "teacher"), ("piper-joe", "piper_joe")):
-            for part, rows in parts if base in counts else ():
-                out[f"{key}_wer{part}_vs_{label}_95"] = ratio_95(
-                    {base: counts[base][rows], key: counts[key][rows]}, base,
-                    np.random.default_rng(args.seed))[key]
+            for part, interval in (paired_95(counts, key, base, parts, args.seed)
+                                   if base in counts else {}).items():
+                out[f"{key}_wer{part}_vs_{label}_95"] = interval
         out[f"ssm-{name}_meets_wer_teacher"] = out[f"ssm-{name}_wer"] <= out[f"{teacher}_wer"]
         out[f"ssm-{name}_meets_wer_1.2x_piper"] = out[f"ssm-{name}_wer"] <= 1.2 * out["piper-joe_wer"]
     for style in args.kokoro:       # a teacher candidate against the teacher parley distils from
         key = f"kokoro-{style}"
         for base, label in (("teacher-joe", "teacher_joe"), ("piper-joe", "piper_joe")):
             out[f"{key}_wer_vs_{label}"] = round(out[f"{key}_wer"] / max(out[f"{base}_wer"], 1e-9), 3)
-            for part, rows in parts:
-                out[f"{key}_wer{part}_vs_{label}_95"] = ratio_95(
-                    {base: counts[base][rows], key: counts[key][rows]}, base,
-                    np.random.default_rng(args.seed))[key]
+            for part, interval in paired_95(counts, key, base, parts, args.seed).items():
+                out[f"{key}_wer{part}_vs_{label}_95"] = interval
     out.update(candidate_ratios(out, counts, list(voices_dirs), parts, args.seed))
     if args.plots:
         picked = [sentences.index(s) for s in SPECTROGRAM_SENTENCES]
@@ -644,10 +591,8 @@ def candidate_ratios(out: dict, counts: dict[str, np.ndarray], names: list[str],
         key, bkey = f"ssm-{name}", f"ssm-{base}"
         if out.get(f"{bkey}_wer"):
             res[f"{key}_wer_vs_{bkey}"] = round(out[f"{key}_wer"] / out[f"{bkey}_wer"], 3)
-        for part, rows in parts:
-            res[f"{key}_wer{part}_vs_{bkey}_95"] = ratio_95(
-                {bkey: counts[bkey][rows], key: counts[key][rows]}, bkey,
-                np.random.default_rng(seed))[key]
+        for part, interval in paired_95(counts, key, bkey, parts, seed).items():
+            res[f"{key}_wer{part}_vs_{bkey}_95"] = interval
     return res
 
 

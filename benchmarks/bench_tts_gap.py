@@ -64,8 +64,8 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from bench_tts import (LINE_SENTENCES, _line, _wer, fresh_sentences, ratio_95,  # noqa: E402
-                       sentence_errors)
+from bench_tts import LINE_SENTENCES, _line, fresh_sentences  # noqa: E402
+from line_scoring import ratio_95, sentence_errors, wer_of  # noqa: E402
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.tts.synth import TTSStream, TTSVoice  # noqa: E402
 from ssm_engine.tts.vocoder import (CEP0, LF0, VUV, analyze,  # noqa: E402
@@ -228,7 +228,7 @@ def main() -> None:
         teacher_audio_s = sum(len(clips["teacher"][k]) for k in rows) / 8000
         for c in conditions:
             err, words = counts[c].sum(axis=0)
-            each = [_wer([pairs[c][k] for k in rows[r * n:(r + 1) * n]]) for r in range(args.renders)]
+            each = [wer_of([pairs[c][k] for k in rows[r * n:(r + 1) * n]]) for r in range(args.renders)]
             changed = sum(pairs[c][k]["hyp"] != pairs["teacher"][k]["hyp"] for k in rows)
             entry = {"wer": round(err / words, 4), "wer_renders": each,
                      "changed_vs_teacher": round(changed / len(rows), 3),

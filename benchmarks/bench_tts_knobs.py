@@ -51,8 +51,8 @@ from common import git_sha  # noqa: E402
 
 import torch  # noqa: E402
 
-from bench_tts import (_line, _wer, fresh_sentences,  # noqa: E402
-                       heldout_sentences, ratio_95, sentence_errors)
+from bench_tts import _line, fresh_sentences, heldout_sentences  # noqa: E402
+from line_scoring import capped_ratio_95, capped_wer, ratio_95, sentence_errors, wer_of  # noqa: E402
 from pipeline.voices import voice_dir  # noqa: E402
 from ssm_engine.errors import ConfigError  # noqa: E402
 
@@ -136,17 +136,6 @@ def render(cond: Condition, sentences: list[str], seed: int, voice_folder: str) 
             for s in sentences]
 
 
-def capped_wer(counts: np.ndarray) -> float:
-    """WER with each sentence's errors (over all renderings) capped at its words."""
-    return round(float(np.minimum(counts[:, 0], counts[:, 1]).sum() / max(counts[:, 1].sum(), 1)), 4)
-
-
-def capped_ratio_95(counts: dict[str, np.ndarray], base: str, rng: np.random.Generator,
-                    draws: int = 2000) -> dict[str, list[float]]:
-    capped = {k: np.stack([np.minimum(c[:, 0], c[:, 1]), c[:, 1]], axis=1) for k, c in counts.items()}
-    return ratio_95(capped, base, rng, draws)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -193,13 +182,13 @@ def main() -> None:
         for seed in range(args.renders):
             clips = render(cond, sentences, seed, folder)
             got = judge_wer(judge, sentences, clips)[1]
-            each.append(_wer(got))
+            each.append(wer_of(got))
             pairs += got
             seconds += sum(len(c) for c in clips) / 8000 / args.renders
         counts[cond.name] = sentence_errors(pairs, len(sentences))
-        out["conditions"][cond.name] = {"wer": _wer(pairs), "wer_capped": capped_wer(counts[cond.name]),
+        out["conditions"][cond.name] = {"wer": wer_of(pairs), "wer_capped": capped_wer(counts[cond.name]),
                                         "wer_renders": each, "audio_s": round(seconds, 1)}
-        print(f"{cond.name}: WER {_wer(pairs)}, capped {out['conditions'][cond.name]['wer_capped']}",
+        print(f"{cond.name}: WER {wer_of(pairs)}, capped {out['conditions'][cond.name]['wer_capped']}",
               file=sys.stderr, flush=True)
     base = conds[0].name
     plain = ratio_95(counts, base, np.random.default_rng(args.seed))

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tts import ratio_95  # noqa: E402
+from line_scoring import ratio_95  # noqa: E402
 
 DRAWS = 2000
 
@@ -57,7 +57,7 @@ def _load(specs: list[str], against: list[str]) -> dict[str, dict]:
 
 def _ratios(pooled: dict[str, dict], keys: list[str], against: list[str], rng: np.random.Generator) -> dict:
     """WER of the voice over ``keys``, and its ratio to each of ``against`` with the 95 % interval
-    of ``bench_tts.ratio_95`` (raw, and errors capped at each sentence's words)."""
+    of ``line_scoring.ratio_95`` (raw, and errors capped at each sentence's words)."""
     tally = {name: np.array([pooled[k][name] for k in keys], dtype=np.int64) for name in ("voice", *against)}
     voice = tally["voice"]
     out: dict = {"sentences": len(keys), "wer": round(voice[:, 0].sum() / voice[:, 2].sum(), 4),
