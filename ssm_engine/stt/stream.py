@@ -37,6 +37,7 @@ from .decode import StreamingGreedyDecoder
 from .errors import AudioInputError
 from .hints import NO_HINTS, Hints, Recognition
 from .joint import JointDecoder, JointSearch
+from .encoder_model import WhisperSTTConfig
 from .model import STTConfig
 from .phone_beam import PhoneBeamSearch
 
@@ -63,7 +64,7 @@ def as_float(samples: np.ndarray | bytes) -> np.ndarray:
 class RecognizerStream:
     """See the module docstring. Not thread-safe: one owner (an asyncio task, a loop)."""
 
-    def __init__(self, runner: StreamRunner, config: STTConfig, *, flush_s: float = 0.2,
+    def __init__(self, runner: StreamRunner, config: STTConfig | WhisperSTTConfig, *, flush_s: float = 0.2,
                  beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None,
                  stride: int = 1, hints: Hints = NO_HINTS) -> None:
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
@@ -71,6 +72,10 @@ class RecognizerStream:
         self._runner = runner
         self._step = config.step_samples
         self._stride = stride
+        self._block = getattr(config, "hop_frames", 1)
+        if stride % self._block:
+            raise ConfigError(f"stride {stride} is not a multiple of the model's hop "
+                              f"({self._block} steps)")
         self._flush_steps = max(1, round(flush_s * config.frame_rate_hz))
         self._rest = np.zeros(0, np.float32)
         self._sid: int | None = runner.open_stream()
@@ -123,6 +128,7 @@ class RecognizerStream:
         if self._sid is None:
             raise AudioInputError("finish() called twice")
         n = (self._rest.size + self._flush_steps * self._step + self._step - 1) // self._step
+        n = -(-n // self._block) * self._block           # a model that steps whole hops
         tail = np.zeros(n * self._step, np.float32)        # the rest (< stride steps), then silence
         tail[: self._rest.size] = self._rest
         frames = torch.from_numpy(tail).view(n, self._step)
