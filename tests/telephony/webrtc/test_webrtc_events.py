@@ -182,3 +182,25 @@ async def test_an_interruption_after_a_whole_reply_tags_nothing():
     await t.push(NEXT, InterruptionFrame())                    # the caller speaks after it ended
     assert [(m["text"], m["final"], m["interrupted"]) for m in t.sent] == [
         ("Goodbye.", False, False), ("Goodbye.", True, False)]
+
+
+def test_a_turn_without_reply_audio_of_its_own_still_gets_its_latency_row():
+    """Regression: the page's latency table skipped a turn of a four-turn call: a row went out
+    only when a turn's reply audio left, and a turn the agent took back had none."""
+    from types import SimpleNamespace
+
+    from telephony.webrtc.call import WebRTCCall
+
+    call = WebRTCCall.__new__(WebRTCCall)  # the page's side only: no connection, no pipeline
+    sent: list[dict] = []
+    call.send = lambda message: sent.append(message.to_dict())
+    call._latency_rows_sent = 0
+    turns = [TurnLatency(turn=n, end_of_speech_s=float(n)) for n in (1, 2, 3, 4)]
+    call.latency = SimpleNamespace(turns=turns[:1])
+    call._on_turn(turns[0])
+    call.latency.turns = turns[:3]            # turn 2 got no audio of its own; turn 3 did
+    call._on_turn(turns[2])
+    call.latency.turns = turns                # turn 4 had no reply when the call ended
+    call._send_latency_rows()
+    call._send_latency_rows()
+    assert [m["turn"] for m in sent] == [1, 2, 3, 4]
