@@ -20,8 +20,8 @@ in the same run (``--compile both``, the default; ``on`` or ``off`` for one of t
 Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 108 agent replies
 written for this benchmark (never in a voice's training data), 36 of each kind: numbers
 (amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
-letters) and plain sentences (the first 12 of each kind were the whole set until the 39th
-session: ``<engine>_wer_replies36`` scores them alone), and (``--heldout``, 100) the voices'
+letters) and plain sentences (the first 12 of each kind were the whole set until 2026-12-06,
+git 764b548: ``<engine>_wer_replies36`` scores them alone), and (``--heldout``, 100) the voices'
 own held-out sentences, the ones ``parley data tts`` never trains on (kind ``heldout``), and (``--fresh N``, 0) sentences
 drawn new, in none of the voices' data sets (kind ``fresh``: nothing was ever tuned on them). Every engine says each one; the
 audio goes to 8 kHz and through G.711 mu-law and back; Whisper tiny.en (the judge, never

@@ -58,10 +58,10 @@ def test_a_readme_over_the_limit_fails(tmp_path):
 @pytest.mark.parametrize("text", ["measured in the 35th session", "the twenty-second session found it",
                                   "rerun at the session's end", "written in this session",
                                   "(session of 2026-11-30, fifth)", "as issue 22 asks", "issues 25, 26",
-                                  "joe's 26th-session run"])
+                                  "joe's 26th-session run", "as the 39th\nsession found"])
 def test_work_dated_by_a_session_or_an_issue_number_fails(tmp_path, text):
     root = _tree(tmp_path, {**GOOD, "docs/notes.md": f"# Notes\n\nA figure {text}.\n",
-                            "pkg/mod.py": f"# {text}\n"})
+                            "pkg/mod.py": "# " + text.replace("\n", "\n# ") + "\n"})
     faults = check_docs.check(root)
     assert [f.split(":")[:2] for f in faults] == [["docs/notes.md", "3"], ["pkg/mod.py", "1"]]
     assert all("dates work" in f for f in faults)
