@@ -39,7 +39,7 @@ the life of a deployment:
   parley deploy delete --name parley-voice   # endpoint, every revision's model and config, alarms
 
 AWS credentials and Region come the usual way (AWS_PROFILE, AWS_REGION, a host role). The network
-(VPC, endpoints, NLB, Direct Connect) is CloudFormation: deploy/aws/templates/, see the README.
+(VPC, endpoints, NLB, Direct Connect) is CloudFormation: deploy/aws/templates/, see docs/model-tier.md.
 """
 
 
