@@ -41,8 +41,10 @@ $(STAMP): pyproject.toml scripts/install-system-deps
 serve: $(STAMP) $(AWS_STAMP)
 	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) $(if $(TWILIO_AUTH_TOKEN),,--insecure-dev)
 
-# the house rules first (seconds): layers and no import circles, then the lint rules
+# the house rules first (seconds): readable documents (README length, work dated by date and
+# commit, links that resolve), layers and no import circles, then the lint rules
 lint: $(STAMP) $(AWS_STAMP)
+	$(PY) scripts/check-docs
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

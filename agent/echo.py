@@ -3,7 +3,7 @@
 It stands where an LLM service stands in a pipecat pipeline: it takes the ``LLMContextFrame``
 that the user aggregator sends at the end of each caller turn and answers with
 ``LLMFullResponseStartFrame`` / ``LLMTextFrame``s / ``LLMFullResponseEndFrame``, so every LLM
-backend (issue 6) plugs into the same place. No network, no keys, no model.
+backend plugs into the same place. No network, no keys, no model.
 """
 
 from __future__ import annotations

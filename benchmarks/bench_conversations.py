@@ -38,8 +38,8 @@ is asked again with the keypad offered; spells its name, letter by letter, when 
 (``spelled_out``: "dee, eigh, vee, eye, dee. em, eye, ..."); says its question again after
 "Sorry, I didn't catch that" (at most twice in a row) and after "anything else?" when its
 question has not been answered yet; says the script's last words once the goal is reached. It
-reads the agent's words from the server's live call record (a person hears them; the agent's own
-speech is issue 28's).
+reads the agent's words from the server's live call record (a person hears them; how well the
+agent's own speech is heard is bench_tts's question).
 A WAV voice says a repeated line anew (another rate and pitch, as a person would); flite's slt
 says it the same. The scores are as above, but yes/no understood is judged on each read-back the
 caller answered (kept after a "yes", asked again after a "no"), ``turns`` counts the caller's
@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
                     "the neighbour (task scores are the same either way; the run takes longer)")
     ap.add_argument("--caller", choices=["scripted", "listening"], default="scripted",
                     help="scripted: each call's lines in a fixed order, whatever the agent says "
-                    "(the runs in RESULTS before the 30th session); listening: a caller who "
+                    "(every run recorded before 2026-12-04, git 2ab7128); listening: a caller who "
                     "answers what the agent says, with the same goals (see above)")
     ap.add_argument("--keep-logs", action="store_true",
                     help="keep the servers' logs and the callers' WAVs (the folder is printed)")

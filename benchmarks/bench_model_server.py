@@ -7,7 +7,7 @@ One run, on loopback, the SSM models on both sides (the same folders, eager step
 * ``tts_first_audio_ms``: a sentence asked for -> its first audio, through a model server
   (``RemoteVoiceEngine``, its socket already open) and in process (``SSMVoiceEngine``), the two
   alternating sentence by sentence; ``overhead_p50_ms`` is remote p50 - in-process p50
-  (issue 25: <= 5 ms).
+  (the target: <= 5 ms).
 * ``stt_final_ms``: a caller's utterance (flite, 8 kHz) streamed at real time, then "finish" ->
   its final transcript, remote (``RemoteRecognizerEngine``) and in process, alternating; and
   whether both heard the same words.

@@ -9,7 +9,7 @@ through the 8 kHz mu-law phone channel to parley's streaming SSM recogniser, Whi
 accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
 in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
 one thread, and the final latency (end of audio to final transcript) p50/p95/p99; and the
-ratios that issue 22 judges the recogniser by: SSM WER / Whisper WER (done when <= 2).
+ratio the recogniser is judged by on people: SSM WER / Whisper WER (the target: <= 2).
 
 Prints one JSON line; ``--hyps DIR`` also writes each engine's transcripts beside the
 references, worst first (``parley eval stt --hyps``).

@@ -1,4 +1,4 @@
-"""Do the finals' rescoring weights, tuned on synthetic voices, suit people? (issue 22)
+"""Do the finals' rescoring weights, tuned on synthetic voices, suit people?
 
     .venv/bin/python benchmarks/bench_stt_rescoring.py [--model models/stt]
         [--lm-weights 0.4 0.8 1.2] [--word-bonuses 0 1 2 3 4]

@@ -1,6 +1,6 @@
 """How much CPU does the SSM recogniser take per second of speech, and what do stride and compile buy?
 
-Question (issue 4): is its real-time factor <= 0.05 on one core, with the final transcript
+Question: is its real-time factor <= 0.05 on one core, with the final transcript
 <= 30 ms after the end of the audio (p50)?
 
 Three engines over the same held-out clips (8 kHz through mu-law, the beam search + LM for finals,

@@ -20,8 +20,8 @@ in the same run (``--compile both``, the default; ``on`` or ``off`` for one of t
 Understood on the line (``--line``, on by default): ``LINE_SENTENCES``, 108 agent replies
 written for this benchmark (never in a voice's training data), 36 of each kind: numbers
 (amounts, phone and order numbers, times, dates, addresses), names (people, streets, spelled
-letters) and plain sentences (the first 12 of each kind were the whole set until the 39th
-session: ``<engine>_wer_replies36`` scores them alone), and (``--heldout``, 100) the voices'
+letters) and plain sentences (the first 12 of each kind were the whole set until 2026-12-06,
+git 764b548: ``<engine>_wer_replies36`` scores them alone), and (``--heldout``, 100) the voices'
 own held-out sentences, the ones ``parley data tts`` never trains on (kind ``heldout``), and (``--fresh N``, 0) sentences
 drawn new, in none of the voices' data sets (kind ``fresh``: nothing was ever tuned on them). Every engine says each one; the
 audio goes to 8 kHz and through G.711 mu-law and back; Whisper tiny.en (the judge, never
@@ -34,7 +34,7 @@ engines that draw noise (the SSM voices' vocoders, Piper) say everything ``--lin
 tiny.en now and then loops on a rendering ("u o e e e e ..."), and one loop can add more errors
 than the sentence has words.
 Rendering k of every engine is drawn from seed k (the SSM vocoders' seed; ``seed_noise`` fixes
-the teacher's and Piper's, whose noise was drawn anew in every run before the 41st session and
+the teacher's and Piper's, whose noise was drawn anew in every run before 2026-12-06 (git 707e50e) and
 moved the teacher's WER on the same sentences from 0.088 to 0.098 between runs): the same
 sentences give the same audio, and so the same verdicts, in every run. Each SSM
 voice with a postfilter (joe's) is heard as it ships and without it (``ssm-<name>-nopf``, the
@@ -65,7 +65,7 @@ higher a question ends than the same words said flat; a person's yes/no question
 semitones). Each SSM voice is measured as it ships (``question_rise_st`` 6) and without the rule
 (``ssm-<name>-norule``, what the model learnt itself), beside its teachers and Piper joe.
 
-Targets (issue 5): SSM ttfa p50 <= 15 ms, p99 <= 30 ms, rtf <= 0.1. Issue 28: the shipped
+Targets: SSM ttfa p50 <= 15 ms, p99 <= 30 ms, rtf <= 0.1; on the line, the shipped
 voice's WER on the line <= its teacher's and <= 1.2x Piper joe's; first audio p50 <= 10 ms,
 p99 <= 20 ms.
 
@@ -139,7 +139,7 @@ LINE_SENTENCES = {
         "It was delivered on October 2nd at 11:15.",
         "Your new PIN ends in 4 9 7 3.",
         "The flight leaves at 6:05 from gate 17.",
-        # written in the 39th session (2026-12-06)
+        # written on 2026-12-06 (git 764b548)
         "Your refund of $45.20 will arrive in 5 to 7 business days.",
         "The total comes to three hundred and eighty one dollars.",
         "Please dial 1-800-555-0142 for the billing office.",
@@ -178,7 +178,7 @@ LINE_SENTENCES = {
         "We have a branch on Maple Drive in Springfield.",
         "Nurse Gonzalez will call you this afternoon.",
         "I spelled your last name B, R, O, W, N.",
-        # written in the 39th session (2026-12-06)
+        # written on 2026-12-06 (git 764b548)
         "I have your name as Christopher Nguyen.",
         "Doctor Okafor is in surgery until noon.",
         "Could you spell that for me, is it S, M, I, T, H?",
@@ -217,7 +217,7 @@ LINE_SENTENCES = {
         "Please have your card ready before you call.",
         "Your request has been sent to our team.",
         "Thank you for your patience, goodbye.",
-        # written in the 39th session (2026-12-06)
+        # written on 2026-12-06 (git 764b548)
         "Sorry about the wait, how can I help you today?",
         "I can book that for you right now.",
         "Would you prefer a morning or an afternoon visit?",
@@ -244,7 +244,7 @@ LINE_SENTENCES = {
         "That option is only available to members.",
     ),
 }
-FIRST_REPLIES = 12     # of each kind: the 36 replies of the 28th-38th sessions' figures
+FIRST_REPLIES = 12     # of each kind: the 36 replies of the figures recorded 2026-12-04 to 2026-12-06 (before git 764b548)
 SPECTROGRAM_SENTENCES = (LINE_SENTENCES["numbers"][1], LINE_SENTENCES["names"][0],
                          LINE_SENTENCES["plain"][1])
 
@@ -499,7 +499,7 @@ def line_wer(args, voices_dirs: dict[str, str]) -> dict:
         line["fresh"] = fresh_sentences(args.fresh_from + args.fresh)[args.fresh_from:]
     kinds = [k for k, v in line.items() for _ in v]
     sentences = [s for v in line.values() for s in v]
-    # the replies written before the 39th session, to compare with the figures recorded then
+    # the replies written before git 764b548, to compare with the figures recorded then
     first36 = [k in LINE_SENTENCES and i < FIRST_REPLIES for k, v in line.items()
                for i in range(len(v))]
     # the sentence sets each voice's ratios get an interval on: all, and the replies alone

@@ -1,7 +1,7 @@
 """Where does the SSM voice lose to its teacher on the phone line: in the vocoder, the phone
 durations, the pitch and voicing, or the spectral envelope?
 
-Issue 28 asks the shipped voice (joe) to be understood on the line as well as its teacher
+The shipped voice (joe) is meant to be understood on the line as well as its teacher
 (Piper's joe voice fed parley's phones). ``bench_tts.py`` says how far it is; this says where the
 difference comes from, by giving the student one part of the teacher's answer at a time. Each
 sentence is said by the teacher once per rendering (Piper draws its own noise, so each rendering

@@ -1,10 +1,10 @@
 """Does a setting that needs no training make the SSM voice clearer on the phone line?
 
-Issue 28 asks the shipped voice (joe) to be understood on the line at least as well as its
+The shipped voice (joe) is meant to be understood on the line at least as well as its
 teacher (Piper's joe fed parley's phones). Before a student is trained again, this tries the
 knobs that cost nothing but a setting, each on the shipped weights:
 
-* ``pf=A``: the postfilter's amount (``postfilter`` in a voice's config.json; joe shipped 0.4 until the 42nd session, 0.6 from c4 since);
+* ``pf=A``: the postfilter's amount (``postfilter`` in a voice's config.json; joe shipped 0.4 until 2026-12-06 (git dbf513b), 0.6 from c4 since);
 * ``from=K``: the first cepstral coefficient it scales (``postfilter_from``; 1 as shipped, which
   steepens the tilt too: 0.4 takes 2-4 kHz about 5 dB down against 300-500 Hz, measured on the
   teacher's and the student's long-term spectra; 3 or more leaves the phone band's tilt alone);

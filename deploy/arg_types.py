@@ -3,13 +3,23 @@
     p.add_argument("--port", type=port_number)
     p.add_argument("--drain-s", type=lambda t: float_in(t, 0.0, 3600.0, "seconds"))
 
-A value out of range is argparse's usual one line (``parley serve: error: argument --port: a port
-is 0..65535, got 70000``), never a traceback.
+A value out of range is one line (``parley serve: error: argument --port: a port is 0..65535, got
+70000``), never a traceback; ``OneLineParser`` keeps the usage text for ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument error is one line on stderr and exit status 2; the usage is ``--help``'s alone
+    (argparse's own error prints the whole usage first, 20 lines for ``parley serve``, before the
+    one line that says what was wrong). Subcommands' parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def int_in(text: str, lo: int, hi: int, what: str, out_of_range: str) -> int:

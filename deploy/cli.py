@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from deploy.arg_types import OneLineParser
 from deploy.logs import configure_logging
 
 EPILOG = """\
@@ -15,11 +16,13 @@ examples:
   parley serve --insecure-dev           # local work: Twilio signatures not checked
   parley serve --public-url https://abc.example.com   # behind a tunnel/proxy: the URL Twilio signs
   parley serve --agent agent/examples/order_status.yaml   # another agent, from its spec
-  parley call --twilio ws://127.0.0.1:8765/twilio/stream --say "hello there" --say "goodbye"
+  parley call --twilio ws://127.0.0.1:8765/twilio/stream --auth-token dev --say "hello there" --say "goodbye"
+                                        # (against --insecure-dev any token; else $TWILIO_AUTH_TOKEN)
   parley serve --tts espeak             # speak with the espeak-ng baseline instead of parley's SSM voice
-  parley serve --voice joe              # the male voice (or `voice: joe` in the agent spec)
-  parley say "Your order ships on Tuesday." --out reply.wav --voice joe --rate 8000   # hear a voice
+  parley serve --voice slt              # the other shipped voice (joe is the default; or `voice: slt` in the spec)
+  parley say "Your order ships on Tuesday." --out reply.wav --voice slt --rate 8000   # hear a voice
   parley eval tts --engine ssm --sentences FILE --json   # first-audio latency, RTF, intelligibility
+                                        # (FILE: one sentence a line)
   parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default;
                                         # without TWILIO_AUTH_TOKEN: SIP and the browser page only)
   parley calls list                     # call records; parley calls show CALL_SID
@@ -54,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ssm_engine.tts.cli import register_cli as register_tts
     from deploy.serve_args import register_cli as register_serve
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="parley",
         description="parley: a real-time voice agent for phone and browser calls.",
         epilog=EPILOG,

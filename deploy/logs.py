@@ -13,6 +13,10 @@ def configure_logging(level: str) -> None:
         stream=sys.stderr,
         force=True,
     )
+    # aioice (under aiortc) logs every ICE candidate pair's state change at INFO: a browser call's
+    # set-up would fill the log; its warnings still show
+    wanted = getattr(logging, level.upper())
+    logging.getLogger("aioice").setLevel(wanted if wanted == logging.DEBUG else max(logging.WARNING, wanted))
     try:  # pipecat logs through loguru at DEBUG per frame; keep it to warnings unless asked
         from loguru import logger
 

@@ -40,17 +40,16 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
     p.add_argument("--stt", choices=get_args(SttKind), default="ssm",
                    help="speech recognizer: parley's streaming SSM model (models/stt; finals "
-                   "~10 ms after the caller stops, biased each turn toward what the agent "
-                   "expects; on recorded people still far behind Whisper: WER 1.05 against "
-                   "0.34, benchmarks/bench_stt_human.py), the pocketsphinx baseline, or Whisper "
-                   "tiny.en (not streaming: finals ~0.5-1 s after the caller stops, most "
-                   "accurate; one shared model a process), or remote: the SSM recogniser on the "
-                   "model tier (--model-url) (default %(default)s)")
+                   "moments after the caller stops, biased each turn toward what the agent "
+                   "expects; on recorded people still well behind Whisper: benchmarks/RESULTS.md), "
+                   "the pocketsphinx baseline, or Whisper tiny.en (not streaming: finals come "
+                   "after a whole-utterance pass; more accurate; one shared model a process), or "
+                   "remote: the SSM recogniser on the model tier (--model-url) (default %(default)s)")
     p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
                    help="with --stt sphinx: pocketsphinx decoders built before the first call, "
                    "for phone calls (8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "
-                   "Each costs ~0.4 s of start-up and ~90 MB; a call that finds none idle builds "
-                   "one, which stalls every live call for ~0.4 s (pocketsphinx holds Python's "
+                   "Each costs start-up time and memory; a call that finds none idle builds "
+                   "one, which stalls every live call meanwhile (pocketsphinx holds Python's "
                    "GIL). Finished calls give theirs back (default 4:1)")
     p.add_argument("--stt-procs", type=_proc_count, default=DEFAULT_STT_PROCS, metavar="N",
                    help="worker processes for the recognizer, so its work never waits for Python's "
@@ -61,8 +60,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stt-compile", choices=["on", "off"],
                    default="off" if os.environ.get("PARLEY_STT_COMPILE") == "0" else "on",
                    help="with --stt ssm: compile the recognizer's 5-frame step with torch.compile "
-                   "(~3x less CPU per lone call; ~30 s at the first start, a few seconds later from "
-                   "the compile cache; needs a C++ compiler: without one the server logs why and "
+                   "(less CPU per call; slow at the first start, quicker later from the compile "
+                   "cache; needs a C++ compiler: without one the server logs why and "
                    "runs the step eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")
     p.add_argument("--stt-decoder", choices=get_args(SttDecoder),
                    default="beam",
@@ -70,10 +69,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "the lexicon and LM, rescored together (beam), greedy CTC, or one head's "
                    "search alone (default %(default)s)")
     p.add_argument("--tts", choices=get_args(TtsKind), default="ssm",
-                   help="the agent's voice: parley's streaming SSM voice (--tts-model; Whisper "
-                   "hears joe, the default, about as well as its neural teacher; ~5 ms to first audio), or the "
-                   "espeak-ng baseline (1 ms, far less intelligible), or remote: the SSM voice on the "
-                   "model tier (--model-url) (default %(default)s)")
+                   help="the agent's voice: parley's streaming SSM voice (--voice, --tts-model), or "
+                   "the espeak-ng baseline (far less intelligible), or remote: the SSM voice on the "
+                   "model tier (--model-url) (default %(default)s; figures: benchmarks/RESULTS.md)")
     p.add_argument("--model-url", default="", metavar="URL[,URL...]",
                    help="with --stt remote / --tts remote: the model servers (`parley model-server`), "
                    "ws://HOST:PORT each, or SageMaker endpoints serving it (`parley deploy`), "
@@ -89,15 +87,15 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tts-compile", choices=["on", "off"],
                    default="off" if os.environ.get("PARLEY_TTS_COMPILE") == "0" else "on",
                    help="with --tts ssm: compile the voice's steps for a lone reply with "
-                   "torch.compile (a third less CPU per reply, first audio a few ms sooner; "
-                   "~20 s at the first start, seconds later from the compile cache; needs a C++ "
+                   "torch.compile (less CPU per reply, first audio sooner; slow at the first "
+                   "start, quicker later from the compile cache; needs a C++ "
                    "compiler: without one the server logs why and runs them eagerly). Default "
                    "%(default)s (PARLEY_TTS_COMPILE=0 turns it off)")
     p.add_argument("--voice", default=None, metavar="NAME",
                    help="with --tts ssm (or remote: the model servers' voice): which shipped voice "
-                   "speaks: joe (male, distilled from Piper's neural voice; the clearer on the phone "
-                   "line) or slt (female, distilled from festival's HTS voice); default: the agent "
-                   "spec's `voice:`, else joe. Hear them with `parley say`")
+                   "speaks: joe (the default: male, distilled from Piper's neural voice) or slt "
+                   "(female, distilled from festival's HTS voice); default: the agent spec's "
+                   "`voice:`, else joe. Hear them with `parley say`")
     p.add_argument("--tts-model", type=Path, default=None, metavar="DIR",
                    help="with --tts ssm: a voice's folder, config.json + model.safetensors, in "
                    "place of --voice (a voice trained with `parley train tts`)")

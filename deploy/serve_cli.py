@@ -228,6 +228,7 @@ def serve(args: argparse.Namespace) -> int:
     from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
     configure_logging(args.log_level)
+    check_ports(args)  # before the models load (tens of seconds): a port in use is said at once
     ready_file = ReadyFile(args.ready_file) if args.ready_file is not None else None
     if args.sip_port is not None:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
@@ -341,6 +342,37 @@ def serve(args: argparse.Namespace) -> int:
         if voice_proc is not None:
             voice_proc.close()
     return 0
+
+
+def check_ports(args: argparse.Namespace) -> None:
+    """Refuse at once, in the server's own words, a port another process holds (HTTP on TCP, SIP
+    on UDP), before anything slow loads. Each socket is bound as the server binds it and closed
+    again; the server binds for real once the models are loaded (port 0 is not checked)."""
+    import socket
+
+    from telephony.errors import TelephonyError
+    from telephony.sip import SipConfigError
+
+    checks = [(socket.SOCK_STREAM, args.host, args.port, "", TelephonyError)]
+    if args.sip_port is not None:
+        checks.append((socket.SOCK_DGRAM, args.sip_host or args.host, args.sip_port, "SIP on udp://",
+                       SipConfigError))
+    for kind, host, port, what, error in checks:
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(host, port, type=kind, flags=socket.AI_PASSIVE)
+        except OSError:
+            continue  # an address that does not resolve: the server's own bind says so
+        family, _, _, _, address = infos[0]
+        with socket.socket(family, kind) as sock:
+            if kind == socket.SOCK_STREAM:  # as asyncio's TCP server does on POSIX
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                where = f"listen for {what}{host}:{port}" if what else f"listen on {host}:{port}"
+                raise error(f"cannot {where}: {exc.strerror or exc}") from exc
 
 
 def share_worker_metrics() -> Path:

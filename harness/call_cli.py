@@ -29,6 +29,22 @@ class _AppendUtterance(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
+CALL_EPILOG = """\
+example (against `make serve`, which runs --insecure-dev: any token will do):
+  parley call --twilio ws://127.0.0.1:8765/twilio/stream --auth-token dev --say "hello" --say "goodbye"
+
+each turn's line, and where its latencies count from:
+  v2v_ms        the caller's clock: from the last speech frame it sent to the first agent audio
+                it received (the whole round trip, network and jitter buffer included)
+  stt_final_ms  the server's clock: from the end of the caller's speech as the server's VAD placed
+                it (its stop less the silence it waited) to the final transcript
+  tts_ttfa_ms   the server's clock, from the same end of speech: to the voice's first audio
+The two clocks start at different moments (the VAD can place the end of speech before the last
+frame the caller sent, or a final can come after the reply began), so v2v_ms may be smaller than
+stt_final_ms on a turn.
+"""
+
+
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``call`` subcommand; it sets ``func`` to a ``(args) -> exit code`` callable."""
     p = subparsers.add_parser(
@@ -36,6 +52,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
         help="call a parley server as Twilio would, with a scripted caller",
         description="Speak scripted utterances over a Twilio Media Stream; "
         "print one JSON line per turn.",
+        epilog=CALL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--twilio", required=True, metavar="WS_URL",
                    help="the server's Media Streams URL")

@@ -47,6 +47,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.voices import DEFAULT_VOICE
 from harness.stt_eval import make_engine as make_judge
 from harness.stt_eval import phone_channel, report
 from ssm_engine.stt.decode import wer
@@ -357,12 +358,13 @@ def register_cli(subparsers) -> None:
     p.add_argument("--sentences", required=True, help="one sentence a line")
     p.add_argument("--judge", choices=JUDGES, default="whisper",
                    help="the recognizer that scores intelligibility (default %(default)s)")
-    p.add_argument("--teacher", nargs="?", const="festival", default=None,
-                   choices=("festival", "piper:joe"),
+    p.add_argument("--teacher", nargs="?", const="own", default=None,
+                   choices=("own", "festival", "piper:joe"),
                    help="also score the teacher voice's audio of the same sentences: festival "
-                   "(slt's teacher; the default when given alone) or piper:joe (joe's)")
+                   "(slt's teacher) or piper:joe (joe's); given alone, the --model voice's own teacher")
     p.add_argument("--model", default=None,
-                   help="SSM voice: a shipped voice's name (slt, joe) or a folder (default slt)")
+                   help="SSM voice: a shipped voice's name (slt, joe) or a folder (default: "
+                   f"{DEFAULT_VOICE}, the voice parley serve speaks)")
     p.add_argument("--concurrency", type=int, default=16, help="streams started together")
     p.add_argument("--rate", type=int, choices=[8000, 16000], default=8000,
                    help="output rate (8000: the phone path)")
@@ -377,7 +379,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--compile", choices=["on", "off"],
                    default="off" if os.environ.get("PARLEY_TTS_COMPILE") == "0" else "on",
                    help="with --engine ssm: the voice's lone-stream steps compiled with "
-                   "torch.compile, as `parley serve` runs them (~10-20 s first; default "
+                   "torch.compile, as `parley serve` runs them (slow the first time; default "
                    "%(default)s, PARLEY_TTS_COMPILE=0 turns it off)")
     p.set_defaults(func=_run)
 
@@ -389,8 +391,11 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.voices import voice_dir
 
     model = str(voice_dir(args.model)) if args.model else None
+    teacher = args.teacher or False
+    if teacher == "own":  # the voice's own teacher: piper:joe for joe, festival for slt (or a folder)
+        teacher = "piper:joe" if (args.model or DEFAULT_VOICE) == "joe" else "festival"
     res = evaluate(args.engine, args.sentences, judge=args.judge, rate_hz=args.rate,
-                   codec=args.codec, concurrency=args.concurrency, teacher=args.teacher or False,
+                   codec=args.codec, concurrency=args.concurrency, teacher=teacher,
                    model_dir=model, limit=args.limit, reference=args.reference,
                    compile=args.compile == "on")
     report(asdict(res), out=args.out, as_json=args.json)

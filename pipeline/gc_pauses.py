@@ -8,7 +8,7 @@ one full collection took 130-200 ms in each (``gc.callbacks`` timings during ben
 16-call load, 2 cores), longer than the 120 ms lead a paced transport keeps at the far end.
 Nearly all of those objects live as long as the process, so ``freeze_startup_heap()`` moves them
 into the permanent generation that collections skip: after it the server made at most one
-full collection per 16-call mixed run, of 24-31 ms (benchmarks/RESULTS.md, "No dropped
+full collection per 16-call mixed run, of 24-31 ms (docs/history.md, bench_transports, "No dropped
 frames"). Call it once, after loading and warming up, never per call (what a call leaves behind
 must stay collectable).
 

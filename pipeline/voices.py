@@ -32,8 +32,8 @@ VOICES: dict[str, Voice] = {
     "slt": Voice("slt", "female", "festival's cmu_us_slt_arctic_hts (HTS)", MODELS / "tts"),
     "joe": Voice("joe", "male", "Piper's en_US-joe-medium (VITS, neural)", MODELS / "tts-joe"),
 }
-# joe, distilled from a neural teacher, is the default since the 43rd session: on the phone line
-# Whisper tiny.en hears it better than slt (benchmarks/RESULTS.md, "joe, the default voice").
+# joe, distilled from a neural teacher, is the default since 2026-12-06 (git 282f566): on the phone line
+# Whisper tiny.en hears it better than slt (docs/history.md, "joe, the default voice").
 DEFAULT_VOICE = "joe"
 
 

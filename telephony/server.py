@@ -96,6 +96,11 @@ MAX_ANSWERED = 10_000
 CALLS_PER_CORE = 8  # measured: 16 mixed calls answer every turn on 2 cores (benchmarks/RESULTS.md)
 
 
+async def _no_icon(_request: web.Request) -> web.Response:
+    """``/favicon.ico``: no content (204), so a browser's automatic request is not a 404 in the log."""
+    return web.Response(status=204)
+
+
 def default_max_calls() -> int:
     return CALLS_PER_CORE * (os.cpu_count() or 1)
 
@@ -167,6 +172,7 @@ class CallServer:
             web.get("/calls/{sid}", self.call_record),
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics_text),
+            web.get("/favicon.ico", _no_icon),
         ])
         # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)
         self.webrtc = register_webrtc_routes(

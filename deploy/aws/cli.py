@@ -39,7 +39,7 @@ the life of a deployment:
   parley deploy delete --name parley-voice   # endpoint, every revision's model and config, alarms
 
 AWS credentials and Region come the usual way (AWS_PROFILE, AWS_REGION, a host role). The network
-(VPC, endpoints, NLB, Direct Connect) is CloudFormation: deploy/aws/templates/, see the README.
+(VPC, endpoints, NLB, Direct Connect) is CloudFormation: deploy/aws/templates/, see docs/model-tier.md.
 """
 
 
@@ -117,6 +117,11 @@ def _spec(args: argparse.Namespace) -> DeploymentSpec:
     if args.file:
         spec = load_spec(args.file).with_overrides(**flags)
         return replace(spec, network=replace(spec.network, **network)) if network else spec
+    missing = [f"--{k.replace('_', '-')}" for k in ("name", "region", "role_arn") if not flags[k]]
+    if missing:  # neither a file nor the whole deployment as flags
+        raise DeploymentSpecError(f"give -f FILE (a deployment file: deploy/aws/examples/), or the deployment "
+                                  f"as flags ({', '.join(missing)} missing, and a source: --image or "
+                                  f"--model-package-arn)")
     source = ("model_package_arn", "image", "model_data")
     raw: dict[str, Any] = {k: v for k, v in flags.items() if v is not None and k not in source}
     raw["source"] = {k: flags[k] for k in source if flags[k]}

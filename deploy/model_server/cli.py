@@ -54,11 +54,11 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="how long a drain serves live streams after SIGTERM (default 25)")
     p.add_argument("--max-streams", type=lambda t: int_in(t, 1, 100_000, "a number of streams", "at least 1"), default=256, help="streams open at once before 503 (default 256)")
     p.add_argument("--stt-compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="compile the recogniser's step before taking traffic (default on; ~30 s at a cold start)")
+                   help="compile the recogniser's step before taking traffic (default on; slow at a cold start)")
     p.add_argument("--tts-compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="compile each voice's steps for a lone stream before taking traffic (a third less "
-                        "CPU of a stream that speaks alone; batches stay eager; default on; ~20 s a voice at a "
-                        "cold start)")
+                   help="compile each voice's steps for a lone stream before taking traffic (less CPU "
+                        "for a stream that speaks alone; batches stay eager; default on; slow at a cold "
+                        "start)")
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
                    help="where the models run: auto takes the GPU when torch sees one (a CUDA build of torch "
                         "and a driver), else the CPU; cuda without a GPU is an error (default auto)")

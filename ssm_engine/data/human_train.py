@@ -4,7 +4,7 @@
     summary = build_human_train("data/stt/people", clips, copies=3, judge=whisper_judge)
     parley data people --out data/stt/people                  # the same from the command line
 
-The recogniser trained on synthetic voices only and does not hear people (issue 22). The
+The recogniser trained on synthetic voices only and did not hear people. The
 registries ship no speech corpus, but four games in Debian main carry hours of English voice
 acting, with every line's words in the game's own data files:
 

@@ -3,7 +3,7 @@
     summary = pack("data/stt/h3", "gpu/h3.tgz", level=0.97)     # train.tsv, heldout.tsv, clips
     folder = unpack("gpu/h3.tgz", "/tmp/data")                  # -> /tmp/data/h3, a data set again
 
-Why: the GPU machine (issue 22) is reached with the repository and at most 64 MiB beside it, and
+Why: the GPU machine is reached with the repository and at most 64 MiB beside it, and
 has none of the voices or game files the data is made from. 8 kHz 16-bit WAV is 16 kB a second
 (17.6 h: ~1 GB); Opus at 14 kb/s is 1.7 kB a second, so four to five hours fit. Opus is
 a lossy speech codec like those a phone call crosses, so the clips lose what a codec takes, which
@@ -14,7 +14,7 @@ paths pointing at ``<name>/<split>/<n>.opus``, plus ``<name>/PACK.json`` (what w
 hours, bytes and bitrate) and, when given, a pronouncing dictionary (``--phones``) under
 ``<name>/`` so training on a machine without pocketsphinx still has its phone targets.
 ``level`` is libsndfile's compression level for Opus. At 8 kHz, measured on the 150 clips of
-``data/stt/dev-b`` with the recogniser shipped in the 33rd session (``parley eval stt`` on the
+``data/stt/dev-b`` with the recogniser shipped 2026-12-05 (git 08bd942; ``parley eval stt`` on the
 unpacked manifest, WAV: WER 0.147): 0.97 (the default) is 13.7 kb/s and WER 0.159 (1.08x),
 0.985 11.0 kb/s and 0.181, 1.0 8.3 kb/s and 0.210 (1.43x): the lowest rates cost what the
 recogniser hears. ``max_mb`` refuses a pack that would not travel.

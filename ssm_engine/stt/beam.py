@@ -53,7 +53,7 @@ def _lse(a: float, b: float) -> float:
 @dataclass(frozen=True)
 class BeamConfig:
     """Search settings (scores in natural log). Defaults were tuned on a development set of
-    held-out voices with sentences of their own (see models/stt/MODEL_CARD.md)."""
+    held-out voices with sentences of their own (see models/stt/TRAINING-NOTES.md)."""
 
     beam_size: int = 64
     lm_weight: float = 0.8

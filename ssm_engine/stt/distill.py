@@ -1,4 +1,4 @@
-"""Whisper tiny.en's encoder as a teacher for the recogniser's hidden states (issue 22).
+"""Whisper tiny.en's encoder as a teacher for the recogniser's hidden states.
 
 The recogniser learns English from a few dozen speakers; Whisper's encoder learnt it from
 hundreds of thousands of hours. Distillation hands the student that encoder's view of the very

@@ -67,6 +67,7 @@ class WebRTCCall(CallSupervisor):
         self.pc_id = connection.pc_id  # pipecat's name for the peer connection (signaling uses it)
         call_id = f"WR{uuid.uuid4().hex}"  # the record's id, URL-safe like Twilio's CA...
         self._ended_sent = False
+        self._latency_rows_sent = 0  # the page's latency table has a row for turns 1..this
         self._closed = asyncio.Event()
         self._watcher: asyncio.Task | None = None
         transport = WebRTCCallTransport(
@@ -140,11 +141,24 @@ class WebRTCCall(CallSupervisor):
     def _send_ended(self, reason: str) -> None:
         if not self._ended_sent:
             self._ended_sent = True
+            self._send_latency_rows()  # a last turn that got no reply audio still gets its row
             self.events.end()      # the agent's last line is final before the call ends
             self.send(CallMessage("ended", self.call_id, reason))
 
     def _on_turn(self, turn: TurnLatency) -> None:
-        self.send(LatencyMessage.of(turn))
+        self._send_latency_rows(upto=turn.turn)
+
+    def _send_latency_rows(self, upto: int | None = None) -> None:
+        """A latency row for each turn (up to ``upto``) the page has none for, in order. A turn
+        reports when its first reply audio leaves; one that never had its own (the agent took it
+        back and answered it with the next, or the caller talked over it first) is sent with the
+        marks it reached when a later turn reports or the call ends, so the table skips none."""
+        for turn in self.latency.turns:
+            if upto is not None and turn.turn > upto:
+                break
+            if turn.turn > self._latency_rows_sent:
+                self._latency_rows_sent = turn.turn
+                self.send(LatencyMessage.of(turn))
 
     # -- the call's life (CallSupervisor's hooks) ------------------------------------------------
 

@@ -197,9 +197,23 @@ class PageEventsObserver(BaseObserver):
         """Playback stopped (or was cut): the turn's line so far is final; more may follow."""
         self._cancel_late_end()
         if not self._playing:
+            if interrupted:
+                self._tag_cut_line()
             return
         line = self.line(self._playing_turn)
         line.interrupted = line.interrupted or interrupted
         self._send(TranscriptMessage("agent", line.played_text, True, self._playing_turn,
                                      interrupted=line.interrupted))
         self._playing = False
+
+    def _tag_cut_line(self) -> None:
+        """An interruption that comes after playback stopped (the output's stop can pass the
+        observer before the interruption does: a reply cut after its first word) still tags the
+        line it cut, if fewer of its words were played than said and it is not tagged yet."""
+        line = self.lines.get(self._playing_turn)
+        if line is None or line.interrupted or not line.played_text:
+            return
+        if len(line.played_text.split()) >= len(line.said_text.split()):
+            return  # every word it said was played: nothing was cut
+        line.interrupted = True
+        self._send(TranscriptMessage("agent", line.played_text, True, self._playing_turn, interrupted=True))

@@ -75,7 +75,7 @@ def test_version_and_ports_out_of_range(capsys):
 
 
 def test_model_server_device_defaults_to_auto_and_cuda_without_a_gpu_stops_at_start(capsys):
-    """`parley model-server --device` (issue 25): auto by default; a GPU asked for on a machine
+    """`parley model-server --device`: auto by default; a GPU asked for on a machine
     where torch sees none is one line and exit 2 before anything loads or listens."""
     import torch
 

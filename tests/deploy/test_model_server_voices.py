@@ -1,4 +1,4 @@
-"""The model tier speaks every shipped voice (issue 28): a request picks one by Cartesia's
+"""The model tier speaks every shipped voice: a request picks one by Cartesia's
 ``voice: {"mode": "id", "id"}``, per context, on the streaming API and /invocations; a model
 server process loads each voice its model folder holds; the agent tier's remote voice asks for
 the voice ``parley serve --voice`` (or the agent spec) names."""

@@ -1,4 +1,4 @@
-"""Device choice (issue 25): what ``--device`` resolves to, and a batched recogniser whose model
+"""Device choice: what ``--device`` resolves to, and a batched recogniser whose model
 sits on another device than the CPU tensors callers hand it.
 
 No GPU is lent to CI, so the second part puts a model's weights on torch's ``meta`` device

@@ -1,4 +1,4 @@
-"""A data set packed to travel to the GPU machine (issue 22): Opus clips in one tar, unpacked
+"""A data set packed to travel to the GPU machine: Opus clips in one tar, unpacked
 into a data set the trainer reads; a run's results made small to carry back; the device
 script's whole path, run here on the CPU."""
 

@@ -77,6 +77,12 @@ async def test_healthz(server):
             assert (await r.json())["status"] == "ok"
 
 
+async def test_the_browsers_icon_request_is_no_content_not_a_404(server):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(f"http://127.0.0.1:{server.port}/favicon.ico") as r:
+            assert r.status == 204 and await r.read() == b""
+
+
 def test_no_token_and_not_insecure_is_a_clear_error():
     with pytest.raises(TelephonyError, match="TWILIO_AUTH_TOKEN"):
         ServerConfig(auth_token=None)

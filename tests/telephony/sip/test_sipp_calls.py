@@ -185,7 +185,7 @@ async def test_through_a_kamailio_proxy_our_bye_follows_its_record_route(sip_ser
 
 
 async def test_an_ended_call_leaves_no_pipeline_behind(sip_server, seen, tmp_path):
-    """Regression (bench_soak, issue 27): ``SipServer.recent`` kept its last 100 ended SipCalls
+    """Regression (found by bench_soak, 2026-12-03): ``SipServer.recent`` kept its last 100 ended SipCalls
     whole, and with them their pipelines, ~1.2 MB a call: the server grew by that for every SIP
     call. What is kept now is a summary; once the call ends nothing holds the call itself."""
     import gc

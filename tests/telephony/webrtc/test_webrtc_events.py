@@ -110,7 +110,7 @@ async def test_a_reply_that_pauses_stays_one_line():
 
 
 async def test_a_word_played_after_playback_stopped_still_ends_its_line(monkeypatch):
-    """Regression (CI, 43rd session): pipecat times words by the clock and the stop by the audio;
+    """Regression (CI, 2026-12-06): pipecat times words by the clock and the stop by the audio;
     on a busy machine the greeting's last word came after its BotStoppedSpeakingFrame, and the
     line never became final."""
     monkeypatch.setattr(events, "LATE_WORD_END_S", 0.05)
@@ -153,3 +153,54 @@ async def test_the_line_playing_when_the_call_ends_is_final():
     assert [(m["text"], m["final"], m["interrupted"]) for m in t.sent] == [
         ("We are closing now.", False, False), ("We are closing now. Goodbye.", False, False),
         ("We are closing now. Goodbye.", True, False)]
+
+
+async def test_a_reply_cut_after_one_word_is_tagged_when_the_stop_comes_first():
+    """Regression: a reply cut to one word showed no "(interrupted)": the output's stop reached
+    the observer before the interruption, which then found no line playing and tagged none."""
+    t = Timeline()
+    t.turn = 1
+    frame = _word("Sure,")
+    await t.push(TTS, frame)
+    await t.push(TTS, _word("your order ships on Tuesday."))   # said, never played
+    await t.push(OUT, BotStartedSpeakingFrame())
+    await t.push(OUT, frame, first=False)
+    await t.push(OUT, BotStoppedSpeakingFrame())               # the caller cut in: playback stops
+    await t.push(NEXT, InterruptionFrame())                    # ... and the interruption follows
+    assert [(m["text"], m["final"], m["interrupted"]) for m in t.sent] == [
+        ("Sure,", False, False), ("Sure,", True, False), ("Sure,", True, True)]
+    await t.push(NEXT, InterruptionFrame())                    # tagged once
+    assert len(t.sent) == 3
+
+
+async def test_an_interruption_after_a_whole_reply_tags_nothing():
+    t = Timeline()
+    frame = _word("Goodbye.")
+    await t.push(TTS, frame)
+    await t.push(OUT, frame, first=False)
+    await t.push(OUT, BotStoppedSpeakingFrame())
+    await t.push(NEXT, InterruptionFrame())                    # the caller speaks after it ended
+    assert [(m["text"], m["final"], m["interrupted"]) for m in t.sent] == [
+        ("Goodbye.", False, False), ("Goodbye.", True, False)]
+
+
+def test_a_turn_without_reply_audio_of_its_own_still_gets_its_latency_row():
+    """Regression: the page's latency table skipped a turn of a four-turn call: a row went out
+    only when a turn's reply audio left, and a turn the agent took back had none."""
+    from types import SimpleNamespace
+
+    from telephony.webrtc.call import WebRTCCall
+
+    call = WebRTCCall.__new__(WebRTCCall)  # the page's side only: no connection, no pipeline
+    sent: list[dict] = []
+    call.send = lambda message: sent.append(message.to_dict())
+    call._latency_rows_sent = 0
+    turns = [TurnLatency(turn=n, end_of_speech_s=float(n)) for n in (1, 2, 3, 4)]
+    call.latency = SimpleNamespace(turns=turns[:1])
+    call._on_turn(turns[0])
+    call.latency.turns = turns[:3]            # turn 2 got no audio of its own; turn 3 did
+    call._on_turn(turns[2])
+    call.latency.turns = turns                # turn 4 had no reply when the call ended
+    call._send_latency_rows()
+    call._send_latency_rows()
+    assert [m["turn"] for m in sent] == [1, 2, 3, 4]
