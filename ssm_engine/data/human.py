@@ -302,6 +302,8 @@ def _package_path(root: Path, cache: Path, package: str, rel: str) -> Path | Non
 
 _UQM_VOICE = "usr/share/games/uqm/content/addons/uqm-0.8.0-voice.uqm"
 _UQM_CONTENT = "usr/share/games/uqm/content/packages/uqm-0.8.0-content.uqm"
+MIN_S_PER_WORD = 0.25
+"""A span cut at a subtitle timing that is shorter than this per word was cut wrongly: left out."""
 UQM_PER_ACTOR = 150
 """Lines kept per actor, spread evenly over the actor's lines (7,575 lines are known; all of
 them would make a 9 h set, slow to score on two cores)."""
@@ -533,6 +535,11 @@ def build_human_set(out_dir: str | Path, *, root: str | Path = "/",
             log.warning("human set: no %s recordings (%s not installed?)", src.name, src.package)
         for i, clip in enumerate(clips):
             x = _load(clip)
+            if clip.snap_s and len(x) / RATE_HZ < MIN_S_PER_WORD * len(clip.text.split()):
+                log.info("human set: %s %s: %.2f s is too short for %r (a timing error)",
+                         clip.path.name, clip.member, len(x) / RATE_HZ, clip.text)
+                info["clips"] -= 1
+                continue
             stem = Path(clip.member).stem if clip.member else clip.path.stem
             dest = out / "wav" / src.name / f"{i:03d}-{stem}.wav"
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,8 @@ ends are moved to the quietest moment near the subtitle timing when the audio is
 Lines are left out when their words are not known as spoken: digits (``241.6`` is read aloud
 in more than one way), the Orz's ``*untranslatable*`` words, ``<...>`` and ``a/b`` choices,
 all-capitals lines (the ship computer's synthetic voice and the Slylandro probe's), and the
-out-takes. Fillers ("er", "uh") are dropped from the words, as in the other sources.
+out-takes, and lines with written sounds ("Grunt", "Kyaiee", "heeelllooo"). Fillers ("er",
+"uh") are dropped from the words, as in the other sources.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ UQM_CAST = {
     "syreen": "wild", "vux": "wild", "umgah": "zee", "melnorme": "zee", "urquan": "zee",
 }
 _FILLERS = {"er", "uh", "um", "ah", "erm", "hmm", "mm"}
+# written sounds, not words: a line holding one is left out (so is a drawn-out "heeeello")
+_NOT_WORDS = {"grunt", "grunts", "whimper", "awk", "aiee", "kyaiee", "sigh", "gasp", "ha",
+              "hah", "heh", "hee", "hahaha", "ooh"}
+_RESPELL = {"fourty": "forty"}
 _KEY = re.compile(r"^#\(([^)]*)\)\s*(\S+\.ogg)?\s*$")
 
 
@@ -84,7 +89,10 @@ def spoken_words(line: str) -> str | None:
     letters = [c for c in line if c.isalpha()]
     if len(line.split()) >= 2 and letters and all(c.isupper() for c in letters):
         return None
-    words = [w for w in line.split() if re.sub(r"[^a-z]", "", w.lower()) not in _FILLERS]
+    bare = [re.sub(r"[^a-z]", "", w.lower()) for w in line.split()]
+    if any(b in _NOT_WORDS or re.search(r"([a-z])\1\1", b) for b in bare):
+        return None
+    words = [_RESPELL.get(b, w) for w, b in zip(line.split(), bare) if b not in _FILLERS]
     return " ".join(words) or None
 
 

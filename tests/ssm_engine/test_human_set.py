@@ -23,6 +23,7 @@ from ssm_engine.data.human import (
     split_on_pauses,
 )
 from ssm_engine.data.manifest import read_manifest
+from ssm_engine.data.uqm import spoken_words
 
 
 def _tone(seconds: float, rate: int, f_hz: float = 220.0) -> np.ndarray:
@@ -230,3 +231,13 @@ def test_the_original_set_can_still_be_chosen():
     assert len(select_sources(["all"])) == len(SOURCES) > len(ORIGINAL_SOURCES)
     with pytest.raises(DataError, match="unknown"):
         select_sources(["asterisk"])
+
+
+@pytest.mark.parametrize("line,words", [
+    ("Oh! Er, fourty ships.", "Oh! forty ships."),
+    ("Grunt!", None), ("Kyaiee!", None), ("Heeelllllllloooooo!", None),
+    ("Coordinates 400.0 : 543.7.", None), ("Orz are *happy*.", None),
+    ("WE COME IN PEACE.", None), ("Is that a human? WHAT?!", "Is that a human? WHAT?!"),
+])
+def test_uqm_lines_are_words_that_were_said(line, words):
+    assert spoken_words(line) == words
