@@ -29,6 +29,7 @@ import json
 import logging
 import re
 import tarfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,11 +38,12 @@ from typing import Any
 import numpy as np
 
 from .audio import resample, write_wav
+from ..words import normalize_text
 from .errors import DataError
 from .manifest import write_manifest
 
-__all__ = ["Clip", "HumanSource", "SOURCES", "build_human_set", "check_not_reserved",
-           "split_on_pauses", "RESERVED_DIRS"]
+__all__ = ["Clip", "HumanSource", "SOURCES", "ORIGINAL_SOURCES", "build_human_set",
+           "check_not_reserved", "split_on_pauses", "select_sources", "RESERVED_DIRS"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,8 @@ class Clip:
     start_s: float | None = None      # a span of a longer recording
     end_s: float | None = None
     raw_rate_hz: int | None = None    # headerless 16-bit little-endian PCM at this rate
-    member: str | None = None         # a file inside the tar archive ``path``
+    member: str | None = None         # a file inside the tar or zip archive ``path``
+    snap_s: float = 0.0               # move start_s/end_s to the quietest 20 ms this near
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,97 @@ def _mfa(root: Path, cache: Path) -> list[Clip]:
     return clips
 
 
+# --- game voice packs, unpacked under <cache>/deb/<package>/ or installed ---------------------
+
+def _package_path(root: Path, cache: Path, package: str, rel: str) -> Path | None:
+    """``rel`` in ``package``: unpacked by scripts/install-human-speech under
+    ``<cache>/deb/<package>/`` or, failing that, installed under ``root``."""
+    for base in (cache / "deb" / package, root):
+        if (base / rel).exists():
+            return base / rel
+    return None
+
+
+_UQM_VOICE = "usr/share/games/uqm/content/addons/uqm-0.8.0-voice.uqm"
+_UQM_CONTENT = "usr/share/games/uqm/content/packages/uqm-0.8.0-content.uqm"
+MIN_S_PER_WORD = 0.25
+"""A span cut at a subtitle timing that is shorter than this per word was cut wrongly: left out."""
+UQM_PER_ACTOR = 150
+"""Lines kept per actor, spread evenly over the actor's lines (7,575 lines are known; all of
+them would make a 9 h set, slow to score on two cores)."""
+
+
+def _uqm(root: Path, cache: Path) -> list[Clip]:
+    """The Ur-Quan Masters' voice acting (``uqm.py``): one line of dialogue a clip, cut at the
+    subtitle timings, each end moved to the quietest moment within 0.4 s."""
+    from .uqm import UQM_CAST, uqm_lines
+
+    voice = _package_path(root, cache, "uqm-voice", _UQM_VOICE)
+    content = _package_path(root, cache, "uqm-content", _UQM_CONTENT)
+    if voice is None or content is None:
+        return []
+    by_actor: dict[str, list[Clip]] = {}
+    for line in uqm_lines(voice, content):
+        actor = UQM_CAST[line.race]
+        by_actor.setdefault(actor, []).append(
+            Clip(voice, normalize_text(line.text), actor, line.start_s, line.end_s, member=line.member,
+                 snap_s=0.4))
+    out = []
+    for actor in sorted(by_actor):
+        lines = by_actor[actor]
+        step = max(1.0, len(lines) / UQM_PER_ACTOR)
+        out += [lines[int(i * step)] for i in range(min(len(lines), UQM_PER_ACTOR))]
+    return out
+
+
+_KAJONGG = "usr/share/kajongg/voices"
+_KAJONGG_SUITS = {"b": "bamboo", "c": "character", "s": "stone"}
+# the calls and honour tiles (the voices' file names); "db", the white dragon, is left out:
+# three of the four voices say a word that is not "white" (Whisper tiny.en hears "blue")
+_KAJONGG_WORDS = {
+    "chow": "chow", "pung": "pung", "kong": "kong", "mahjongg": "mah jongg",
+    "originalcall": "original call", "violatesoriginalcall": "violates original call",
+    "dangerousgame": "dangerous game", "nochoice": "no choice",
+    "dr": "red dragon", "dg": "green dragon",
+    "we": "east", "ws": "south", "ww": "west", "wn": "north",
+}
+
+
+def _kajongg(root: Path, cache: Path) -> list[Clip]:
+    """Kajongg's four English voices (``voices/<voice>/``; ``voices/de/`` is German): a tile
+    (``b3``: "bamboo three") or a call (``originalcall``: "original call") a clip."""
+    folder = _package_path(root, cache, "kajongg", _KAJONGG)
+    if folder is None:
+        return []
+    out = []
+    for voice in sorted(p for p in folder.iterdir() if p.is_dir() and p.name != "de"):
+        for p in sorted(voice.glob("*.ogg")):
+            stem = p.stem
+            if len(stem) == 2 and stem[0] in _KAJONGG_SUITS and stem[1] in "123456789":
+                text = f"{_KAJONGG_SUITS[stem[0]]} {_TIDIGIT[stem[1]]}"
+            elif stem in _KAJONGG_WORDS:
+                text = _KAJONGG_WORDS[stem]
+            else:
+                continue
+            out.append(Clip(p, text, voice.name))
+    return out
+
+
+_QABCS = "usr/share/qabcs/abcs"
+
+
+def _qabcs(root: Path, cache: Path) -> list[Clip]:
+    """qABCs' English picture words (``abcs/en`` US, ``abcs/en_gb`` British): the file name is
+    the word ("electric_guitar.ogg"). Its spoken letters are left out (a letter's name is
+    written in more than one way)."""
+    folder = _package_path(root, cache, "qabcs-data", _QABCS)
+    if folder is None:
+        return []
+    return [Clip(p, p.stem.replace("_", " ").lower(), lang)
+            for lang in ("en", "en_gb")
+            for p in sorted((folder / lang / "sounds/words").glob("*.ogg"))]
+
+
 SOURCES: tuple[HumanSource, ...] = (
     HumanSource("librivox", "Debian pocketsphinx-testdata", "public domain (LibriVox)",
                 "1 female reader, US English", "read sentences (Sense and Sensibility)",
@@ -311,7 +405,37 @@ SOURCES: tuple[HumanSource, ...] = (
                 "the MFA author (North American male) and ~8 others, US and UK",
                 "spontaneous speech, voice qualities, podcast clips, read speech",
                 "its .lab/.txt files and tests/conftest.py, fillers (uh, um) dropped", _mfa),
+    HumanSource("uqm", "Debian uqm-voice + uqm-content 0.8.0+deb-1 (non-free)",
+                "CC BY-NC-SA 2.5 (The Ur-Quan Masters): non-commercial, so for measuring a "
+                "recogniser only, never for training weights",
+                f"13 credited actors, US English ({UQM_PER_ACTOR} lines each at most)",
+                "acted dialogue of alien captains, some voices effect-processed",
+                "the game's dialogue files, one line a clip at its subtitle timing; lines with "
+                "digits, *untranslatable* words, all-capitals (synthetic) voices left out", _uqm),
+    HumanSource("kajongg", "Debian kajongg 4:22.12.3-1", "GPL-2.0-or-later (Kajongg voices)",
+                "4 speakers (2 female, 2 male), English", "mah-jongg tiles and calls",
+                "the file names (b3: bamboo three, originalcall: original call)", _kajongg),
+    HumanSource("qabcs", "Debian qabcs-data 1.0.2-6", "GPL-3.0-or-later (qABCs)",
+                "2 speakers: US English (en), British English (en_gb)",
+                "single picture words (a children's alphabet)", "the file names", _qabcs),
 )
+ORIGINAL_SOURCES = ("librivox", "cards", "pocketsphinx-raw", "alsa", "ktuberling",
+                    "codec2-harvard", "mfa")
+"""The sources of the first development set (156 clips, ~7.5 min), which published figures
+before 2026-12-07 refer to: ``parley data human --sources original``."""
+
+
+def select_sources(names: list[str] | tuple[str, ...]) -> tuple[HumanSource, ...]:
+    """Sources by name; ``original`` stands for ORIGINAL_SOURCES, ``all`` for every one."""
+    wanted: set[str] = set()
+    for n in names:
+        wanted |= ({s.name for s in SOURCES} if n == "all" else
+                   set(ORIGINAL_SOURCES) if n == "original" else {n})
+    unknown = wanted - {s.name for s in SOURCES}
+    if unknown:
+        raise DataError(f"unknown human-speech sources {sorted(unknown)}; known: "
+                        f"{[s.name for s in SOURCES]}, original, all")
+    return tuple(s for s in SOURCES if s.name in wanted)
 
 
 # --- building the set ----------------------------------------------------------------------
@@ -329,9 +453,36 @@ def _archive_audio(path: Path) -> dict[str, bytes]:
         return out
 
 
+@functools.lru_cache(maxsize=2)
+def _zip_audio(path: Path, member: str) -> tuple[np.ndarray, int]:
+    """One audio file of a zip archive, decoded (kept: a clip's lines are read one by one)."""
+    import soundfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = z.read(member)
+        y, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except (KeyError, RuntimeError, zipfile.BadZipFile, soundfile.LibsndfileError) as exc:
+        raise DataError(f"{path}:{member}: cannot read audio: {exc}") from exc
+    return y.mean(axis=1), rate
+
+
+def _quietest(x: np.ndarray, rate: int, at_s: float, within_s: float) -> float:
+    """The middle of the quietest 20 ms frame within ``within_s`` of ``at_s`` (seconds)."""
+    hop = rate // 50
+    lo, hi = max(0, int((at_s - within_s) * rate)), min(len(x), int((at_s + within_s) * rate))
+    n = (hi - lo) // hop
+    if n < 1:
+        return at_s
+    energy = np.mean(x[lo: lo + n * hop].reshape(n, hop).astype(np.float64) ** 2, axis=1)
+    return (lo + (int(np.argmin(energy)) + 0.5) * hop) / rate
+
+
 def _load(clip: Clip) -> np.ndarray:
     """A clip's samples as float32 mono at RATE_HZ."""
-    if clip.member is not None:
+    if clip.member is not None and zipfile.is_zipfile(clip.path):
+        x, rate = _zip_audio(clip.path, clip.member)
+    elif clip.member is not None:
         import soundfile
 
         data = _archive_audio(clip.path).get(clip.member)
@@ -354,7 +505,12 @@ def _load(clip: Clip) -> np.ndarray:
             raise DataError(f"{clip.path}: cannot read audio: {exc}") from exc
         x = y.mean(axis=1)
     if clip.start_s is not None:
-        x = x[int(clip.start_s * rate): int((clip.end_s or len(x) / rate) * rate)]
+        start_s, end_s = clip.start_s, clip.end_s or len(x) / rate
+        if clip.snap_s and start_s > 0:
+            start_s = _quietest(x, rate, start_s, clip.snap_s)
+        if clip.snap_s and clip.end_s is not None:
+            end_s = _quietest(x, rate, end_s, clip.snap_s)
+        x = x[int(start_s * rate): int(end_s * rate)]
     return resample(x, rate, RATE_HZ)
 
 
@@ -373,11 +529,17 @@ def build_human_set(out_dir: str | Path, *, root: str | Path = "/",
         clips = src.find(root, cache)
         check_not_reserved(c.path for c in clips)
         info = {k: v for k, v in asdict(src).items() if k != "find"}
-        info.update(clips=len(clips), seconds=0.0, words=0, missing=not clips)
+        info.update(clips=len(clips), speakers_found=len({c.speaker for c in clips}),
+                    seconds=0.0, words=0, missing=not clips)
         if not clips:
             log.warning("human set: no %s recordings (%s not installed?)", src.name, src.package)
         for i, clip in enumerate(clips):
             x = _load(clip)
+            if clip.snap_s and len(x) / RATE_HZ < MIN_S_PER_WORD * len(clip.text.split()):
+                log.info("human set: %s %s: %.2f s is too short for %r (a timing error)",
+                         clip.path.name, clip.member, len(x) / RATE_HZ, clip.text)
+                info["clips"] -= 1
+                continue
             stem = Path(clip.member).stem if clip.member else clip.path.stem
             dest = out / "wav" / src.name / f"{i:03d}-{stem}.wav"
             dest.parent.mkdir(parents=True, exist_ok=True)

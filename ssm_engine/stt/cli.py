@@ -99,7 +99,8 @@ def register_cli(subparsers: Any) -> None:
         "Debian packages (run scripts/install-human-speech first)",
         description="Collects recorded human English speech with known words from the packages "
         "scripts/install-human-speech installs (pocketsphinx-testdata, alsa-utils, "
-        "ktuberling-data, codec2-examples), writes each clip as 16 kHz WAV with human.tsv "
+        "ktuberling-data, codec2-examples; The Ur-Quan Masters' voices, kajongg and qabcs-data "
+        "unpacked under --registry), writes each clip as 16 kHz WAV with human.tsv "
         "(path<TAB>text), human_voices.tsv (source:speaker, for per-source scores) and "
         "SOURCES.json (package, licence, speakers, clips, seconds, words). Score a recogniser "
         "on it with: parley eval stt --engine ssm --manifest OUT/human.tsv. The Asterisk "
@@ -107,6 +108,12 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--out", default="data/stt/human", help="output folder (default %(default)s)")
     p.add_argument("--root", default="/", help="file system root the packages are installed "
                    "under (default %(default)s)")
+    p.add_argument("--registry", default="data/registry", help="where scripts/install-human-"
+                   "speech keeps archives and unpacks packages (<registry>/deb/<package>/; "
+                   "default %(default)s)")
+    p.add_argument("--sources", nargs="+", default=["all"], metavar="NAME",
+                   help="sources by name, 'original' for the first set's seven (156 clips, "
+                   "the one figures before 2026-12-07 refer to), or 'all' (default)")
     p.set_defaults(func=_data_human)
 
     p = data.add_parser(
@@ -384,13 +391,15 @@ def _data_stt(args: argparse.Namespace) -> int:
 
 
 def _data_human(args: argparse.Namespace) -> int:
-    from ..data.human import build_human_set
+    from ..data.human import build_human_set, select_sources
 
     _logging()
-    summary = build_human_set(args.out, root=args.root)
+    summary = build_human_set(args.out, root=args.root, cache=args.registry,
+                              sources=select_sources(args.sources))
     for src in summary["sources"]:
         state = "MISSING (install it)" if src["missing"] else (
-            f"{src['clips']} clips, {src['seconds']} s, {src['words']} words")
+            f"{src['clips']} clips, {src['speakers_found']} speakers, {src['seconds']} s, "
+            f"{src['words']} words")
         print(f"{src['name']:<18} {src['package']:<32} {state}")
     print(f"{'total':<18} {'':<32} {summary['clips']} clips, {summary['seconds']} s, "
           f"{summary['words']} words -> {args.out}/human.tsv")
