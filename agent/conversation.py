@@ -169,6 +169,16 @@ class Conversation:
                             True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases,
                                         keywords=self._keywords)}
 
+    @property
+    def task(self) -> str | None:
+        """The name of the task under way (its slots asked, its tool out), or None."""
+        return self._task.name if self._task is not None else None
+
+    @property
+    def slot(self) -> str | None:
+        """The name of the slot being asked for or read back, or None."""
+        return self._slot.name if self._slot is not None else None
+
     def checkpoint(self) -> Checkpoint:
         """The dialogue's state now (where it is, the slots so far, its counters), for
         ``rollback``."""
