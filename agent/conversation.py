@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Transfer
-from agent.phrases import GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
+from agent.phrases import FRAME, GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
 from agent.phrases import has_any, request_end, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
 from agent.retrieval import STOPWORDS, stem, words
@@ -124,7 +124,7 @@ class Conversation:
         self.state = State.IDLE
         self.values: dict[str, str] = {}
         self.last_said = ""
-        self._knowledge = KnowledgeMatcher(spec.knowledge, encoder)
+        self._knowledge = KnowledgeMatcher(spec.knowledge, encoder, name=spec.name)
         self._task: TaskSpec | None = None
         self._slot: SlotSpec | None = None
         self._pending_value: str | None = None
@@ -334,6 +334,7 @@ class Conversation:
         if not ws or ws[0] not in QUESTION_WORDS or has_any(ws, REQUESTS):
             return False
         content = [stem(w) for w in ws if w not in STOPWORDS and w not in GENERIC
+                   and w not in QUESTION_WORDS and w not in FRAME and stem(w) not in FRAME
                    and not digits_in(w) and w not in ("oh", "double", "triple")]
         return any(w not in self._trigger_words for w in content)
 
@@ -381,8 +382,9 @@ class Conversation:
                 return [self._say(self.spec.messages.offer_transfer)]
             return self._start_task(next(t for t in self.spec.tasks if t.name == target), "")
         strong = self._knowledge.questions.search(text, min_coverage=0.75)
-        if kb is not None and (strong is not None or task is None
-                               or self._explained_by(task, ws, kb)) and number_task is None:
+        if kb is not None and (strong is not None or task is None or self._explained_by(task, ws, kb)
+                               or (question and self._asks_beyond(task, text, kb))) \
+                and number_task is None:
             self._misses = 0
             return self._answer(self.spec.knowledge[kb].answer)
         chosen = task if task is not None else number_task
@@ -426,6 +428,14 @@ class Conversation:
         keywords = {stem(w) for k in self.spec.knowledge[kb].keywords for w in words(k)}
         heard = [p for p in task.triggers if has_any(ws, (p,))]
         return bool(heard) and all(stem(w) in keywords for p in heard for w in words(p))
+
+    def _asks_beyond(self, task: TaskSpec, text: str, kb: int) -> bool:
+        """Whether a question that names ``task``'s trigger asks about knowledge item ``kb``
+        with a word of the item's own that no trigger is: "how long until an order arrives"
+        (arrive) asks the shipping question; "when will my order be delivered" (delivered, a
+        trigger) is the order task."""
+        _, own = self._knowledge.uncovered(text, kb)
+        return any(w not in FRAME and not has_any([w], task.triggers) for w in own)
 
     def _asks_for_more(self, ws: list[str]) -> bool:
         """A request ("I would like to check my order") with words of its own after the request

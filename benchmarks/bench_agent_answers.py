@@ -23,7 +23,8 @@ from common import ROOT, git_sha  # noqa: E402
 
 from harness.answer_sets import load_answer_set, score_answers, score_mixed_initiative  # noqa: E402
 
-SETS = sorted((ROOT / "tests" / "agent" / "data").glob("*_questions.yaml"))
+DATA = ROOT / "tests" / "agent" / "data"
+SETS = sorted(DATA.glob("*_questions.yaml")) + sorted(DATA.glob("*_heldout.yaml"))
 
 
 def main() -> None:
