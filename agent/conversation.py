@@ -88,6 +88,29 @@ _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name
                                     "yes_no": "yes_no"}
 
 
+_NAME_ENDS = re.compile(r"\s*(?:[,.;!?]|\band\b|\bmy\b|\bi\b|\bi'd\b|\bi'm\b|\bplease\b|"
+                        r"\bcalling\b|\bphone\b|\bnumber\b|\bat\b|\bon\b|\bfrom\b|\d)",
+                        re.IGNORECASE)
+_DATE = re.compile(
+    r"\b(?:(?:on|for|next|this)\s+)?(?:today|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)day|"
+    r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
+    r"\s+\w+)\b", re.IGNORECASE)
+
+
+def name_in(text: str, *, introduced: bool = True) -> str | None:
+    """The caller's name in a turn that says more than it ("this is Sara Khan, please call me
+    back ..."): the words after an introduction (``introduced``; else from the start) up to
+    the next clause ("and", "my", a comma, a digit), if they read as a name."""
+    if introduced:
+        m = _INTRODUCTION.search(text)
+        if m is None:
+            return None
+        text = m.group(1)
+    end = _NAME_ENDS.search(text)
+    head = text[:end.start()] if end is not None else text
+    return extract("name", head) if head.strip() else None
+
+
 def _min_digits(slot_kind: str) -> int:
     """The digits a whole answer for a slot of this kind usually has (the end of turn holds a
     caller who stopped short of it: "five five five, three oh nine, ...")."""
@@ -99,7 +122,8 @@ class _Fill(dict):
         raise KeyError(key)
 
 
-_DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_attempts",
+_DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_prefilled",
+                   "_attempts",
                    "_misses", "_silences", "_keypad", "_asked_anything_else", "_heard",
                    "_offered_task")
 """Every attribute an input may change; the rest is built from the spec once."""
@@ -128,6 +152,7 @@ class Conversation:
         self._task: TaskSpec | None = None
         self._slot: SlotSpec | None = None
         self._pending_value: str | None = None
+        self._prefilled: dict[str, str] = {}     # slot values said before they were asked
         self._attempts = 0
         self._misses = 0
         self._silences = 0
@@ -483,41 +508,67 @@ class Conversation:
                      and any(p.lower() in _INTRODUCTIONS for p in t.triggers)), None)
 
     def _start_task(self, task: TaskSpec, text: str) -> list[Action]:
+        """Start ``task``; the slot values the request already holds ("... my name is Maria
+        Lopez and my number is 415 555 0199") are taken, each read back as usual, and only
+        the missing ones asked."""
         self._task = task
         self._asked_anything_else = False
         for name in task.slots:
             self.values.pop(name, None)
-        if task.slots:
-            value = self._prefill(self.spec.slot(task.slots[0]), text)
-            if value is not None:
-                self._slot, self._attempts = self.spec.slot(task.slots[0]), 0
-                return self._accept(value)
+        self._prefilled = self._values_in(task, text, first=True)
         actions = self._next()
-        if task.intro and actions and isinstance(actions[0], Say):
+        if task.intro and self.state is State.COLLECTING \
+                and actions and isinstance(actions[0], Say):   # a read-back needs no intro
             actions[0] = self._say(f"{task.intro} {actions[0].text}")
         return actions
 
+    def _values_in(self, task: TaskSpec, text: str, *, first: bool = False,
+                   skip: str | None = None) -> dict[str, str]:
+        """The values of ``task``'s empty slots (but ``skip``) that ``text`` holds. A number
+        slot takes digits only when it is the task's first (``first``: the request itself,
+        "order 12345"): elsewhere they are a phone number's. Free text is never taken: what a
+        caller says while asking is not their message."""
+        found: dict[str, str] = {}
+        for i, name in enumerate(task.slots):
+            if name in self.values or name == skip or not text.strip():
+                continue
+            slot = self.spec.slot(name)
+            value = (self._prefill(slot, text) if slot.kind != "number" or (i == 0 and first)
+                     else None)
+            if value is not None:
+                found[name] = value
+        return found
+
     @staticmethod
     def _prefill(slot: SlotSpec, text: str) -> str | None:
-        """The first slot's value when the request already holds it ("order 12345")."""
-        if slot.kind in ("number", "phone"):
+        """A slot's value when a turn already holds it: a number of 3 digits or more ("order
+        12345"), a phone number, a name after an introduction ("my name is ..."), a date."""
+        if slot.kind == "number":
             value = extract(slot.kind, text)
             return value if value is not None and len(value) >= 3 else None
+        if slot.kind == "phone":
+            return extract("phone", text)
         if slot.kind == "name":
-            m = _INTRODUCTION.search(text)
-            return extract("name", m.group(1)) if m else None
+            return name_in(text)
+        if slot.kind == "date":
+            m = _DATE.search(text)
+            return m.group(0) if m else None
         return None
 
     def _next(self) -> list[Action]:
-        """Ask for the next empty slot of the task, or finish it."""
+        """Ask for the next empty slot of the task (or read back its value, when the caller
+        said it already), or finish the task."""
         assert self._task is not None
         for name in self._task.slots:
             if name not in self.values:
                 self._slot = self.spec.slot(name)
                 self._attempts = 0
                 self._keypad = ""
+                if name in self._prefilled:
+                    return self._accept(self._prefilled.pop(name))
                 self.state = State.COLLECTING
                 return [self._say(self._slot.prompt)]
+        self._prefilled = {}
         self._slot = None
         task = self._task
         if task.tool is not None:
@@ -540,7 +591,11 @@ class Conversation:
 
     def _collect(self, text: str) -> list[Action]:
         assert self._slot is not None
+        if self._task is not None:         # "Maria Lopez, and my number is ...": both taken
+            self._prefilled.update(self._values_in(self._task, text, skip=self._slot.name))
         value = extract(self._slot.kind, text)
+        if value is None and self._slot.kind == "name":
+            value = name_in(text, introduced=False)
         if self._slot.kind == "number" and value is not None and len(value) < 3:
             value = None
         if value is None:

@@ -18,8 +18,8 @@ entry's answer. Counted:
 
 ``mixed_initiative`` turns are requests with slot values in them ("... my name is Maria Lopez and
 my number is 415 555 0199"): the values must be taken (each read back as usual, and confirmed
-with "yes") and only the missing slot asked (``asks``; null: none, the task goes on to its tool
-or its end).
+with "yes"), never asked for again, and the first slot asked must be the first missing one
+(``asks``; null: none, the task goes on to its tool or its end).
 """
 
 from __future__ import annotations
@@ -201,32 +201,46 @@ class MixedResult:
     turn: MixedTurn
     ok: bool
     filled: dict[str, str]
-    asked: str | None                 # the first slot asked for (not read back)
+    asked: tuple[str, ...]            # the slots asked for (not read back), in order
     replies: tuple[str, ...]
     why: str = ""
 
 
+ANSWERS = {"name": "Jane Doe", "phone": "six one seven five five five zero one nine nine",
+           "number": "1 2 3 4 5", "date": "next monday", "yes_no": "yes",
+           "text": "please ask the dentist to call me about my crown"}
+"""What the scripted caller says when a slot of each kind is asked."""
+
+
 def score_mixed_initiative(qs: AnswerSet, encoder: SentenceEncoder | None) -> list[MixedResult]:
-    """Say each request, confirm every read-back with "yes", and note what was asked."""
+    """Say each request; then confirm every read-back with "yes" and answer every question
+    (``ANSWERS``) until the task is done. A request passes when its values were taken, none of
+    its slots was asked for again, and the first slot asked is ``asks``."""
     results = []
     for turn in qs.mixed:
         conv = Conversation(qs.spec, encoder)
         actions = conv.hear(turn.say)
         replies = [" ".join(a.text for a in actions if isinstance(a, Say))]
         filled: dict[str, str] = {}
-        for _ in range(8):
+        asked: list[str] = []
+        for _ in range(12):
             filled.update({a.name: a.value for a in actions if isinstance(a, SlotFilled)})
-            if conv.state is not State.CONFIRMING:
+            if conv.state is State.CONFIRMING:
+                actions = conv.hear("yes")
+            elif conv.state is State.COLLECTING and conv.slot is not None:
+                asked.append(conv.slot)
+                actions = conv.hear(ANSWERS[qs.spec.slot(conv.slot).kind])
+            else:
                 break
-            actions = conv.hear("yes")
             replies.append(" ".join(a.text for a in actions if isinstance(a, Say)))
-        asked = conv.slot if conv.state is State.COLLECTING else None
         why = ""
-        if conv.task != turn.task and not (turn.asks is None and conv.state is State.WAITING_TOOL):
-            why = f"task {conv.task!r}, not {turn.task!r}"
+        if not filled and not asked:
+            why = "no task started"
         elif any(filled.get(k) != v for k, v in turn.slots.items()):
             why = f"slots {filled}, not {turn.slots}"
-        elif asked != turn.asks:
-            why = f"asked {asked!r}, not {turn.asks!r}"
-        results.append(MixedResult(turn, not why, filled, asked, tuple(replies), why))
+        elif set(asked) & set(turn.slots):
+            why = f"asked again for {sorted(set(asked) & set(turn.slots))}"
+        elif (asked[0] if asked else None) != turn.asks:
+            why = f"asked {asked[:1]}, not {turn.asks!r} first"
+        results.append(MixedResult(turn, not why, filled, tuple(asked), tuple(replies), why))
     return results

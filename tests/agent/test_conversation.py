@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from agent.conversation import CallTool, Conversation, EndCall, Say, SlotFilled, State, Transfer
+from agent.slots import digits_in
 from agent.spec import load_spec, parse_spec
 from pipeline.turn_end import looks_unfinished, one_word_answers
 
@@ -602,3 +603,45 @@ def test_what_the_words_say_comes_before_what_was_spotted(receptionist):
     conv.rollback(cp)
     reply = said(conv.hear("no thank you", _heard("no thank you", ("parking", -0.1))))
     assert reply == receptionist.messages.not_understood
+
+
+@pytest.mark.parametrize("request_, first_reply", [
+    ("I would like to leave a message. my name is Maria Lopez and my number is 415 555 0199",
+     "I have your name as Maria Lopez. Is that right?"),
+    ("can someone call me back at 415 555 0123",
+     "Sure, I can take a message. May I have your name, please?"),
+])
+def test_a_request_that_carries_its_slots_is_not_asked_for_them_again(receptionist, request_,
+                                                                        first_reply):
+    """Guards the call where "I would like to leave a message. my name is Maria Lopez and my
+    number is 415 555 0199" was answered "May I have your name, please?": what the caller says
+    up front is taken, read back as usual, and only the missing slots are asked."""
+    conv = Conversation(receptionist)
+    assert said(conv.hear(request_)) == first_reply
+    prompts = []
+    answers = {"name": "Jane Doe", "message": "please call me about my crown"}
+    for _ in range(8):
+        if conv.state is State.CONFIRMING:
+            conv.hear("yes")
+        elif conv.state is State.COLLECTING:
+            prompts.append(conv.slot)
+            conv.hear(answers[conv.slot])      # the phone is never asked (a KeyError)
+        else:
+            break
+    assert conv.values["phone"] == digits_in(request_)
+    assert prompts[-1] == "message" and conv.state is State.IDLE
+    assert ("name" in prompts) is ("Maria" not in request_)
+
+
+def test_a_name_and_number_given_to_the_name_question_are_both_taken(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("I would like to leave a message")
+    assert said(conv.hear("Maria Lopez, and my number is 415 555 0199")) == (
+        "I have your name as Maria Lopez. Is that right?")
+    assert said(conv.hear("yes")) == "I have your number as 4 1 5, 5 5 5, 0 1 9 9. Is that right?"
+    assert said(conv.hear("yes")) == receptionist.slot("message").prompt
+
+
+def test_this_is_urgent_is_no_name(receptionist):
+    assert said(Conversation(receptionist).hear("this is urgent, I need to leave a message")) == (
+        "Sure, I can take a message. May I have your name, please?")
