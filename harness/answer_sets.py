@@ -87,7 +87,9 @@ def load_answer_set(path: str | Path) -> AnswerSet:
     except OSError as exc:
         raise AnswerSetError(f"{p}: cannot read: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise AnswerSetError(f"{p}: not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        raise AnswerSetError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: "
+                             f"{getattr(exc, 'problem', exc)}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("agent"), str):
         raise _fail(p, "agent", "the set must be a mapping naming its agent's spec")
     spec = load_spec(ROOT / data["agent"], env={})
