@@ -143,3 +143,45 @@ def test_tool_replies_on_the_command_line():
         "lookup_order": {"status": "lost"}}
     with pytest.raises(AgentError, match="--tool 'lookup_order=lost': the reply is not JSON"):
         parse_tool_replies(["lookup_order=lost"])
+
+
+LLM_SPEC = """
+name: Riverside Dental reception
+persona: You are the receptionist of Riverside Dental.
+greeting: Thank you for calling Riverside Dental. How can I help?
+knowledge:
+  - question: What are your opening hours?
+    answer: Monday to Friday, eight to six.
+tools:
+  - {name: transfer_to_desk, kind: transfer, description: Put the caller through.}
+handoffs:
+  - {name: front_desk, kind: dial, target: "+15550100"}
+llm: {backend: openai, model: scripted-model, base_url: "${LLM_URL}", filler_after_s: 5}
+"""
+
+
+async def test_the_console_runs_an_llm_backend_and_its_tool_calls():
+    """The same console drives an LLM agent (here the scripted OpenAI-compatible server): its
+    answer, and a function call that transfers the caller."""
+    from agent.console import AgentConsole
+    from agent.spec import parse_spec
+    from harness.scripted_llm import ScriptedChatServer, ScriptedReply
+
+    server = ScriptedChatServer([
+        ScriptedReply(text="We are open Monday to Friday, eight to six."),
+        ScriptedReply(tool_call=("transfer_to_desk", {"reason": "caller asked"})),
+    ])
+    url = await server.start()
+    try:
+        spec = parse_spec(LLM_SPEC, env={"LLM_URL": url})
+        async with AgentConsole(spec) as console:
+            assert (await console.started()).said == [spec.greeting]
+            turn = await console.say("when are you open")
+            assert turn.said == ["We are open Monday to Friday, eight to six."]
+            turn = await console.say("put me through please")
+            assert [e["kind"] for e in turn.events] == ["tool_call", "transfer"]
+            assert turn.events[1]["data"]["target"] == "+15550100" and turn.ended
+        user_turns = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "user"]
+        assert user_turns == ["when are you open", "put me through please"]
+    finally:
+        await server.stop()
