@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from agent.actions import Action, CallTool, EndCall, Say, SlotFilled, State, Transfer
-from agent.phrases import GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
+from agent.phrases import FRAME, GENERIC, HUMAN_STRONG, KEY_PHRASES, QUESTION_WORDS, REPEAT, REQUESTS, THANKS
 from agent.phrases import has_any, request_end, says_goodbye, wants_human
 from agent.knowledge import KnowledgeMatcher
 from agent.retrieval import STOPWORDS, stem, words
@@ -88,6 +88,29 @@ _SLOT_HINTS: dict[str, HintKind] = {"phone": "digits", "number": "digits", "name
                                     "yes_no": "yes_no"}
 
 
+_NAME_ENDS = re.compile(r"\s*(?:[,.;!?]|\band\b|\bmy\b|\bi\b|\bi'd\b|\bi'm\b|\bplease\b|"
+                        r"\bcalling\b|\bphone\b|\bnumber\b|\bat\b|\bon\b|\bfrom\b|\d)",
+                        re.IGNORECASE)
+_DATE = re.compile(
+    r"\b(?:(?:on|for|next|this)\s+)?(?:today|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)day|"
+    r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
+    r"\s+\w+)\b", re.IGNORECASE)
+
+
+def name_in(text: str, *, introduced: bool = True) -> str | None:
+    """The caller's name in a turn that says more than it ("this is Sara Khan, please call me
+    back ..."): the words after an introduction (``introduced``; else from the start) up to
+    the next clause ("and", "my", a comma, a digit), if they read as a name."""
+    if introduced:
+        m = _INTRODUCTION.search(text)
+        if m is None:
+            return None
+        text = m.group(1)
+    end = _NAME_ENDS.search(text)
+    head = text[:end.start()] if end is not None else text
+    return extract("name", head) if head.strip() else None
+
+
 def _min_digits(slot_kind: str) -> int:
     """The digits a whole answer for a slot of this kind usually has (the end of turn holds a
     caller who stopped short of it: "five five five, three oh nine, ...")."""
@@ -99,7 +122,8 @@ class _Fill(dict):
         raise KeyError(key)
 
 
-_DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_attempts",
+_DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_prefilled",
+                   "_attempts",
                    "_misses", "_silences", "_keypad", "_asked_anything_else", "_heard",
                    "_offered_task")
 """Every attribute an input may change; the rest is built from the spec once."""
@@ -124,10 +148,11 @@ class Conversation:
         self.state = State.IDLE
         self.values: dict[str, str] = {}
         self.last_said = ""
-        self._knowledge = KnowledgeMatcher(spec.knowledge, encoder)
+        self._knowledge = KnowledgeMatcher(spec.knowledge, encoder, name=spec.name)
         self._task: TaskSpec | None = None
         self._slot: SlotSpec | None = None
         self._pending_value: str | None = None
+        self._prefilled: dict[str, str] = {}     # slot values said before they were asked
         self._attempts = 0
         self._misses = 0
         self._silences = 0
@@ -168,6 +193,16 @@ class Conversation:
                                          keywords=self._keywords),
                             True: Hints(expect=idle | {"yes_no"}, phrases=self._phrases,
                                         keywords=self._keywords)}
+
+    @property
+    def task(self) -> str | None:
+        """The name of the task under way (its slots asked, its tool out), or None."""
+        return self._task.name if self._task is not None else None
+
+    @property
+    def slot(self) -> str | None:
+        """The name of the slot being asked for or read back, or None."""
+        return self._slot.name if self._slot is not None else None
 
     def checkpoint(self) -> Checkpoint:
         """The dialogue's state now (where it is, the slots so far, its counters), for
@@ -324,6 +359,7 @@ class Conversation:
         if not ws or ws[0] not in QUESTION_WORDS or has_any(ws, REQUESTS):
             return False
         content = [stem(w) for w in ws if w not in STOPWORDS and w not in GENERIC
+                   and w not in QUESTION_WORDS and w not in FRAME and stem(w) not in FRAME
                    and not digits_in(w) and w not in ("oh", "double", "triple")]
         return any(w not in self._trigger_words for w in content)
 
@@ -371,8 +407,9 @@ class Conversation:
                 return [self._say(self.spec.messages.offer_transfer)]
             return self._start_task(next(t for t in self.spec.tasks if t.name == target), "")
         strong = self._knowledge.questions.search(text, min_coverage=0.75)
-        if kb is not None and (strong is not None or task is None
-                               or self._explained_by(task, ws, kb)) and number_task is None:
+        if kb is not None and (strong is not None or task is None or self._explained_by(task, ws, kb)
+                               or (question and self._asks_beyond(task, text, kb))) \
+                and number_task is None:
             self._misses = 0
             return self._answer(self.spec.knowledge[kb].answer)
         chosen = task if task is not None else number_task
@@ -416,6 +453,14 @@ class Conversation:
         keywords = {stem(w) for k in self.spec.knowledge[kb].keywords for w in words(k)}
         heard = [p for p in task.triggers if has_any(ws, (p,))]
         return bool(heard) and all(stem(w) in keywords for p in heard for w in words(p))
+
+    def _asks_beyond(self, task: TaskSpec, text: str, kb: int) -> bool:
+        """Whether a question that names ``task``'s trigger asks about knowledge item ``kb``
+        with a word of the item's own that no trigger is: "how long until an order arrives"
+        (arrive) asks the shipping question; "when will my order be delivered" (delivered, a
+        trigger) is the order task."""
+        _, own = self._knowledge.uncovered(text, kb)
+        return any(w not in FRAME and not has_any([w], task.triggers) for w in own)
 
     def _asks_for_more(self, ws: list[str]) -> bool:
         """A request ("I would like to check my order") with words of its own after the request
@@ -463,41 +508,67 @@ class Conversation:
                      and any(p.lower() in _INTRODUCTIONS for p in t.triggers)), None)
 
     def _start_task(self, task: TaskSpec, text: str) -> list[Action]:
+        """Start ``task``; the slot values the request already holds ("... my name is Maria
+        Lopez and my number is 415 555 0199") are taken, each read back as usual, and only
+        the missing ones asked."""
         self._task = task
         self._asked_anything_else = False
         for name in task.slots:
             self.values.pop(name, None)
-        if task.slots:
-            value = self._prefill(self.spec.slot(task.slots[0]), text)
-            if value is not None:
-                self._slot, self._attempts = self.spec.slot(task.slots[0]), 0
-                return self._accept(value)
+        self._prefilled = self._values_in(task, text, first=True)
         actions = self._next()
-        if task.intro and actions and isinstance(actions[0], Say):
+        if task.intro and self.state is State.COLLECTING \
+                and actions and isinstance(actions[0], Say):   # a read-back needs no intro
             actions[0] = self._say(f"{task.intro} {actions[0].text}")
         return actions
 
+    def _values_in(self, task: TaskSpec, text: str, *, first: bool = False,
+                   skip: str | None = None) -> dict[str, str]:
+        """The values of ``task``'s empty slots (but ``skip``) that ``text`` holds. A number
+        slot takes digits only when it is the task's first (``first``: the request itself,
+        "order 12345"): elsewhere they are a phone number's. Free text is never taken: what a
+        caller says while asking is not their message."""
+        found: dict[str, str] = {}
+        for i, name in enumerate(task.slots):
+            if name in self.values or name == skip or not text.strip():
+                continue
+            slot = self.spec.slot(name)
+            value = (self._prefill(slot, text) if slot.kind != "number" or (i == 0 and first)
+                     else None)
+            if value is not None:
+                found[name] = value
+        return found
+
     @staticmethod
     def _prefill(slot: SlotSpec, text: str) -> str | None:
-        """The first slot's value when the request already holds it ("order 12345")."""
-        if slot.kind in ("number", "phone"):
+        """A slot's value when a turn already holds it: a number of 3 digits or more ("order
+        12345"), a phone number, a name after an introduction ("my name is ..."), a date."""
+        if slot.kind == "number":
             value = extract(slot.kind, text)
             return value if value is not None and len(value) >= 3 else None
+        if slot.kind == "phone":
+            return extract("phone", text)
         if slot.kind == "name":
-            m = _INTRODUCTION.search(text)
-            return extract("name", m.group(1)) if m else None
+            return name_in(text)
+        if slot.kind == "date":
+            m = _DATE.search(text)
+            return m.group(0) if m else None
         return None
 
     def _next(self) -> list[Action]:
-        """Ask for the next empty slot of the task, or finish it."""
+        """Ask for the next empty slot of the task (or read back its value, when the caller
+        said it already), or finish the task."""
         assert self._task is not None
         for name in self._task.slots:
             if name not in self.values:
                 self._slot = self.spec.slot(name)
                 self._attempts = 0
                 self._keypad = ""
+                if name in self._prefilled:
+                    return self._accept(self._prefilled.pop(name))
                 self.state = State.COLLECTING
                 return [self._say(self._slot.prompt)]
+        self._prefilled = {}
         self._slot = None
         task = self._task
         if task.tool is not None:
@@ -520,7 +591,11 @@ class Conversation:
 
     def _collect(self, text: str) -> list[Action]:
         assert self._slot is not None
+        if self._task is not None:         # "Maria Lopez, and my number is ...": both taken
+            self._prefilled.update(self._values_in(self._task, text, skip=self._slot.name))
         value = extract(self._slot.kind, text)
+        if value is None and self._slot.kind == "name":
+            value = name_in(text, introduced=False)
         if self._slot.kind == "number" and value is not None and len(value) < 3:
             value = None
         if value is None:

@@ -4,6 +4,8 @@
 
     AgentError                     base of everything below
      ├── SpecError                 an agent spec (YAML) that cannot be loaded; names the file and line
+     ├── ScenarioError             a scenario file (``parley test``) that cannot be loaded; names the
+     │                             file, the line and the field
      ├── ToolError                 a tool call that failed (HTTP error, timeout, bad JSON, unknown tool)
      │    └── ToolArgumentsError   arguments (or a reply) that do not match the tool's JSON schema
      ├── LLMError                  an LLM backend that failed (network, timeout, bad reply)
@@ -15,7 +17,8 @@ boundary, with ``raise X from exc``.
 
 from __future__ import annotations
 
-__all__ = ["AgentError", "EncoderError", "LLMError", "SpecError", "ToolArgumentsError", "ToolError"]
+__all__ = ["AgentError", "EncoderError", "LLMError", "ScenarioError", "SpecError", "ToolArgumentsError",
+           "ToolError"]
 
 
 class AgentError(Exception):
@@ -24,6 +27,10 @@ class AgentError(Exception):
 
 class SpecError(AgentError):
     """An agent spec that is not valid YAML or not a valid spec: ``path:line: what is wrong``."""
+
+
+class ScenarioError(AgentError):
+    """A scenario file that is not valid YAML or not valid scenarios: ``path:line: field: what``."""
 
 
 class ToolError(AgentError):

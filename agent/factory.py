@@ -48,10 +48,12 @@ def build_agent(
     params: Mapping[str, str],
     http_session: aiohttp.ClientSession | None = None,
     env: Mapping[str, str] | None = None,
+    toolbox: ToolBox | None = None,
 ) -> FrameProcessor:
     """The agent for one call. ``env`` holds the API key variables (None: none; the command line
-    passes ``os.environ``)."""
-    toolbox = ToolBox(spec, http=http_session)
+    passes ``os.environ``); ``toolbox`` runs its tools (None: ``ToolBox(spec)``, over
+    ``http_session``)."""
+    toolbox = toolbox if toolbox is not None else ToolBox(spec, http=http_session)
     backend = spec.llm.backend
     log.info("[%s] %s agent %r", call_sid, backend, spec.name)
     if backend == "embedded":

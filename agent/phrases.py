@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agent.retrieval import find_phrase, phrase_end, similar
 
-__all__ = ["GENERIC", "GOODBYE", "HUMAN_STRONG", "HUMAN_WEAK", "KEY_PHRASES", "QUESTION_WORDS",
+__all__ = ["FRAME", "GENERIC", "GOODBYE", "HUMAN_STRONG", "HUMAN_WEAK", "KEY_PHRASES", "QUESTION_WORDS",
            "REPEAT", "REQUESTS", "TALK", "THANKS", "has_any", "request_end", "says_goodbye",
            "wants_human"]
 
@@ -28,6 +28,21 @@ QUESTION_WORDS = {"can", "could", "do", "does", "did", "is", "are", "will", "wou
                   "where's", "who's", "how's", "when's"}
 GENERIC = {"bring", "come", "go", "get", "make", "please", "someone", "somebody", "doctor",
            "dentist", "team", "back", "them", "him", "her", "one", "today", "tomorrow"}
+# Words that frame a question without naming its subject: a question's other words must all be
+# explained by the knowledge entry that answers it (agent/knowledge.py). General English, not any
+# one agent's: degree and manner ("really", "exactly"), time deixis ("today", "now"), verbs of
+# asking and wanting ("wondering", "tell"), particles ("up", "back"), judgements ("bad", "ok"),
+# and the words a caller names the business by ("office", "practice", "clinic").
+FRAME = frozenset("""
+really very exactly just also still even actually usually normally typically currently right now
+ever already quite pretty too there here somewhere anywhere anyone anything something somebody
+someone today tomorrow tonight soon wondering wonder ask asking tell let show give help happen
+mean find look looking become sign up back out about around over bring come go get make please
+bad terrible awful good great fine ok okay nice possible able allowed accept accepting except
+lot bit little office practice clinic place business time until many don't taking work talk
+call leave typical typically usual usually normal normally stuff thing things item items
+buy bought purchased last week ago yesterday
+""".split())
 # a caller saying what they want: a request, whatever word came first ("who low [hello], I would
 # like to leave a message" is not a question). "i was like" is how the SSM recogniser hears "I
 # would like" in flite's voices (bench_conversations: "i was like to leah at in", "i was like

@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["BM25Index", "Match", "STOPWORDS", "find_phrase", "phrase_end", "phonetic_key", "similar", "stem",
-           "tokens", "words"]
+__all__ = ["BM25Index", "Match", "STOPWORDS", "find_phrase", "one_edit", "phrase_end", "phonetic_key",
+           "similar", "stem", "tokens", "words"]
 
 STOPWORDS = frozenset("""
 a about am an and any are as at be been but by can could did do does for from get got had has
@@ -79,6 +79,11 @@ def phonetic_key(word: str) -> str:
     body = re.sub(r"[aeiouyhw]", "", w[1:])
     key = head + body
     return re.sub(r"(.)\1+", r"\1", key)
+
+
+def one_edit(a: str, b: str) -> bool:
+    """Whether two words of five letters or more are at most one edit apart."""
+    return min(len(a), len(b)) >= 5 and _edit_distance_le1(a, b)
 
 
 def _edit_distance_le1(a: str, b: str) -> bool:

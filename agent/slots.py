@@ -116,7 +116,11 @@ _NEVER_NAMES = (STOPWORDS - {"will", "may", "bill", "mark", "rose", "grace", "ho
     "don't", "doesn't", "isn't", "can't", "won't", "wrong", "correct", "repeat", "person",
     "someone", "somebody", "goodbye", "bye", "okay", "alright", "good", "morning", "afternoon",
     "evening", "there", "here", "some", "something", "anything", "nothing", "one", "two",
-    "three", "four", "five", "six", "seven", "eight", "nine", "zero", "ten"}
+    "three", "four", "five", "six", "seven", "eight", "nine", "zero", "ten",
+    # what "this is ..." says when it is no introduction ("this is urgent", "this is really
+    # important"): a name cut from the rest of a request must not be one of these
+    "urgent", "important", "really", "very", "quick", "serious", "emergency", "regarding",
+    "concerning", "about", "for", "because", "kind", "weird", "strange", "ridiculous"}
 
 
 def _name(text: str) -> str | None:

@@ -26,6 +26,8 @@ examples:
   parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default;
                                         # without TWILIO_AUTH_TOKEN: SIP and the browser page only)
   parley calls list                     # call records; parley calls show CALL_SID
+  parley chat --agent agent/examples/receptionist.yaml   # talk to an agent in text (#1 presses 1)
+  parley test agent/examples/receptionist.scenarios.yaml   # scenario tests (--junit FILE for CI)
   open http://127.0.0.1:8765/           # call the agent from the browser (WebRTC)
 
 environment:
@@ -50,6 +52,8 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from agent.calls_cli import register_cli as register_calls
+    from agent.chat_cli import register_cli as register_chat
+    from agent.scenario_cli import register_cli as register_test
     from ssm_engine.stt.cli import register_cli as register_stt
     from deploy.aws.cli import register_cli as register_deploy
     from deploy.model_server.cli import register_cli as register_model_server
@@ -67,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_serve(sub)  # parley serve
     register_calls(sub)
+    register_chat(sub)  # parley chat (an agent in text)
+    register_test(sub)  # parley test (scenario tests for agents)
     register_stt(sub)  # parley data stt, parley train stt
     register_tts(sub)  # parley data tts, parley train tts
     register_say(sub)  # parley say (hear a voice)

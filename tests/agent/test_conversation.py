@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from agent.conversation import CallTool, Conversation, EndCall, Say, SlotFilled, State, Transfer
+from agent.slots import digits_in
 from agent.spec import load_spec, parse_spec
 from pipeline.turn_end import looks_unfinished, one_word_answers
 
@@ -40,7 +41,6 @@ def test_greets_first(receptionist):
     # pocketsphinx-style garbling: "barking" for "parking", "except" for "accept"
     ("is there barking", "free parking"),
     ("what insurance do you except", "Delta Dental"),
-    ("do you take new paid and", "new patients"),
 ])
 def test_faq_answered_from_knowledge(receptionist, question, expected):
     conv = Conversation(receptionist)
@@ -48,6 +48,16 @@ def test_faq_answered_from_knowledge(receptionist, question, expected):
     assert expected in said(actions)
     assert said(actions).endswith(receptionist.messages.anything_else)
     assert conv.state is State.IDLE
+
+
+@pytest.mark.parametrize("heard", ["do you take new paid and", "what a clear return doggy"])
+def test_words_no_entry_explains_are_not_answered_at_a_guess(receptionist, orders, heard):
+    """Guards the wrong facts of answers picked by a near sentence: every content word of a
+    question must be the entry's ("paid", "doggy" are no entry's), so a misheard question gets
+    an honest answer, as "how much is a filling" does (it had the cleaning price)."""
+    spec = orders if "return" in heard else receptionist
+    reply = said(Conversation(spec).hear(heard))
+    assert not any(k.answer in reply for k in spec.knowledge), reply
 
 
 @pytest.mark.parametrize("off_topic", ["blah blah", "the the"])
@@ -367,8 +377,8 @@ def test_order_lookup_with_garbled_trigger(orders):
 
 
 @pytest.mark.parametrize("heard, starts_task", [
-    ("high on the shipping take", False),      # "how long does shipping take", misheard
     ("how long does shipping take", False),
+    ("how many business days does shipping take", False),
     ("has my order shipped", True),            # "order" is no shipping keyword
     ("i want to track my package it shipped", True),
 ])
@@ -413,7 +423,6 @@ def test_tool_failure_offers_a_person(orders):
 def test_faq_still_answered_on_the_order_line(orders):
     conv = Conversation(orders)
     assert "thirty days" in said(conv.hear("what is your return policy"))
-    assert "thirty days" in said(conv.hear("what a clear return doggy"))   # pocketsphinx
     assert "three to five business days" in said(conv.hear("how long does shipping take"))
 
 
@@ -518,13 +527,18 @@ def test_a_request_nothing_covers_gets_an_honest_answer_and_a_message_offer(rece
     assert said(conv.hear("no")) == m.anything_else
 
 
-@pytest.mark.parametrize("heard", ["i need directions", "i would like to", "i want to pay"])
+@pytest.mark.parametrize("heard", ["i would like to", "i want to pay"])
 def test_a_request_in_words_the_agent_knows_is_not_called_impossible(receptionist, encoder,
                                                                       heard):
-    """"directions" is the address's keyword and "pay" insurance's: a request the agent did not
-    place is not understood, not one it cannot help with."""
+    """"pay" is the keyword of parking and of insurance: a request the agent did not place is
+    not understood, not one it cannot help with (nor answered from either at a guess)."""
     reply = said(Conversation(receptionist, encoder).hear(heard))
     assert reply == receptionist.messages.not_understood
+
+
+def test_a_request_in_one_entrys_words_is_answered(receptionist, encoder):
+    """"i need directions": every word the address's (its keyword), so it is answered."""
+    assert "42 River Street" in said(Conversation(receptionist, encoder).hear("i need directions"))
 
 
 def _heard(text: str, *spotted: tuple[str, float], confidence: float = 0.5):
@@ -589,3 +603,45 @@ def test_what_the_words_say_comes_before_what_was_spotted(receptionist):
     conv.rollback(cp)
     reply = said(conv.hear("no thank you", _heard("no thank you", ("parking", -0.1))))
     assert reply == receptionist.messages.not_understood
+
+
+@pytest.mark.parametrize("request_, first_reply", [
+    ("I would like to leave a message. my name is Maria Lopez and my number is 415 555 0199",
+     "I have your name as Maria Lopez. Is that right?"),
+    ("can someone call me back at 415 555 0123",
+     "Sure, I can take a message. May I have your name, please?"),
+])
+def test_a_request_that_carries_its_slots_is_not_asked_for_them_again(receptionist, request_,
+                                                                        first_reply):
+    """Guards the call where "I would like to leave a message. my name is Maria Lopez and my
+    number is 415 555 0199" was answered "May I have your name, please?": what the caller says
+    up front is taken, read back as usual, and only the missing slots are asked."""
+    conv = Conversation(receptionist)
+    assert said(conv.hear(request_)) == first_reply
+    prompts = []
+    answers = {"name": "Jane Doe", "message": "please call me about my crown"}
+    for _ in range(8):
+        if conv.state is State.CONFIRMING:
+            conv.hear("yes")
+        elif conv.state is State.COLLECTING:
+            prompts.append(conv.slot)
+            conv.hear(answers[conv.slot])      # the phone is never asked (a KeyError)
+        else:
+            break
+    assert conv.values["phone"] == digits_in(request_)
+    assert prompts[-1] == "message" and conv.state is State.IDLE
+    assert ("name" in prompts) is ("Maria" not in request_)
+
+
+def test_a_name_and_number_given_to_the_name_question_are_both_taken(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("I would like to leave a message")
+    assert said(conv.hear("Maria Lopez, and my number is 415 555 0199")) == (
+        "I have your name as Maria Lopez. Is that right?")
+    assert said(conv.hear("yes")) == "I have your number as 4 1 5, 5 5 5, 0 1 9 9. Is that right?"
+    assert said(conv.hear("yes")) == receptionist.slot("message").prompt
+
+
+def test_this_is_urgent_is_no_name(receptionist):
+    assert said(Conversation(receptionist).hear("this is urgent, I need to leave a message")) == (
+        "Sure, I can take a message. May I have your name, please?")
