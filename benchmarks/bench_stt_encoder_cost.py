@@ -8,7 +8,8 @@ For each encoder setting (the model folder's window/hop/look-ahead, and the alte
 hop of ``WhisperSTTModel.prefill`` (the encoder's window re-encoded for every stream, the SSM and
 heads after it) on one thread: per-hop time p50/p95/p99, CPU per second of audio for one stream
 (``core_per_stream``: 1.0 = a whole core) and the streams one core keeps in real time at that
-batch. The baseline in the same run: the pure SSM recogniser (``--baseline``, a ``save_stt``
+batch; and how far a partial trails the audio (``partial_lag_ms``: the hop and look-ahead
+waited, then the hop's compute). The baseline in the same run: the pure SSM recogniser (``--baseline``, a ``save_stt``
 folder, e.g. git's earlier models/stt) stepping the same audio as 5-frame prefills, eagerly, at the
 same batches. One JSON line.
 """
@@ -72,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     c = shipped.config
     out["shipped"] = {"window": c.window_frames, "hop": c.hop_frames, "lookahead": c.lookahead_frames,
                       **_measure(shipped, c.hop_frames, args.batches, args.reps)}
+    # how far a partial trails the audio at one stream: a frame waits for the rest of its hop
+    # and the look-ahead, then for the hop's compute (the newest frame of a hop waits least)
+    compute = out["shipped"]["1"]["hop_ms"]["p50"]
+    out["partial_lag_ms"] = {"newest": round(c.lookahead_frames * 20 + compute, 1),
+                             "mean": round((c.hop_frames / 2 + c.lookahead_frames) * 20 + compute, 1),
+                             "oldest": round((c.hop_frames + c.lookahead_frames) * 20 + compute, 1)}
     out["alternatives"] = []
     for w in args.windows:
         for h in args.hops:

@@ -2,14 +2,15 @@
 
     scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
     .venv/bin/python benchmarks/bench_stt_human.py [--manifest data/stt/human/human.tsv]
-        [--engines ssm whisper pocketsphinx] [--model models/stt] [--decoder beam]
+        [--engines ssm ssm-pure whisper pocketsphinx] [--model models/stt] [--decoder beam]
 
 Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
-through the 8 kHz mu-law phone channel to parley's streaming SSM recogniser, Whisper tiny.en (the
+through the 8 kHz mu-law phone channel to parley's streaming recogniser (``ssm``: the shipped
+one, on Whisper tiny.en's streamed encoder; ``ssm-pure``: the pure SSM one before it), Whisper tiny.en (the
 accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
 in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
 one thread, and the final latency (end of audio to final transcript) p50/p95/p99; and the
-ratio the recogniser is judged by on people: SSM WER / Whisper WER (the target: <= 2).
+ratio the recogniser is judged by on people: SSM WER / Whisper WER (the target: <= 1.25).
 
 Prints one JSON line; ``--hyps DIR`` also writes each engine's transcripts beside the
 references, worst first (``parley eval stt --hyps``).
@@ -35,8 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
     ap.add_argument("--engines", nargs="+", default=["ssm", "whisper", "pocketsphinx"],
-                    choices=["ssm", "whisper", "pocketsphinx"])
+                    choices=["ssm", "ssm-pure", "whisper", "pocketsphinx"],
+                    help="ssm: the recogniser in --model (default models/stt, on Whisper's "
+                    "streamed encoder); ssm-pure: the pure SSM recogniser in --pure-model, in "
+                    "the same run (default: %(default)s)")
     ap.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
+    ap.add_argument("--pure-model", default="models/stt-ssm",
+                    help="the ssm-pure engine's folder (default %(default)s)")
     ap.add_argument("--decoder", default="beam", help="SSM decoder (default %(default)s)")
     ap.add_argument("--lm", default=None, help="SSM LM (default MODEL/lm.arpa.gz)")
     ap.add_argument("--hyps", default=None, metavar="DIR")
@@ -64,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
 def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     """Every engine over ``manifest``, into ``out`` (with the ratios and the git commit)."""
     for name in args.engines:
-        res = evaluate(name, manifest, model_dir=args.model, decoder=args.decoder,
-                       lm_path=args.lm, compile=False)
+        res = evaluate("ssm" if name == "ssm-pure" else name, manifest,
+                       model_dir=args.pure_model if name == "ssm-pure" else args.model,
+                       decoder=args.decoder, lm_path=args.lm, compile=False)
         if args.hyps:
             Path(args.hyps).mkdir(parents=True, exist_ok=True)
             write_hyps(res, Path(args.hyps) / f"{name}.tsv")
@@ -80,6 +87,9 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     if "ssm" in eng and "whisper" in eng:
         out["ssm_over_whisper_wer"] = round(eng["ssm"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
         out["ssm_over_whisper_cer"] = round(eng["ssm"]["cer"] / max(eng["whisper"]["cer"], 1e-9), 2)
+    if "ssm-pure" in eng and "whisper" in eng:
+        out["ssm_pure_over_whisper_wer"] = round(
+            eng["ssm-pure"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
     if "ssm" in eng and "pocketsphinx" in eng:
         out["ssm_over_pocketsphinx_wer"] = round(
             eng["ssm"]["wer"] / max(eng["pocketsphinx"]["wer"], 1e-9), 2)

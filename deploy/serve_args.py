@@ -45,6 +45,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "the pocketsphinx baseline, or Whisper tiny.en (not streaming: finals come "
                    "after a whole-utterance pass; more accurate; one shared model a process), or "
                    "remote: the SSM recogniser on the model tier (--model-url) (default %(default)s)")
+    p.add_argument("--stt-model", default=None, metavar="DIR",
+                   help="with --stt ssm: the recogniser's folder (default models/stt, the "
+                   "recogniser on Whisper tiny.en's streamed encoder; models/stt-ssm is the pure "
+                   "SSM recogniser, kept for comparison)")
     p.add_argument("--stt-warm", type=_warm_counts, default=(4, 1), metavar="PHONE[:BROWSER]",
                    help="with --stt sphinx: pocketsphinx decoders built before the first call, "
                    "for phone calls (8 kHz) and browser calls (16 kHz); set them to the calls you expect at once. "

@@ -163,12 +163,13 @@ def _prewarm_ssm_stt(config):
 
     log = logging.getLogger("parley")
     p = config.pipeline
+    model_dir = p.stt_model_dir or DEFAULT_MODEL_DIR
     t0 = time.perf_counter()
     if p.stt_compile:
         log.info("compiling the recogniser's step (about 30 s at the first start, seconds from "
                  "the compile cache later; --stt-compile off skips it)")
     try:
-        SSMSTTEngine.shared(DEFAULT_MODEL_DIR, p.stt_decoder, compile=p.stt_compile, runner=p.stt_runner)
+        SSMSTTEngine.shared(model_dir, p.stt_decoder, compile=p.stt_compile, runner=p.stt_runner)
     except EngineUnavailableError as exc:
         if not p.stt_compile:
             raise
@@ -176,7 +177,7 @@ def _prewarm_ssm_stt(config):
                     "instead (--stt-compile off skips the attempt)", exc)
         p = replace(p, stt_compile=False)
         config = replace(config, pipeline=p)
-        SSMSTTEngine.shared(DEFAULT_MODEL_DIR, p.stt_decoder, compile=False, runner=p.stt_runner)
+        SSMSTTEngine.shared(model_dir, p.stt_decoder, compile=False, runner=p.stt_runner)
     log.info("SSM recognizer ready %s in %.1f s (step %s)",
              "in a worker process" if p.stt_runner == "process" else "in the server process",
              time.perf_counter() - t0, "compiled" if p.stt_compile else "eager")
@@ -289,6 +290,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     config = replace(config, pipeline=replace(
         config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
+        stt_model_dir=args.stt_model,
         stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":

@@ -68,6 +68,7 @@ class PipelineConfig:
     stt_decoder: SttDecoder = "beam"
     stt_compile: bool = False
     stt_runner: SttRunner = "thread"
+    stt_model_dir: str | None = None  # with stt="ssm": the recogniser's folder (None: models/stt)
     # with stt or tts "remote": the model servers (ws://HOST:PORT), tried in turn, failed over
     model_urls: tuple[str, ...] = ()
     remote_voice: str = ""  # with tts "remote": the servers' voice id (a shipped voice; "": their default)
@@ -136,7 +137,10 @@ def _make_stt(config: PipelineConfig) -> FrameProcessor:
     if config.stt == "ssm":  # parley's own recognizer (models/stt), all calls through one batcher
         from pipeline.services.ssm_stt import SSMSTTService
 
+        from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR
+
         return SSMSTTService(sample_rate=config.sample_rate_hz, ttfs_p99_latency=0.5,
+                             model_dir=config.stt_model_dir or DEFAULT_MODEL_DIR,
                              decoder=config.stt_decoder, compile=config.stt_compile,
                              runner=config.stt_runner, audio_passthrough=passthrough)
     if config.stt == "remote":  # the same recogniser on the model tier, shared by the process's calls
