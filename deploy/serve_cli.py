@@ -29,6 +29,7 @@ from pipeline.engines.worker_metrics import ENV as WORKER_METRICS_ENV
 if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.emf import EmfPublisher
     from telephony.metrics import Metrics
+    from telephony.webhooks import WebhookConfig
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
 
@@ -135,6 +136,22 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
                      metrics=server.metrics)
 
 
+def _webhook_config(args: argparse.Namespace) -> "WebhookConfig | None":
+    """--webhook-url / --webhook-secret, else PARLEY_WEBHOOK_URL / PARLEY_WEBHOOK_SECRET (read here,
+    at the command line's edge); None when no URL is set. A bad one raises ``ConfigError``."""
+    url = args.webhook_url or os.environ.get("PARLEY_WEBHOOK_URL")
+    secret = args.webhook_secret or os.environ.get("PARLEY_WEBHOOK_SECRET") or ""
+    if not url:
+        if secret and args.webhook_secret:
+            from telephony.errors import ConfigError
+
+            raise ConfigError("--webhook-secret without --webhook-url (or PARLEY_WEBHOOK_URL): where to?")
+        return None
+    from telephony.webhooks import WebhookConfig
+
+    return WebhookConfig(url=url, secret=secret)
+
+
 def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
     """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
     if sphinx_procs is not None:
@@ -224,6 +241,7 @@ def serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import db_location, default_db_path
     from pipeline.builder import PipelineConfig
     from pipeline.call_stores import open_call_store
+    from pipeline.records import CallStore
     from telephony.genesys import GenesysConfig
     from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
@@ -232,6 +250,7 @@ def serve(args: argparse.Namespace) -> int:
     ready_file = ReadyFile(args.ready_file) if args.ready_file is not None else None
     if args.sip_port is not None:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
+    webhook_config = _webhook_config(args)  # a bad URL or secret: one line now, not after the models load
     # engine workers write their own metrics (request times) where /metrics reads them
     worker_metrics = share_worker_metrics()
     atexit.register(unshare_worker_metrics, worker_metrics)
@@ -256,6 +275,13 @@ def serve(args: argparse.Namespace) -> int:
     shown = str(db_path).rpartition("@")[2]  # a PostgreSQL URL's password stays out of the log
     logging.getLogger("parley").info("call records: %s%s", shown,
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
+    webhooks = None
+    calls_store: CallStore = store
+    if webhook_config is not None:  # every transport writes through this store: it tells the sender
+        from telephony.webhooks import CallEndHookStore, WebhookSender
+
+        webhooks = WebhookSender(webhook_config, outbox=store)
+        calls_store = CallEndHookStore(store, webhooks.call_ended)
     token = os.environ.get("TWILIO_AUTH_TOKEN")
     model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())
     bridge = None
@@ -309,7 +335,7 @@ def serve(args: argparse.Namespace) -> int:
                  else "in the server process")
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
                                          where, time.perf_counter() - t0)
-    server = CallServer(config, agent_factory=agent_factory, store=store)
+    server = CallServer(config, agent_factory=agent_factory, store=calls_store)
     server.metrics.read_worker_metrics(worker_metrics)
     _register_engines(server.metrics, sphinx_procs, voice_proc,
                       ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
@@ -324,7 +350,7 @@ def serve(args: argparse.Namespace) -> int:
     async def serve() -> None:
         if heap is not None:
             heap.install(asyncio.get_running_loop())
-        await serve_forever(server, sip=sip, emf=emf,
+        await serve_forever(server, sip=sip, emf=emf, webhooks=webhooks,
                             listening=ready_file.write if ready_file is not None else None)
 
     try:
