@@ -215,6 +215,7 @@ def _slots(r: _Reader, node: yaml.Node) -> tuple[SlotSpec, ...]:
             confirm=r.boolean(m["confirm"], f"{what}.confirm") if "confirm" in m else True,
             confirm_prompt=r.string(m["confirm_prompt"], f"{what}.confirm_prompt")
             if "confirm_prompt" in m else None,
+            sensitive=r.boolean(m["sensitive"], f"{what}.sensitive") if "sensitive" in m else False,
         ))
     _unique(r, node, "slots", [s.name for s in out])
     return tuple(out)

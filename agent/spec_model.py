@@ -37,6 +37,7 @@ class SlotSpec:
     kind: SlotKind = "text"
     confirm: bool = True
     confirm_prompt: str | None = None   # a template: {value} and {spoken} (digits read one by one)
+    sensitive: bool = False             # masked in records, webhooks and logs (pipeline.redaction)
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.logs import configure_logging
+from deploy.logs import configure_logging, redact_logs
 from pipeline.engines.worker_metrics import ENV as WORKER_METRICS_ENV
 
 if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.emf import EmfPublisher
     from telephony.metrics import Metrics
-    from telephony.webhooks import WebhookConfig
+    from pipeline.records import CallStore
+    from pipeline.redaction import Redactor
+    from telephony.webhooks import WebhookConfig, WebhookSender
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
 
@@ -152,6 +154,26 @@ def _webhook_config(args: argparse.Namespace) -> "WebhookConfig | None":
     return WebhookConfig(url=url, secret=secret)
 
 
+def _redactor(spec) -> "Redactor":
+    """What is masked in records, webhooks and logs: numbers always, and the spec's sensitive slots."""
+    from pipeline.redaction import Redactor
+
+    return Redactor(frozenset(s.name for s in spec.slots if s.sensitive) if spec is not None else frozenset())
+
+
+def _calls_store(store, redactor: "Redactor", webhooks: "WebhookSender | None") -> "CallStore":
+    """The store every transport writes to: each record masked (``redactor``) on its way in, then
+    kept in ``store`` and, the first time it is written ended, handed to ``webhooks`` (masked)."""
+    from pipeline.redaction import RedactingCallStore
+
+    inner: CallStore = store
+    if webhooks is not None:
+        from telephony.webhooks import CallEndHookStore
+
+        inner = CallEndHookStore(store, webhooks.call_ended)
+    return RedactingCallStore(inner, redactor)
+
+
 def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
     """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
     if sphinx_procs is not None:
@@ -241,7 +263,6 @@ def serve(args: argparse.Namespace) -> int:
     from agent.calls_cli import db_location, default_db_path
     from pipeline.builder import PipelineConfig
     from pipeline.call_stores import open_call_store
-    from pipeline.records import CallStore
     from telephony.genesys import GenesysConfig
     from telephony.server import CallServer, ServerConfig, default_max_calls, serve_forever
 
@@ -275,13 +296,14 @@ def serve(args: argparse.Namespace) -> int:
     shown = str(db_path).rpartition("@")[2]  # a PostgreSQL URL's password stays out of the log
     logging.getLogger("parley").info("call records: %s%s", shown,
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
+    redactor = _redactor(spec)
+    redact_logs(redactor)
     webhooks = None
-    calls_store: CallStore = store
-    if webhook_config is not None:  # every transport writes through this store: it tells the sender
-        from telephony.webhooks import CallEndHookStore, WebhookSender
+    if webhook_config is not None:
+        from telephony.webhooks import WebhookSender
 
         webhooks = WebhookSender(webhook_config, outbox=store)
-        calls_store = CallEndHookStore(store, webhooks.call_ended)
+    calls_store = _calls_store(store, redactor, webhooks)
     token = os.environ.get("TWILIO_AUTH_TOKEN")
     model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())
     bridge = None

@@ -273,3 +273,38 @@ def test_bad_webhook_settings_are_one_line(url, secret, words):
     with pytest.raises(ConfigError) as info:
         WebhookConfig(url=url, secret=secret)
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+async def test_parley_serves_store_masks_the_record_and_the_webhook(tmp_path):
+    """parley serve's composition (deploy.serve_cli._calls_store): what a call writes is masked in
+    the database and in the webhook's body, the sensitive slot included; the live record is not."""
+    from deploy.serve_cli import _calls_store
+    from pipeline.redaction import Redactor
+
+    card = "4111111111111111"
+    receiver = Receiver()
+    await receiver.start()
+    db = SQLiteCallStore(tmp_path / "calls.db")
+    sender = WebhookSender(fast(receiver.url), outbox=db)
+    store = _calls_store(db, Redactor(frozenset({"member"})), sender)
+    await sender.start()
+    try:
+        record = ended_call("CA-pii")
+        record.ended_at = None
+        store.open(record)
+        record.turns[0].user_text = f"my card is {card} and member number 55501234"
+        record.turns[0].events.append({"kind": "slot", "data": {"name": "member", "value": "55501234"}})
+        record.ended_at = 1072.5
+        store.update(record)
+        await until(lambda: receiver.accepted)
+    finally:
+        await sender.stop()
+        await receiver.stop()
+    (_, body), = receiver.accepted
+    event = json.loads(body)
+    assert event["transcript"][0]["caller"] == "my card is ************1111 and member number ****1234"
+    assert event["slots"] == {"name": "Ada", "member": "****1234"}
+    assert card not in body.decode() and "55501234" not in body.decode()
+    assert db.get("CA-pii").turns[0].user_text == event["transcript"][0]["caller"]
+    assert card in record.turns[0].user_text
+    db.close()
