@@ -148,6 +148,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="end a SIP call whose caller has sent no RTP for S seconds: a PBX that crashed "
                    "or a network that went sends no BYE (0: never; on hold with no media: 300 s; "
                    "default %(default)s)")
+    p.add_argument("--recordings", type=Path, default=None, metavar="DIR",
+                   help="record every call in DIR/YYYY-MM-DD/CALL.wav: two channels (the caller; the agent as the "
+                   "caller heard it, cut where a barge-in cut it), written as the call goes; default off, "
+                   "or ~/.local/share/parley/recordings when the agent spec says recording: {enabled: true}")
     p.add_argument("--webhook-url", default=None, metavar="URL",
                    help="POST a signed JSON event to URL when each call ends (ids, numbers, times, outcome, "
                    "slots, transcript, latencies, recording), retried from a durable outbox in the call "

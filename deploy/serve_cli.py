@@ -174,6 +174,36 @@ def _calls_store(store, redactor: "Redactor", webhooks: "WebhookSender | None") 
     return RedactingCallStore(inner, redactor)
 
 
+def _recordings(args: argparse.Namespace, spec) -> tuple[str | None, object]:
+    """Where calls are recorded (--recordings, else the spec's ``recording: {enabled: true}`` in the
+    default folder, else None) and the spec with its recording announcement put before the
+    greeting; recordings past the spec's ``retention_days`` are deleted now."""
+    from telephony.core.recorder import prune_recordings
+
+    recording = spec.recording if spec is not None else None
+    folder = args.recordings
+    if folder is None and recording is not None and recording.enabled:
+        folder = Path("~/.local/share/parley/recordings")
+    if folder is None:
+        return None, spec
+    folder = folder.expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(f"--recordings {folder}: {exc.strerror or exc}") from None
+    log = logging.getLogger("parley")
+    if recording is not None and recording.retention_days:
+        removed = prune_recordings(folder, recording.retention_days)
+        log.info("recordings: %s (kept %d days; %d older removed)", folder, recording.retention_days, removed)
+    else:
+        log.info("recordings: %s", folder)
+    if recording is not None and recording.announce:
+        spec = replace(spec, greeting=f"{recording.announce} {spec.greeting}")
+    return str(folder), spec
+
+
 def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
     """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
     if sphinx_procs is not None:
@@ -289,6 +319,7 @@ def serve(args: argparse.Namespace) -> int:
         voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
         voice_proc = _load_ssm_voice(voice_dir, procs=bool(args.tts_procs),
                                      compile=args.tts_compile == "on")
+    recordings_dir, spec = _recordings(args, spec)
     agent_factory = _agent_factory(spec, llm_check=not args.no_llm_check)
     db_path = db_location(args.db) if args.db else default_db_path()
     store = open_call_store(db_path)
@@ -337,7 +368,8 @@ def serve(args: argparse.Namespace) -> int:
     )
     config = replace(config, pipeline=replace(
         config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
-        stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice))
+        stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice,
+        recordings_dir=recordings_dir))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
         config = _prewarm_ssm_stt(config)

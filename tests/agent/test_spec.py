@@ -120,3 +120,13 @@ def test_a_slot_can_be_marked_sensitive():
     with pytest.raises(SpecError, match=r"^s\.yaml:7: .*sensitive"):
         parse_spec(MINIMAL + "slots:\n  - name: card\n    kind: number\n    prompt: Your card?\n"
                    "    sensitive: maybe\n", source="s.yaml", env={})
+
+
+def test_the_recording_section():
+    spec = parse_spec(MINIMAL + "recording:\n  enabled: true\n  announce: This call is recorded.\n"
+                      "  retention_days: 30\n", source="s.yaml", env={})
+    assert (spec.recording.enabled, spec.recording.announce, spec.recording.retention_days) == \
+        (True, "This call is recorded.", 30)
+    assert not parse_spec(MINIMAL, env={}).recording.enabled
+    with pytest.raises(SpecError, match=r"^s\.yaml:5: recording\.retention_days must be at least 1"):
+        parse_spec(MINIMAL + "recording:\n  enabled: true\n  retention_days: 0\n", source="s.yaml", env={})
