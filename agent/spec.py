@@ -38,6 +38,7 @@ from agent.spec_model import (
     LimitsSpec,
     LLMSpec,
     MessagesSpec,
+    RecordingSpec,
     SlotKind,
     SlotSpec,
     TaskSpec,
@@ -215,9 +216,20 @@ def _slots(r: _Reader, node: yaml.Node) -> tuple[SlotSpec, ...]:
             confirm=r.boolean(m["confirm"], f"{what}.confirm") if "confirm" in m else True,
             confirm_prompt=r.string(m["confirm_prompt"], f"{what}.confirm_prompt")
             if "confirm_prompt" in m else None,
+            sensitive=r.boolean(m["sensitive"], f"{what}.sensitive") if "sensitive" in m else False,
         ))
     _unique(r, node, "slots", [s.name for s in out])
     return tuple(out)
+
+
+def _recording(r: _Reader, node: yaml.Node) -> RecordingSpec:
+    m = r.mapping(node, "recording", _dataclass_keys(RecordingSpec))
+    return RecordingSpec(
+        enabled=r.boolean(m["enabled"], "recording.enabled") if "enabled" in m else False,
+        announce=r.string(m["announce"], "recording.announce") if "announce" in m else None,
+        retention_days=int(r.number(m["retention_days"], "recording.retention_days", integer=True, minimum=1))
+        if "retention_days" in m else None,
+    )
 
 
 def _tools(r: _Reader, node: yaml.Node) -> tuple[ToolSpec, ...]:
@@ -397,6 +409,7 @@ def parse_spec(text: str, *, source: str = "<spec>", env: Mapping[str, str] | No
         if "messages" in m else MessagesSpec(),
         tasks=_tasks(r, m["tasks"]) if "tasks" in m else (),
         voice=_voice(r, m["voice"]) if "voice" in m else None,
+        recording=_recording(r, m["recording"]) if "recording" in m else RecordingSpec(),
     )
     _cross_check(r, m, spec)
     return spec

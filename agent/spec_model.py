@@ -11,7 +11,7 @@ from typing import Literal
 
 __all__ = [
     "AgentSpec", "Backend", "DtmfAction", "DtmfOption", "HandoffKind", "HandoffSpec",
-    "HttpMethod", "KnowledgeItem", "LLMSpec", "LimitsSpec", "MessagesSpec", "SlotKind", "SlotSpec",
+    "HttpMethod", "KnowledgeItem", "LLMSpec", "LimitsSpec", "MessagesSpec", "RecordingSpec", "SlotKind", "SlotSpec",
     "TaskSpec", "ToolKind", "ToolSpec",
 ]
 
@@ -37,6 +37,7 @@ class SlotSpec:
     kind: SlotKind = "text"
     confirm: bool = True
     confirm_prompt: str | None = None   # a template: {value} and {spoken} (digits read one by one)
+    sensitive: bool = False             # masked in records, webhooks and logs (pipeline.redaction)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,15 @@ class MessagesSpec:
 
 
 @dataclass(frozen=True)
+class RecordingSpec:
+    """``recording:``: record every call in two channels (telephony.core.recorder)."""
+
+    enabled: bool = False
+    announce: str | None = None          # said before the greeting, e.g. "This call is recorded."
+    retention_days: int | None = None    # recordings older than this are deleted (at start); None: kept
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     name: str
     persona: str
@@ -132,6 +142,7 @@ class AgentSpec:
     messages: MessagesSpec = MessagesSpec()
     tasks: tuple[TaskSpec, ...] = ()
     voice: str | None = None    # a shipped SSM voice (pipeline.voices.VOICES); None: the server's
+    recording: RecordingSpec = RecordingSpec()
 
     def slot(self, name: str) -> SlotSpec:
         return next(s for s in self.slots if s.name == name)

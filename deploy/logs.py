@@ -24,3 +24,37 @@ def configure_logging(level: str) -> None:
         logger.add(sys.stderr, level="DEBUG" if level.upper() == "DEBUG" else "WARNING")
     except ImportError:
         pass
+
+
+class RedactingLogFilter(logging.Filter):
+    """Masks card numbers, SSNs and sensitive slot values in each line (``pipeline.redaction``)
+    before a handler writes it; the line's arguments are folded into its message first."""
+
+    def __init__(self, redactor) -> None:
+        super().__init__()
+        self.redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = self.redactor.text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def redact_logs(redactor) -> None:
+    """Mask what ``redactor`` masks in every line the root logger's handlers (and pipecat's
+    loguru) write; called again, it replaces the filter it installed."""
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, RedactingLogFilter)]:
+            handler.removeFilter(old)
+        handler.addFilter(RedactingLogFilter(redactor))
+    try:
+        from loguru import logger
+
+        def mask(record) -> None:
+            record["message"] = redactor.text(record["message"])
+
+        logger.configure(patcher=mask)
+    except ImportError:
+        pass

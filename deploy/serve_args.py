@@ -152,6 +152,18 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="end a SIP call whose caller has sent no RTP for S seconds: a PBX that crashed "
                    "or a network that went sends no BYE (0: never; on hold with no media: 300 s; "
                    "default %(default)s)")
+    p.add_argument("--recordings", type=Path, default=None, metavar="DIR",
+                   help="record every call in DIR/YYYY-MM-DD/CALL.wav: two channels (the caller; the agent as the "
+                   "caller heard it, cut where a barge-in cut it), written as the call goes; default off, "
+                   "or ~/.local/share/parley/recordings when the agent spec says recording: {enabled: true}")
+    p.add_argument("--webhook-url", default=None, metavar="URL",
+                   help="POST a signed JSON event to URL when each call ends (ids, numbers, times, outcome, "
+                   "slots, transcript, latencies, recording), retried from a durable outbox in the call "
+                   "records' database until the receiver answers 2xx (docs/webhooks.md); default "
+                   "$PARLEY_WEBHOOK_URL, else off")
+    p.add_argument("--webhook-secret", default=None, metavar="SECRET",
+                   help="the key that signs each webhook (HMAC-SHA256, at least 16 characters); default "
+                   "$PARLEY_WEBHOOK_SECRET (the environment keeps it out of the process list)")
     p.add_argument("--emf", metavar="PATH", default=None,
                    help="write the call tier's CloudWatch metrics (first byte per turn, live calls, dropped "
                    "frames) as Embedded Metric Format lines to PATH ('-': stdout) every --emf-interval-s; "

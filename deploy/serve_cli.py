@@ -23,12 +23,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.logs import configure_logging
+from deploy.logs import configure_logging, redact_logs
 from pipeline.engines.worker_metrics import ENV as WORKER_METRICS_ENV
 
 if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.emf import EmfPublisher
     from telephony.metrics import Metrics
+    from pipeline.records import CallStore
+    from pipeline.redaction import Redactor
+    from telephony.webhooks import WebhookConfig, WebhookSender
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
 
@@ -135,6 +138,72 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
                      metrics=server.metrics)
 
 
+def _webhook_config(args: argparse.Namespace) -> "WebhookConfig | None":
+    """--webhook-url / --webhook-secret, else PARLEY_WEBHOOK_URL / PARLEY_WEBHOOK_SECRET (read here,
+    at the command line's edge); None when no URL is set. A bad one raises ``ConfigError``."""
+    url = args.webhook_url or os.environ.get("PARLEY_WEBHOOK_URL")
+    secret = args.webhook_secret or os.environ.get("PARLEY_WEBHOOK_SECRET") or ""
+    if not url:
+        if secret and args.webhook_secret:
+            from telephony.errors import ConfigError
+
+            raise ConfigError("--webhook-secret without --webhook-url (or PARLEY_WEBHOOK_URL): where to?")
+        return None
+    from telephony.webhooks import WebhookConfig
+
+    return WebhookConfig(url=url, secret=secret)
+
+
+def _redactor(spec) -> "Redactor":
+    """What is masked in records, webhooks and logs: numbers always, and the spec's sensitive slots."""
+    from pipeline.redaction import Redactor
+
+    return Redactor(frozenset(s.name for s in spec.slots if s.sensitive) if spec is not None else frozenset())
+
+
+def _calls_store(store, redactor: "Redactor", webhooks: "WebhookSender | None") -> "CallStore":
+    """The store every transport writes to: each record masked (``redactor``) on its way in, then
+    kept in ``store`` and, the first time it is written ended, handed to ``webhooks`` (masked)."""
+    from pipeline.redaction import RedactingCallStore
+
+    inner: CallStore = store
+    if webhooks is not None:
+        from telephony.webhooks import CallEndHookStore
+
+        inner = CallEndHookStore(store, webhooks.call_ended)
+    return RedactingCallStore(inner, redactor)
+
+
+def _recordings(args: argparse.Namespace, spec) -> tuple[str | None, object]:
+    """Where calls are recorded (--recordings, else the spec's ``recording: {enabled: true}`` in the
+    default folder, else None) and the spec with its recording announcement put before the
+    greeting; recordings past the spec's ``retention_days`` are deleted now."""
+    from telephony.core.recorder import prune_recordings
+
+    recording = spec.recording if spec is not None else None
+    folder = args.recordings
+    if folder is None and recording is not None and recording.enabled:
+        folder = Path("~/.local/share/parley/recordings")
+    if folder is None:
+        return None, spec
+    folder = folder.expanduser()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(f"--recordings {folder}: {exc.strerror or exc}") from None
+    log = logging.getLogger("parley")
+    if recording is not None and recording.retention_days:
+        removed = prune_recordings(folder, recording.retention_days)
+        log.info("recordings: %s (kept %d days; %d older removed)", folder, recording.retention_days, removed)
+    else:
+        log.info("recordings: %s", folder)
+    if recording is not None and recording.announce:
+        spec = replace(spec, greeting=f"{recording.announce} {spec.greeting}")
+    return str(folder), spec
+
+
 def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
     """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
     if sphinx_procs is not None:
@@ -233,6 +302,7 @@ def serve(args: argparse.Namespace) -> int:
     ready_file = ReadyFile(args.ready_file) if args.ready_file is not None else None
     if args.sip_port is not None:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
+    webhook_config = _webhook_config(args)  # a bad URL or secret: one line now, not after the models load
     # engine workers write their own metrics (request times) where /metrics reads them
     worker_metrics = share_worker_metrics()
     atexit.register(unshare_worker_metrics, worker_metrics)
@@ -250,6 +320,7 @@ def serve(args: argparse.Namespace) -> int:
         voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
         voice_proc = _load_ssm_voice(voice_dir, procs=bool(args.tts_procs),
                                      compile=args.tts_compile == "on")
+    recordings_dir, spec = _recordings(args, spec)
     agent_factory = _agent_factory(spec, llm_check=not args.no_llm_check)
     db_path = db_location(args.db) if args.db else default_db_path()
     store = open_call_store(db_path)
@@ -257,6 +328,14 @@ def serve(args: argparse.Namespace) -> int:
     shown = str(db_path).rpartition("@")[2]  # a PostgreSQL URL's password stays out of the log
     logging.getLogger("parley").info("call records: %s%s", shown,
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
+    redactor = _redactor(spec)
+    redact_logs(redactor)
+    webhooks = None
+    if webhook_config is not None:
+        from telephony.webhooks import WebhookSender
+
+        webhooks = WebhookSender(webhook_config, outbox=store)
+    calls_store = _calls_store(store, redactor, webhooks)
     token = os.environ.get("TWILIO_AUTH_TOKEN")
     model_urls = tuple(u.strip() for u in args.model_url.split(",") if u.strip())
     bridge = None
@@ -291,7 +370,8 @@ def serve(args: argparse.Namespace) -> int:
     config = replace(config, pipeline=replace(
         config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
         stt_model_dir=args.stt_model,
-        stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice))
+        stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice,
+        recordings_dir=recordings_dir))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
         config = _prewarm_ssm_stt(config)
@@ -311,7 +391,7 @@ def serve(args: argparse.Namespace) -> int:
                  else "in the server process")
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
                                          where, time.perf_counter() - t0)
-    server = CallServer(config, agent_factory=agent_factory, store=store)
+    server = CallServer(config, agent_factory=agent_factory, store=calls_store)
     server.metrics.read_worker_metrics(worker_metrics)
     _register_engines(server.metrics, sphinx_procs, voice_proc,
                       ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
@@ -326,7 +406,7 @@ def serve(args: argparse.Namespace) -> int:
     async def serve() -> None:
         if heap is not None:
             heap.install(asyncio.get_running_loop())
-        await serve_forever(server, sip=sip, emf=emf,
+        await serve_forever(server, sip=sip, emf=emf, webhooks=webhooks,
                             listening=ready_file.write if ready_file is not None else None)
 
     try:

@@ -72,6 +72,8 @@ class PipelineConfig:
     # with stt or tts "remote": the model servers (ws://HOST:PORT), tried in turn, failed over
     model_urls: tuple[str, ...] = ()
     remote_voice: str = ""  # with tts "remote": the servers' voice id (a shipped voice; "": their default)
+    # where each call's two-channel recording is written (telephony.core.recorder); None: not recorded
+    recordings_dir: str | None = None
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):

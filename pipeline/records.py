@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pipeline.outbox import Outbox
+
 
 @dataclass
 class TurnRecord:
@@ -42,6 +44,7 @@ class CallRecord:
     # transport counters (bad messages, marks, ...) and audio frames lost, late or underrun
     # (frames_in, frames_in_lost, frames_in_late, frames_out, frames_out_underrun, frames_out_late)
     stats: dict[str, int] = field(default_factory=dict)
+    recording: str | None = None  # where the call's recording is (a file path or URL), if any
 
     @property
     def ended(self) -> bool:
@@ -65,6 +68,7 @@ class CallRecord:
             "turns": [vars(t).copy() for t in self.turns],
             "errors": list(self.errors),
             "stats": dict(self.stats),
+            "recording": self.recording,
         }
 
 
@@ -102,8 +106,9 @@ class MemoryCallStore:
             return list(self._calls.values())
 
 
-class DurableCallStore(CallStore, Protocol):
-    """A store that outlives the process (SQLite, PostgreSQL)."""
+class DurableCallStore(CallStore, Outbox, Protocol):
+    """A store that outlives the process (SQLite, PostgreSQL), with the webhooks' outbox beside
+    the records (``pipeline.outbox``)."""
 
     def list(self, limit: int | None = None) -> list[CallRecord]: ...
     def close(self) -> None: ...

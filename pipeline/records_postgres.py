@@ -15,6 +15,12 @@ current; ``list`` waits for them (``flush``).
 Schema: the SQLite store's tables (``calls``, ``turns``), created by numbered migrations recorded in
 ``parley_schema``; a database of a newer schema is refused. Rows name the process that wrote them
 (``owner``) and ``close_orphans`` ends the calls a killed server of this host left open.
+
+The post-call webhooks' durable outbox (:class:`pipeline.outbox.Outbox`, migration 2) is a table
+of the same database. Its calls are few (one event a call) and come from the webhook sender's
+worker thread, never the event loop: they go to the database at once, under the connection's
+lock, and a claim takes rows with ``FOR UPDATE SKIP LOCKED``, so servers sharing the database
+never hold one delivery at once.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import threading
 import time
 
 from pipeline.errors import PipelineError
+from pipeline.outbox import OUTBOX_COLUMNS, OutboxItem, OutboxItems
 from pipeline.records import CallRecord
 from pipeline.records_codec import CALL_COLUMNS, ORPHAN_REASON, EncodedCall, decode, encode, owner_alive, process_owner
 
@@ -52,6 +59,23 @@ MIGRATIONS = (
         data     TEXT NOT NULL,
         PRIMARY KEY (call_sid, turn)
     );
+    """,
+    # 2: the post-call webhooks' outbox
+    """
+    CREATE TABLE IF NOT EXISTS webhook_outbox (
+        delivery_id  TEXT PRIMARY KEY,
+        call_sid     TEXT NOT NULL,
+        url          TEXT NOT NULL,
+        body         BYTEA NOT NULL,
+        created_at   DOUBLE PRECISION NOT NULL,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        next_at      DOUBLE PRECISION NOT NULL,
+        delivered_at DOUBLE PRECISION,
+        failed_at    DOUBLE PRECISION,
+        last_error   TEXT
+    );
+    CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox (next_at)
+        WHERE delivered_at IS NULL AND failed_at IS NULL;
     """,
 )
 RETRY_S = 1.0
@@ -204,6 +228,59 @@ class PostgresCallStore:
         for _, sid in orphans:
             log.warning("[%s] left open by a server that stopped; recorded as ended (%s)", sid, ORPHAN_REASON)
         return len(orphans)
+
+    # --- Outbox (pipeline.outbox) -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _outbox(self):
+        with self._db_lock:
+            try:
+                yield self._live()
+            except self._psycopg.Error as exc:
+                raise PipelineError(f"PostgreSQL {self.dsn_shown}: webhook outbox: {_why(exc)}") from exc
+
+    def outbox_add(self, item: OutboxItem) -> bool:
+        with self._outbox() as db:
+            cur = db.execute(f"INSERT INTO webhook_outbox ({', '.join(OUTBOX_COLUMNS)}) VALUES "
+                             "(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (delivery_id) DO NOTHING", item.row())
+            return cur.rowcount == 1
+
+    def outbox_claim(self, now: float, *, limit: int, lease_s: float) -> OutboxItems:
+        with self._outbox() as db:
+            rows = db.execute(
+                f"UPDATE webhook_outbox SET next_at = %s WHERE delivery_id IN (SELECT delivery_id FROM webhook_outbox "
+                "WHERE delivered_at IS NULL AND failed_at IS NULL AND next_at <= %s ORDER BY next_at, created_at "
+                f"LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {', '.join(OUTBOX_COLUMNS)}",
+                (now + lease_s, now, limit)).fetchall()
+        return sorted((OutboxItem.from_row(r) for r in rows), key=lambda i: i.created_at)
+
+    def outbox_delivered(self, delivery_id: str, at: float) -> None:
+        with self._outbox() as db:
+            db.execute("UPDATE webhook_outbox SET delivered_at = %s, attempts = attempts + 1, last_error = NULL "
+                       "WHERE delivery_id = %s", (at, delivery_id))
+
+    def outbox_retry(self, delivery_id: str, attempts: int, next_at: float, error: str) -> None:
+        with self._outbox() as db:
+            db.execute("UPDATE webhook_outbox SET attempts = %s, next_at = %s, last_error = %s "
+                       "WHERE delivery_id = %s AND delivered_at IS NULL", (attempts, next_at, error, delivery_id))
+
+    def outbox_give_up(self, delivery_id: str, at: float, error: str) -> None:
+        with self._outbox() as db:
+            db.execute("UPDATE webhook_outbox SET failed_at = %s, last_error = %s WHERE delivery_id = %s",
+                       (at, error, delivery_id))
+
+    def outbox_next_due(self) -> float | None:
+        with self._outbox() as db:
+            row = db.execute("SELECT min(next_at) FROM webhook_outbox WHERE delivered_at IS NULL "
+                             "AND failed_at IS NULL").fetchone()
+        return row[0] if row else None
+
+    def outbox_status(self, delivery_id: str) -> dict | None:
+        with self._outbox() as db:
+            row = db.execute("SELECT attempts, next_at, delivered_at, failed_at, last_error FROM webhook_outbox "
+                             "WHERE delivery_id = %s", (delivery_id,)).fetchone()
+        return None if row is None else dict(zip(("attempts", "next_at", "delivered_at", "failed_at",
+                                                  "last_error"), row))
 
     # --- the writer thread ------------------------------------------------------------------
 

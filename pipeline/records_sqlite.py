@@ -15,7 +15,8 @@ calls open; :meth:`SQLiteCallStore.close_orphans`, run by ``parley serve`` at st
 whose owner on this host is gone: ``end_reason`` "server stopped", ``ended_at`` their last write.
 
 Rows are written and read back by ``records_codec`` (shared with the PostgreSQL store): columns
-for what is searched or sorted, JSON for the rest.
+for what is searched or sorted, JSON for the rest. The same database holds the post-call webhooks'
+durable outbox (``webhook_outbox``, :class:`pipeline.outbox.Outbox`; schema 3).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.outbox import OUTBOX_COLUMNS, OutboxItem, OutboxItems
 from pipeline.records import CallRecord
 from pipeline.records_codec import CALL_COLUMNS, ORPHAN_REASON, decode, encode, owner_alive, process_owner
 
@@ -35,7 +37,7 @@ __all__ = ["SQLiteCallStore"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     call_sid   TEXT PRIMARY KEY,
@@ -54,6 +56,20 @@ CREATE TABLE IF NOT EXISTS turns (
     data     TEXT NOT NULL,
     PRIMARY KEY (call_sid, turn)
 );
+CREATE TABLE IF NOT EXISTS webhook_outbox (
+    delivery_id  TEXT PRIMARY KEY,
+    call_sid     TEXT NOT NULL,
+    url          TEXT NOT NULL,
+    body         BLOB NOT NULL,
+    created_at   REAL NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    next_at      REAL NOT NULL,
+    delivered_at REAL,
+    failed_at    REAL,
+    last_error   TEXT
+);
+CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox (next_at)
+    WHERE delivered_at IS NULL AND failed_at IS NULL;
 """
 
 
@@ -137,6 +153,65 @@ class SQLiteCallStore:
         for _, sid in orphans:
             log.warning("[%s] left open by a server that stopped; recorded as ended (%s)", sid, ORPHAN_REASON)
         return len(orphans)
+
+    # --- Outbox (pipeline.outbox) -----------------------------------------------------------
+
+    def outbox_add(self, item: OutboxItem) -> bool:
+        with self._lock:
+            cur = self._execute(f"INSERT INTO webhook_outbox ({', '.join(OUTBOX_COLUMNS)}) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (delivery_id) DO NOTHING", item.row())
+            return cur.rowcount == 1
+
+    def outbox_claim(self, now: float, *, limit: int, lease_s: float) -> OutboxItems:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")   # one claimer at a time, across processes too
+                rows = self._db.execute(
+                    f"SELECT {', '.join(OUTBOX_COLUMNS)} FROM webhook_outbox WHERE delivered_at IS NULL "
+                    "AND failed_at IS NULL AND next_at <= ? ORDER BY next_at, created_at LIMIT ?",
+                    (now, limit)).fetchall()
+                self._db.executemany("UPDATE webhook_outbox SET next_at = ? WHERE delivery_id = ?",
+                                     [(now + lease_s, r[0]) for r in rows])
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise PipelineError(f"{self.path}: cannot read the webhook outbox: {exc}") from exc
+        return [OutboxItem.from_row(r) for r in rows]
+
+    def outbox_delivered(self, delivery_id: str, at: float) -> None:
+        with self._lock:
+            self._execute("UPDATE webhook_outbox SET delivered_at = ?, attempts = attempts + 1, "
+                          "last_error = NULL WHERE delivery_id = ?", (at, delivery_id))
+
+    def outbox_retry(self, delivery_id: str, attempts: int, next_at: float, error: str) -> None:
+        with self._lock:
+            self._execute("UPDATE webhook_outbox SET attempts = ?, next_at = ?, last_error = ? "
+                          "WHERE delivery_id = ? AND delivered_at IS NULL", (attempts, next_at, error, delivery_id))
+
+    def outbox_give_up(self, delivery_id: str, at: float, error: str) -> None:
+        with self._lock:
+            self._execute("UPDATE webhook_outbox SET failed_at = ?, last_error = ? WHERE delivery_id = ?",
+                          (at, error, delivery_id))
+
+    def outbox_next_due(self) -> float | None:
+        with self._lock:
+            row = self._execute("SELECT min(next_at) FROM webhook_outbox WHERE delivered_at IS NULL "
+                                "AND failed_at IS NULL").fetchone()
+        return row[0] if row else None
+
+    def outbox_status(self, delivery_id: str) -> dict | None:
+        with self._lock:
+            row = self._execute("SELECT attempts, next_at, delivered_at, failed_at, last_error FROM webhook_outbox "
+                                "WHERE delivery_id = ?", (delivery_id,)).fetchone()
+        return None if row is None else dict(zip(("attempts", "next_at", "delivered_at", "failed_at",
+                                                  "last_error"), row))
+
+    def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise PipelineError(f"{self.path}: webhook outbox: {exc}") from exc
 
     # --- internals ------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from telephony.log_limit import LogLimiter
 from telephony.loop_lag import LoopLagProbe
 from telephony.metrics import Metrics
 from telephony.emf import EmfPublisher
+from telephony.webhooks import WebhookSender
 from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
 from telephony.calls import AgentFactory
@@ -440,13 +441,16 @@ class CallServer:
 
 
 async def serve_forever(server: CallServer, sip: SipServer | None = None,
-                        emf: EmfPublisher | None = None,
+                        emf: EmfPublisher | None = None, webhooks: WebhookSender | None = None,
                         listening: Callable[[dict[str, int | None]], None] | None = None) -> None:
     """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given; the
-    call tier's CloudWatch metrics as EMF lines when ``emf`` is given. ``listening`` is told the
+    call tier's CloudWatch metrics as EMF lines when ``emf`` is given; post-call webhooks sent from
+    their outbox when ``webhooks`` is given (stopped after the calls). ``listening`` is told the
     bound ports (``{"http_port": p, "sip_port": q or None}``) once every socket listens."""
     await server.start()
     emf_task = asyncio.create_task(emf.run(), name="emf") if emf is not None else None
+    if webhooks is not None:
+        await webhooks.start()
     if sip is not None:
         server.sip = sip
         sip.admit = server.admission  # one max_calls for every transport
@@ -487,6 +491,8 @@ async def serve_forever(server: CallServer, sip: SipServer | None = None,
         if sip is not None:
             await sip.stop()
         await server.stop()
+        if webhooks is not None:        # after the calls ended: their events are in the outbox
+            await webhooks.stop()
         if emf_task is not None:        # after the calls ended: their last turns are in the flush
             emf_task.cancel()
             await asyncio.gather(emf_task, return_exceptions=True)

@@ -43,7 +43,9 @@ from pipecat.frames.frames import (
     EndFrame,
     Frame,
     InputDTMFFrame,
+    InputAudioRawFrame,
     InterruptionFrame,
+    OutputAudioRawFrame,
     OutputDTMFFrame,
     StartFrame,
     TTSStartedFrame,
@@ -53,6 +55,7 @@ from pipecat.processors.frame_processor import FrameDirection
 
 from pipeline.frames import AgentSpeechHeardFrame
 from telephony.audio_meter import FrameCounts
+from telephony.core.recorder import CallRecorder
 from telephony.pacer import LEAD_S, OutputPacer
 from telephony.playout import PlayoutTracker, Utterance
 
@@ -70,6 +73,7 @@ class PlayoutOutput:
         # what was said or heard changed (an utterance ended, was heard, was cleared): the
         # supervisor points this at the call record
         self.on_change: Callable[[], None] = lambda: None
+        self.recorder: CallRecorder | None = None  # the call's recording, when it is recorded
 
     @property
     def tracker(self) -> PlayoutTracker:
@@ -96,11 +100,18 @@ class PlayoutOutput:
         await super().process_frame(frame, direction)  # type: ignore[misc]
 
     async def push_frame(self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM):
-        if isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+        if isinstance(frame, OutputAudioRawFrame) and direction == FrameDirection.DOWNSTREAM:
+            # pipecat's media sender pushes a chunk on right after the edge's write_audio_frame took
+            # it: on the wire, unless the edge dropped it muted (a barge-in's leftovers)
+            if self.recorder is not None and not self._muted:
+                self.recorder.agent(frame.audio, frame.sample_rate)
+        elif isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
             await self._utterance_ended()
         await super().push_frame(frame, direction)  # type: ignore[misc]
 
     async def _barge_in(self) -> None:
+        if self.recorder is not None:
+            self.recorder.clear()
         utt = self._tracker.clear()
         await self._clear_wire(utt)
         if utt is None:
@@ -149,6 +160,13 @@ class ReceivingInput:
         super().__init__(*args, **kwargs)
         self._receive_task: asyncio.Task | None = None
         self._closing = False
+        self.recorder: CallRecorder | None = None  # the call's recording, when it is recorded
+
+    async def push_audio_frame(self, frame: InputAudioRawFrame):
+        """The caller's audio, as the edge read it off the wire: recorded, then into the pipeline."""
+        if self.recorder is not None:
+            self.recorder.caller(frame.audio, frame.sample_rate)
+        await super().push_audio_frame(frame)  # type: ignore[misc]
 
     async def _receive(self) -> None:
         """Read the wire until the far end leaves; push what it sends into the pipeline."""

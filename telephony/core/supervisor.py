@@ -46,13 +46,15 @@ from pipeline.records import CallRecord, CallStore
 from telephony.audio_meter import FrameCounts
 from telephony.callbook import CallBook
 from telephony.calls import AgentFactory, CallInfo
-from telephony.core.output import PlayoutOutput
+from telephony.core.output import PlayoutOutput, ReceivingInput
+from telephony.core.recorder import CallRecorder
 from telephony.metrics import Metrics
 from telephony.playout import PlayoutTracker
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "server shutting down"
+RECORDING_CLOSE_S = 10.0
 
 
 class CallSupervisor:
@@ -78,6 +80,7 @@ class CallSupervisor:
         self._worker: PipelineWorker | None = None
         self._pipeline_over = False
         self._polite_reason: str | None = None
+        self.recorder: CallRecorder | None = None
         output = transport.output()
         if isinstance(output, PlayoutOutput):  # what was said or heard changed: write it down
             output.on_change = self.sync
@@ -124,6 +127,7 @@ class CallSupervisor:
         log.info("[%s] %s call started (params %s)", self.call_id, self.transport_name, sorted(self.record.params))
         try:
             if await self._answer():
+                self._start_recording()
                 self.book.started()
                 await self._run_pipeline()
         except asyncio.CancelledError:
@@ -140,9 +144,39 @@ class CallSupervisor:
             try:
                 await asyncio.shield(self._close())
             finally:
-                self.book.ended(self.end_reason or "ended")
+                try:
+                    await asyncio.shield(self._stop_recording())
+                finally:
+                    self.book.ended(self.end_reason or "ended")
                 log.info("[%s] %s call ended: %s (%d turns)", self.call_id, self.transport_name,
                          self.record.end_reason, len(self.record.turns))
+
+    def _start_recording(self) -> None:
+        """With ``recordings_dir`` set: open the call's recording and hook it to both sides."""
+        folder = self._config.recordings_dir
+        if folder is None:
+            return
+        try:
+            self.recorder = CallRecorder.open(folder, self.call_id, sample_rate_hz=self._config.sample_rate_hz)
+        except OSError as exc:  # the call matters more than its recording
+            log.error("[%s] cannot record the call in %s: %s", self.call_id, folder, exc)
+            return
+        output, input_ = self.transport.output(), self.transport.input()
+        if isinstance(output, PlayoutOutput):
+            output.recorder = self.recorder
+        if isinstance(input_, ReceivingInput):
+            input_.recorder = self.recorder
+        self.record.recording = str(self.recorder.path)
+
+    async def _stop_recording(self) -> None:
+        """Close the recording and wait (off the loop) until it is whole on disk, so the record's
+        end (and its webhook) points at a finished file."""
+        if self.recorder is None:
+            return
+        done = self.recorder.close()
+        if not await asyncio.to_thread(done.wait, RECORDING_CLOSE_S):
+            log.warning("[%s] the recording %s took over %.0f s to close", self.call_id, self.recorder.path,
+                        RECORDING_CLOSE_S)
 
     async def _run_pipeline(self) -> None:
         agent = self._agent_factory(CallInfo(self.call_id, self.transport_name, dict(self.record.params)))

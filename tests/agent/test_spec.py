@@ -111,3 +111,22 @@ def test_missing_required_keys_and_unreadable_files(tmp_path):
         parse_spec("")
     with pytest.raises(SpecError, match=r"nope\.yaml:1: cannot read"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_a_slot_can_be_marked_sensitive():
+    spec = parse_spec(MINIMAL + "slots:\n  - name: card\n    kind: number\n    prompt: Your card?\n"
+                      "    sensitive: true\n  - name: name\n    prompt: Your name?\n", source="s.yaml", env={})
+    assert [(s.name, s.sensitive) for s in spec.slots] == [("card", True), ("name", False)]
+    with pytest.raises(SpecError, match=r"^s\.yaml:7: .*sensitive"):
+        parse_spec(MINIMAL + "slots:\n  - name: card\n    kind: number\n    prompt: Your card?\n"
+                   "    sensitive: maybe\n", source="s.yaml", env={})
+
+
+def test_the_recording_section():
+    spec = parse_spec(MINIMAL + "recording:\n  enabled: true\n  announce: This call is recorded.\n"
+                      "  retention_days: 30\n", source="s.yaml", env={})
+    assert (spec.recording.enabled, spec.recording.announce, spec.recording.retention_days) == \
+        (True, "This call is recorded.", 30)
+    assert not parse_spec(MINIMAL, env={}).recording.enabled
+    with pytest.raises(SpecError, match=r"^s\.yaml:5: recording\.retention_days must be at least 1"):
+        parse_spec(MINIMAL + "recording:\n  enabled: true\n  retention_days: 0\n", source="s.yaml", env={})

@@ -112,3 +112,25 @@ def test_aioice_logs_warnings_at_info(level, aioice):
         assert logging.getLogger("aioice").level == aioice
     finally:
         configure_logging("WARNING")
+
+
+@pytest.mark.parametrize("argv, env, words", [
+    (["--webhook-url", "crm.example.com/hook"], {"PARLEY_WEBHOOK_SECRET": "s" * 32}, "http:// or https://"),
+    (["--webhook-url", "https://crm.example.com/hook"], {}, "--webhook-secret or PARLEY_WEBHOOK_SECRET"),
+    ([], {"PARLEY_WEBHOOK_URL": "https://crm.example.com/h", "PARLEY_WEBHOOK_SECRET": "short"}, "at least 16"),
+    (["--webhook-secret", "s" * 32], {}, "without --webhook-url"),
+])
+def test_a_bad_webhook_setting_is_one_line_before_anything_loads(monkeypatch, capsys, argv, env, words):
+    from deploy import serve_cli
+
+    def never(*_a, **_k):
+        raise AssertionError("loaded before the webhook settings were checked")
+
+    monkeypatch.setattr(serve_cli, "_load_agent_spec", never)
+    for name in ("PARLEY_WEBHOOK_URL", "PARLEY_WEBHOOK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", "--insecure-dev", "--port", "0", *argv]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("parley serve: ") and words in err, err

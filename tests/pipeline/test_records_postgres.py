@@ -175,3 +175,50 @@ def test_parley_calls_reads_postgres_and_a_bad_url_is_one_line(db):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot open the call records" in bad.stderr
     assert "Traceback" not in bad.stderr and not Path("postgresql:").exists()
+
+
+def test_the_webhook_outbox_leases_each_item_to_one_server_and_survives_a_restart(db):
+    """Two servers on one database claim pending webhooks at once: no item goes to both; what is
+    left undelivered is due again for a server started later."""
+    import threading
+
+    from pipeline.outbox import OutboxItem
+    from pipeline.records_postgres import PostgresCallStore
+
+    a = PostgresCallStore(db, owner="host-a:1:1")
+    b = PostgresCallStore(db, owner="host-b:2:2")
+    now = time.time()
+    try:
+        for n in range(40):
+            assert a.outbox_add(OutboxItem(f"d{n}", f"CA{n}", "https://x/h", b'{"n": %d}' % n, now + n * 1e-3))
+        assert not b.outbox_add(OutboxItem("d0", "CA0", "https://x/h", b"{}", now))   # one id: queued once
+        claimed: dict[str, list[str]] = {"a": [], "b": []}
+
+        def claim(name, store):
+            while items := store.outbox_claim(now + 1, limit=3, lease_s=60):
+                claimed[name] += [i.delivery_id for i in items]
+
+        threads = [threading.Thread(target=claim, args=(n, s)) for n, s in (("a", a), ("b", b))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(claimed["a"] + claimed["b"], key=lambda d: int(d[1:])) == [f"d{n}" for n in range(40)]
+        assert not set(claimed["a"]) & set(claimed["b"])
+        assert a.outbox_claim(now + 30, limit=10, lease_s=60) == []          # leased: not due again yet
+        a.outbox_delivered("d0", now + 2)
+        a.outbox_retry("d1", 1, now + 5, "HTTP 500")
+        assert a.outbox_status("d0")["delivered_at"] == now + 2
+        assert a.outbox_status("d1") == {"attempts": 1, "next_at": now + 5, "delivered_at": None,
+                                         "failed_at": None, "last_error": "HTTP 500"}
+    finally:
+        a.close()
+        b.close()
+    c = PostgresCallStore(db)                                                  # a server started later
+    try:
+        (item,) = c.outbox_claim(now + 10, limit=10, lease_s=60)               # the retry is due
+        assert (item.delivery_id, item.attempts, item.body) == ("d1", 1, b'{"n": 1}')
+        later = c.outbox_claim(now + 100, limit=100, lease_s=60)              # every lease ran out
+        assert sorted(i.delivery_id for i in later) == sorted(f"d{n}" for n in range(1, 40))   # all but d0
+    finally:
+        c.close()

@@ -1,0 +1,199 @@
+"""A call's recording: two channels on the caller's playout clock, written as the call goes.
+
+    recorder = CallRecorder.open(folder, call_id, sample_rate_hz=8000)   # folder/YYYY-MM-DD/<id>.wav
+    recorder.caller(pcm, rate)     # the input transport, for each frame from the caller
+    recorder.agent(pcm, rate)      # the output transport, for each chunk it put on the wire
+    recorder.clear()               # barge-in: what was sent and not yet played is not heard
+    recorder.close()               # hang-up: the rest written, the header's sizes fixed
+
+Channel 0 is the caller, channel 1 the agent as the caller heard it. The timeline is the
+caller's audio: each caller frame moves it on by its length. The agent's audio is the far end's
+playout buffer: a chunk plays right after the one before it, or now if the buffer ran dry, and
+``clear`` empties it, so a reply cut by a barge-in stops where its playback stopped: where the
+caller's clock is, which runs ahead of the frames read when the event loop reads late (it is
+taken from the wall clock, anchored on the least late frame, at most ``MAX_READ_LAG_S`` ahead). Only the
+audio past the timeline (the lead the pacer keeps, ~120 ms) waits in memory; the rest goes to disk
+in batches of ``batch_s`` through one writer thread shared by every call (:class:`DiskWriter`), so
+the event loop never waits on a file. Hooked in once for every transport: the output side in
+:class:`~telephony.core.output.PlayoutOutput`, the input side in
+:class:`~telephony.core.output.ReceivingInput`, opened and closed by the
+:class:`~telephony.core.supervisor.CallSupervisor`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.audio.wav_stream import WavStreamWriter
+
+__all__ = ["CallRecorder", "DiskWriter", "prune_recordings"]
+
+log = logging.getLogger(__name__)
+
+MAX_AGENT_AHEAD_S = 60.0   # agent audio written faster than real time is kept this far ahead at most
+MAX_READ_LAG_S = 0.5       # how far the caller's clock may be taken to run ahead of the frames read
+
+
+class DiskWriter:
+    """One daemon thread that does every recording's file work, in order per file."""
+
+    _shared: DiskWriter | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._failed: set[Path] = set()   # files a write failed on (said once each)
+        self._thread = threading.Thread(target=self._run, name="recordings", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def shared(cls) -> DiskWriter:
+        with cls._lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def write(self, wav: WavStreamWriter, data: bytes) -> None:
+        self._queue.put((wav, data))
+
+    def close(self, wav: WavStreamWriter) -> threading.Event:
+        done = threading.Event()
+        self._queue.put((wav, done))
+        return done
+
+    def _run(self) -> None:
+        while True:
+            wav, what = self._queue.get()
+            try:
+                if isinstance(what, threading.Event):
+                    wav.close()
+                else:
+                    wav.write(what)
+            except OSError as exc:  # a full disk: the call goes on unrecorded, said once per file
+                if wav.path not in self._failed:
+                    self._failed.add(wav.path)
+                    log.error("recording %s: %s; the rest of this call may be missing", wav.path, exc)
+            finally:
+                if isinstance(what, threading.Event):
+                    what.set()
+                    self._failed.discard(wav.path)
+
+
+def _resample(pcm: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
+    if from_hz == to_hz or pcm.size == 0:
+        return pcm
+    n = int(round(pcm.size * to_hz / from_hz))
+    x = np.arange(n) * (from_hz / to_hz)
+    return np.interp(x, np.arange(pcm.size), pcm.astype(np.float32)).astype(np.int16)
+
+
+class CallRecorder:
+    def __init__(self, wav: WavStreamWriter, writer: DiskWriter, *, batch_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic):
+        self.wav = wav
+        self.path = wav.path
+        self.sample_rate_hz = wav.sample_rate_hz
+        self._writer = writer
+        self._now = 0                        # timeline: caller samples so far
+        self._agent = np.zeros(0, np.int16)  # agent samples not yet played, the first at _agent_at
+        self._agent_at = 0
+        self._out: list[np.ndarray] = []     # (n, 2) frames not yet handed to the writer
+        self._out_samples = 0
+        self._batch = int(batch_s * self.sample_rate_hz)
+        self._closed = False
+        self._clock = clock
+        self._t0: float | None = None        # when the caller's clock was 0 (the least late frame says)
+
+    @classmethod
+    def open(cls, folder: str | Path, call_id: str, *, sample_rate_hz: int, writer: DiskWriter | None = None,
+             clock: Callable[[], float] = time.monotonic) -> CallRecorder:
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", call_id)[:120] or "call"
+        path = Path(folder) / time.strftime("%Y-%m-%d") / f"{name}.wav"
+        return cls(WavStreamWriter(path, sample_rate_hz=sample_rate_hz, channels=2), writer or DiskWriter.shared(),
+                   clock=clock)
+
+    @property
+    def seconds(self) -> float:
+        return self._now / self.sample_rate_hz
+
+    def caller(self, pcm: bytes, sample_rate_hz: int) -> None:
+        if self._closed:
+            return
+        said = _resample(np.frombuffer(pcm, np.int16), sample_rate_hz, self.sample_rate_hz)
+        n = said.size
+        heard = np.zeros(n, np.int16)
+        start = self._agent_at - self._now   # where the agent's buffer begins within this frame
+        if start < n and self._agent.size:
+            take = min(n - start, self._agent.size)
+            heard[start:start + take] = self._agent[:take]
+            self._agent = self._agent[take:]
+            self._agent_at += take
+        self._now += n
+        t0 = self._clock() - self._now / self.sample_rate_hz
+        self._t0 = t0 if self._t0 is None else min(self._t0, t0)
+        self._agent_at = max(self._agent_at, self._now) if not self._agent.size else self._agent_at
+        self._out.append(np.column_stack((said, heard)))
+        self._out_samples += n
+        if self._out_samples >= self._batch:
+            self._flush()
+
+    def agent(self, pcm: bytes, sample_rate_hz: int) -> None:
+        if self._closed:
+            return
+        sent = _resample(np.frombuffer(pcm, np.int16), sample_rate_hz, self.sample_rate_hz)
+        if not self._agent.size:
+            self._agent_at = self._now       # the far end's buffer ran dry: this plays now
+        room = int(MAX_AGENT_AHEAD_S * self.sample_rate_hz) - self._agent.size
+        self._agent = np.concatenate((self._agent, sent[:max(0, room)]))
+
+    def clear(self) -> None:
+        """Barge-in: the agent's audio not yet played by the caller's clock is dropped."""
+        played_to = self._now
+        if self._t0 is not None:
+            by_clock = round((self._clock() - self._t0) * self.sample_rate_hz)
+            played_to = max(self._now, min(by_clock, self._now + int(MAX_READ_LAG_S * self.sample_rate_hz)))
+        self._agent = self._agent[:max(0, played_to - self._agent_at)]
+        if not self._agent.size:
+            self._agent_at = self._now
+
+    def close(self) -> threading.Event:
+        """Write what is left (not the agent's unplayed audio) and close; the event is set once the
+        file is closed on disk."""
+        if not self._closed:
+            self._closed = True
+            self._flush()
+            self._agent = np.zeros(0, np.int16)
+            self._done = self._writer.close(self.wav)
+        return self._done
+
+    def _flush(self) -> None:
+        if self._out:
+            self._writer.write(self.wav, np.concatenate(self._out).astype("<i2").tobytes())
+            self._out, self._out_samples = [], 0
+
+
+def prune_recordings(folder: str | Path, retention_days: int, *, now: float | None = None) -> int:
+    """Delete the recordings under ``folder`` last written over ``retention_days`` ago (and the day
+    folders left empty). Returns how many files went."""
+    cutoff = (time.time() if now is None else now) - retention_days * 86400.0
+    removed = 0
+    root = Path(folder)
+    for path in root.glob("*/*.wav"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+        except OSError as exc:
+            log.warning("recordings: cannot remove %s: %s", path, exc)
+    for day in root.glob("*/"):
+        if day.is_dir() and not any(day.iterdir()):
+            day.rmdir()
+    return removed

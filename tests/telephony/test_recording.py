@@ -1,0 +1,202 @@
+"""Call recordings: the recorder's timeline (unit), the WAV written as it goes and read back after a
+crash, and a loopback Twilio call with a barge-in whose two-channel recording holds the caller and
+the agent as the caller heard it."""
+
+from __future__ import annotations
+
+import struct
+import wave
+
+import numpy as np
+
+from agent.echo import EchoAgentProcessor
+from harness.callers.script import load_utterance_audio
+from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
+from pipeline.audio.g711 import ulaw_decode
+from pipeline.audio.wav_stream import WavStreamWriter, read_wav_frames
+from pipeline.builder import PipelineConfig
+from telephony.core.recorder import CallRecorder, DiskWriter
+from telephony.server import CallServer, ServerConfig
+
+from .conftest import TOKEN
+
+RATE = 8000
+FRAME = 160
+
+
+def frame(value: int, n: int = FRAME) -> bytes:
+    return np.full(n, value, np.int16).tobytes()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_agent_channel_is_the_far_ends_playout_buffer(tmp_path):
+    """Agent audio plays back to back from when it arrives, on the caller's clock; a barge-in drops
+    what was sent and not yet played; after a dry spell the next reply plays at once."""
+    clock = FakeClock()
+    rec = CallRecorder.open(tmp_path, "CA/1:x", sample_rate_hz=RATE, writer=DiskWriter(), clock=clock)
+    assert rec.path.name == "CA_1_x.wav"
+
+    def caller(value: int) -> None:            # a frame read the moment it came
+        clock.t += FRAME / RATE
+        rec.caller(frame(value), RATE)
+
+    caller(1)                                  # frame 0: caller only
+    rec.agent(frame(7, 3 * FRAME), RATE)       # 60 ms of reply, sent ahead (the pacer's lead)
+    caller(2)                                  # frame 1: the reply's first 20 ms plays
+    caller(3)                                  # frame 2: its next 20 ms
+    rec.clear()                                # barge-in: the last 20 ms is never heard
+    caller(4)                                  # frame 3: silence from the agent
+    rec.agent(frame(9, FRAME // 2), RATE)      # 10 ms of the next reply plays at once
+    caller(5)                                  # frame 4
+    rec.agent(frame(8, 2 * FRAME), RATE)       # queued at hang-up, never played
+    assert rec.close().wait(5)
+    pcm, rate = read_wav_frames(rec.path)
+    assert rate == RATE and pcm.shape == (5 * FRAME, 2)
+    caller, agent = pcm[:, 0].reshape(5, FRAME), pcm[:, 1].reshape(5, FRAME)
+    assert [set(f) for f in caller] == [{1}, {2}, {3}, {4}, {5}]
+    assert [set(f) for f in agent[:4]] == [{0}, {7}, {7}, {0}]
+    assert list(agent[4]) == [9] * (FRAME // 2) + [0] * (FRAME // 2)
+    with wave.open(str(rec.path)) as w:      # the closed file's header is right for any reader
+        assert (w.getnchannels(), w.getframerate(), w.getnframes()) == (2, RATE, 5 * FRAME)
+
+
+def test_a_barge_in_keeps_what_the_callers_clock_played_when_frames_are_read_late(tmp_path):
+    """The event loop read the caller's frames 40 ms late: at the barge-in the caller had heard
+    40 ms more of the reply than the frames read say, and the recording keeps it."""
+    clock = FakeClock()
+    rec = CallRecorder.open(tmp_path, "CA2", sample_rate_hz=RATE, writer=DiskWriter(), clock=clock)
+    clock.t += FRAME / RATE
+    rec.caller(frame(1), RATE)                 # frame 0, on time: the clock's anchor
+    rec.agent(frame(7, 5 * FRAME), RATE)       # 100 ms of reply
+    clock.t += 3 * FRAME / RATE                # 60 ms pass; one frame read
+    rec.caller(frame(2), RATE)
+    rec.clear()                                # by its clock the caller heard 60 ms of the reply, not 20
+    for v in (3, 4, 5):                        # the late frames
+        rec.caller(frame(v), RATE)
+    assert rec.close().wait(5)
+    agent = read_wav_frames(rec.path)[0][:, 1].reshape(5, FRAME)
+    assert [set(f) for f in agent] == [{0}, {7}, {7}, {7}, {0}]
+
+
+def test_other_rates_are_put_on_the_recordings_rate(tmp_path):
+    rec = CallRecorder.open(tmp_path, "WR1", sample_rate_hz=RATE, writer=DiskWriter())
+    rec.agent(np.full(480, 5, np.int16).tobytes(), 24000)   # 20 ms at 24 kHz
+    rec.caller(np.full(320, 3, np.int16).tobytes(), 16000)  # 20 ms at 16 kHz
+    assert rec.close().wait(5)
+    pcm, _ = read_wav_frames(rec.path)
+    assert pcm.shape == (FRAME, 2) and set(pcm[:, 0]) == {3} and set(pcm[:, 1]) == {5}
+
+
+def test_a_file_whose_writer_died_is_read_to_its_last_byte(tmp_path):
+    path = tmp_path / "crash.wav"
+    w = WavStreamWriter(path, sample_rate_hz=RATE, channels=2, fixup_every_s=60)
+    data = np.arange(2 * RATE * 2, dtype=np.int16) % 1000            # 2 s, never fixed up
+    w.write(data.tobytes())
+    w._f.flush()                                                      # what the OS had; no close
+    raw = path.read_bytes()
+    assert struct.unpack("<I", raw[40:44])[0] == 0                    # the header still says empty
+    pcm, rate = read_wav_frames(path)
+    assert rate == RATE and pcm.shape == (2 * RATE, 2) and np.array_equal(pcm.ravel(), data)
+    with open(path, "ab") as f:                                       # a half frame at the end: dropped
+        f.write(b"\x01\x02")
+    assert read_wav_frames(path)[0].shape == (2 * RATE, 2)
+    w.close()
+    assert struct.unpack("<I", path.read_bytes()[40:44])[0] == data.nbytes
+
+
+def _find(haystack: np.ndarray, needle: np.ndarray) -> tuple[int, float]:
+    """Where ``needle`` best matches in ``haystack``, and the normalised correlation there."""
+    h, n = haystack.astype(np.float64), needle.astype(np.float64)
+    corr = np.correlate(h, n, mode="valid")
+    energy = np.sqrt(np.convolve(h * h, np.ones(len(n)), mode="valid")) * np.sqrt((n * n).sum())
+    score = corr / np.maximum(energy, 1e-9)
+    at = int(np.argmax(score))
+    return at, float(score[at])
+
+
+def rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x.astype(np.float64) ** 2))) if x.size else 0.0
+
+
+async def test_a_twilio_call_with_a_barge_in_is_recorded_on_two_channels(tmp_path):
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN,
+                                     pipeline=PipelineConfig(recordings_dir=str(tmp_path))),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    await server.start()
+    utterances = (CallerUtterance(text="hello how are you"),
+                  CallerUtterance(text="i would like to check my account"))   # cuts into the first reply
+    config = CallerConfig(url=f"ws://127.0.0.1:{server.port}/twilio/stream", auth_token=TOKEN,
+                          utterances=utterances, barge_in_ms=700, timeout_s=60)
+    try:
+        report = await run_call(config)
+    finally:
+        await server.stop()
+    assert report.turns[1].barged_in and report.turns[1].clear_received, report.turns[1].to_json_line()
+    record = server.store.get(report.call_sid)
+    assert record is not None and record.ended and record.recording is not None
+    assert record.recording.startswith(str(tmp_path)) and record.recording.endswith(f"{report.call_sid}.wav")
+    pcm, rate = read_wav_frames(record.recording)
+    assert rate == RATE and pcm.shape[1] == 2
+    caller, agent = pcm[:, 0], pcm[:, 1]
+    # every frame the caller sent is on the caller channel (the recorder opened before the first)
+    assert abs(len(caller) - report.media_frames_sent * FRAME) <= 5 * FRAME
+
+    # the caller channel holds what the caller said, where it said it
+    starts = []
+    for utt in utterances:
+        said = ulaw_decode(await load_utterance_audio(utt, config.voice, 30))
+        at, score = _find(caller, said)
+        assert score > 0.95, (utt.text, score)
+        starts.append((at, at + len(said)))
+
+    # the agent channel is what the caller heard: the caller's own recording of it, on one clock
+    heard = report.agent_audio[: len(agent)]
+    assert rms(agent) > 300 and abs(rms(agent) - rms(heard)) / rms(heard) < 0.2, (rms(agent), rms(heard))
+    lag = _find(np.pad(agent, 4000), heard[RATE // 2: RATE // 2 + 2 * RATE])[0] - 4000 - RATE // 2
+    assert abs(lag) <= 2 * FRAME, lag                                    # within two frames of the caller's clock
+    n = min(len(agent), len(heard))
+    same = float(np.dot(agent[:n].astype(np.float64), heard[:n]) / (np.linalg.norm(agent[:n]) * np.linalg.norm(heard[:n])))
+    assert same > 0.9, same                                              # sample for sample, the same audio
+
+    # the barge-in: the first reply was playing as the caller began again, and stopped soon after
+    onset, end = starts[1]
+    assert rms(agent[onset - RATE // 2: onset + int(0.3 * RATE)]) > 300  # the reply plays as they start
+    assert rms(agent[onset + int(0.6 * RATE): end]) < 30                 # cut: silence while they talk
+
+    def last_sound(x: np.ndarray) -> int:
+        loud = np.flatnonzero(np.abs(x[onset:end]) > 50)
+        return int(loud[-1]) if loud.size else 0
+    # ... where the caller's playback stopped (the server's clear), not where the sending did: what was
+    # in the far end's buffer (the pacer's lead) is not in the recording
+    assert abs(last_sound(agent) - last_sound(heard)) <= 2 * FRAME, (last_sound(agent), last_sound(heard))
+    assert rms(agent[end:]) > 300                                        # the second reply, after them
+
+
+def test_old_recordings_are_pruned_and_the_spec_turns_recording_on(tmp_path):
+    import argparse
+    import os
+    import time
+
+    from agent.spec import parse_spec
+    from deploy.serve_cli import _recordings
+    from telephony.core.recorder import prune_recordings
+
+    old, new = tmp_path / "2026-01-01" / "CA1.wav", tmp_path / "2026-12-07" / "CA2.wav"
+    for path in (old, new):
+        path.parent.mkdir()
+        path.write_bytes(b"RIFF")
+    os.utime(old, (time.time() - 40 * 86400,) * 2)
+    spec = parse_spec("name: x\ngreeting: Hello.\nrecording:\n  enabled: true\n  announce: This call is recorded.\n"
+                      "  retention_days: 30\n", env={})
+    folder, spec = _recordings(argparse.Namespace(recordings=tmp_path), spec)
+    assert folder == str(tmp_path) and spec.greeting == "This call is recorded. Hello."
+    assert not old.exists() and not old.parent.exists() and new.exists()
+    assert prune_recordings(tmp_path, 30) == 0
+    assert _recordings(argparse.Namespace(recordings=None), parse_spec("name: x\ngreeting: Hi.\n", env={}))[0] is None
