@@ -11,7 +11,7 @@ and CER compare, and what does each cost: decoding time per frame as frames arri
 end of speech (``finalize``, what the caller waits for)? Also split by the data set's sentence
 kinds (callers' sentences, filler) when the manifest comes from ``parley data stt``.
 
-    .venv/bin/python benchmarks/bench_stt_decoders.py --model models/stt \\
+    .venv/bin/python benchmarks/bench_stt_decoders.py --model models/stt-ssm \\
         --manifest data/stt/v1/heldout.tsv
 
 Prints one JSON line: per decoder WER, CER, per-kind WER/CER, ms per frame and finalize ms at
@@ -68,9 +68,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--model", default=str(ROOT / "models" / "stt"),
+    ap.add_argument("--model", default=str(ROOT / "models" / "stt-ssm"),
                     help="model folder with lm.arpa.gz and, for the phone decoders, "
-                    "lexicon.dict.gz (default models/stt)")
+                    "lexicon.dict.gz (default models/stt-ssm)")
     ap.add_argument("--manifest", default=str(ROOT / "data" / "stt" / "v1" / "heldout.tsv"))
     ap.add_argument("--limit", type=int, default=None, help="evenly spread subset of N clips")
     args = ap.parse_args()

@@ -1,7 +1,7 @@
 """Does the recogniser's acoustic model hear people, or only voices like its training voices?
 
     scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
-    .venv/bin/python benchmarks/bench_stt_phones.py [--model models/stt] [--model /tmp/candidate]
+    .venv/bin/python benchmarks/bench_stt_phones.py [--model models/stt-ssm] [--model /tmp/candidate]
 
 The human development set's sentences, each heard three ways in one run: the recorded person, and
 the same text spoken by two voices the model never trained on (flite slt, an HTS voice; espeak-ng
@@ -43,7 +43,7 @@ SYNTHETIC = {"flite:slt": ["flite", "-voice", "slt", "-t", "{text}", "-o", "{out
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
-    ap.add_argument("--model", action="append", default=None, help="model folder (repeatable; default models/stt)")
+    ap.add_argument("--model", action="append", default=None, help="model folder (repeatable; default models/stt-ssm)")
     args = ap.parse_args(argv)
     if not Path(args.manifest).exists():
         ap.error(f"{args.manifest} is missing: run scripts/install-human-speech, then parley data human")
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                     clips.setdefault(voice, {}).setdefault(key, []).append((x, words))
     report: dict = {"bench": "stt_phones", "git": git_sha(), "manifest": args.manifest,
                     "clips": len(clips["person"]["all"]), "models": {}}
-    for folder in args.model or ["models/stt"]:
+    for folder in args.model or ["models/stt-ssm"]:
         model = load_stt(folder)
         report["models"][folder] = {voice: {key: round(evaluate(model, part, pronouncer=lexicon)["per"], 3)
                                             for key, part in by.items()}

@@ -3,7 +3,7 @@
 ``StreamBatcher`` sends a stream's chunk of ``DEFAULT_PREFILL_MIN`` (2) frames or more through
 ``STTModel.prefill`` (the chunked scan) instead of stepping it frame by frame: a pre-roll (25
 frames) and a runner that fell behind both make such chunks. One run, the shipped model
-(models/stt), one thread, batch 1, both ways alternating per repetition, for n frames:
+(models/stt-ssm), one thread, batch 1, both ways alternating per repetition, for n frames:
 
 * ``step_n{n}_ms_p50/p95/p99``: n single steps; ``prefill_n{n}_ms_*``: one prefill of n frames;
 * ``ratio_step_vs_prefill_n{n}``: p50 of stepping over p50 of prefill (> 1: prefill wins).
@@ -39,7 +39,7 @@ def pct(xs: list[float]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=str(ROOT / "models" / "stt"))
+    ap.add_argument("--model", default=str(ROOT / "models" / "stt-ssm"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--sizes", default="2,4,8,16,25,50", help="frames per backlog (comma list)")
     args = ap.parse_args()

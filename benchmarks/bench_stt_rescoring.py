@@ -1,6 +1,6 @@
 """Do the finals' rescoring weights, tuned on synthetic voices, suit people?
 
-    .venv/bin/python benchmarks/bench_stt_rescoring.py [--model models/stt]
+    .venv/bin/python benchmarks/bench_stt_rescoring.py [--model models/stt-ssm]
         [--lm-weights 0.4 0.8 1.2] [--word-bonuses 0 1 2 3 4]
 
 The recogniser's finals pool both beam searches' n-best transcripts and pick one by

@@ -1,7 +1,7 @@
 """Does a keyword spotter on the phone head find the words a transcript loses? People and calls.
 
     .venv/bin/python benchmarks/bench_stt_spotting.py [--manifest data/stt/human/human.tsv]
-        [--model models/stt] [--thresholds -0.5 -0.75 -1 -1.5] [--no-whisper]
+        [--model models/stt-ssm] [--thresholds -0.5 -0.75 -1 -1.5] [--no-whisper]
         [--voices flite:slt espeak:en-us+f3 mbrola:mb-us1]
 
 A caller's one long word ("insurance", "parking") is often heard where the sentence around it is
@@ -135,7 +135,7 @@ def run_part(clips: list[tuple[np.ndarray, str]], keywords: list[str], model,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
-    ap.add_argument("--model", default="models/stt")
+    ap.add_argument("--model", default="models/stt-ssm")
     ap.add_argument("--thresholds", nargs="+", type=float, default=[-0.5, -0.75, -1.0, -1.5])
     ap.add_argument("--no-whisper", action="store_true", help="leave Whisper tiny.en out")
     ap.add_argument("--voices", nargs="*", default=["flite:slt", "espeak:en-us+f3", "mbrola:mb-us1"],

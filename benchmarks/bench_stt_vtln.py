@@ -15,7 +15,7 @@ log-prob, what a per-speaker maximum-likelihood choice of factor would pick by).
 posteriors averaged frame by frame over its factors (a K-fold cost). Run it on the development
 set of the held-out voices (``data/stt/dev-lm``), not on the scored held-out manifest.
 
-    .venv/bin/python benchmarks/bench_stt_vtln.py --model models/stt \\
+    .venv/bin/python benchmarks/bench_stt_vtln.py --model models/stt-ssm \\
         --manifest data/stt/dev-lm/heldout.tsv
 
 Prints one JSON line; ``best_factor_per_voice`` is each voice's best factor by CER with its
@@ -70,7 +70,7 @@ def _score(refs: list[str], hyps: list[str], voices: list[str]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=str(ROOT / "models" / "stt"))
+    ap.add_argument("--model", default=str(ROOT / "models" / "stt-ssm"))
     ap.add_argument("--manifest", default=str(ROOT / "data" / "stt" / "dev-lm" / "heldout.tsv"))
     ap.add_argument("--limit", type=int, default=None, help="evenly spread clips (default all)")
     args = ap.parse_args()
@@ -82,7 +82,7 @@ def main() -> int:
               file=sys.stderr)
         return 2
     lm_path = model_dir / "lm.arpa.gz"
-    lm = NGramLM.load(lm_path if lm_path.exists() else ROOT / "models" / "stt" / "lm.arpa.gz")
+    lm = NGramLM.load(lm_path if lm_path.exists() else ROOT / "models" / "stt-ssm" / "lm.arpa.gz")
     lexicon = Pronouncer.load(model_dir / "lexicon.dict.gz", words=lm.vocab)
     search = JointSearch(lm, lexicon)
     clips = load_clips(manifest, model.config.sample_rate_hz, phone=True, limit=args.limit)

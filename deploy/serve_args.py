@@ -39,9 +39,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vad", choices=get_args(VadKind), default="silero",
                    help="voice activity detector (default %(default)s; see benchmarks/bench_vad.py)")
     p.add_argument("--stt", choices=get_args(SttKind), default="ssm",
-                   help="speech recognizer: parley's streaming SSM model (models/stt; finals "
-                   "moments after the caller stops, biased each turn toward what the agent "
-                   "expects; on recorded people still well behind Whisper: benchmarks/RESULTS.md), "
+                   help="speech recognizer: parley's streaming recogniser (models/stt: Whisper tiny.en's "
+                   "encoder run as a stream, Mamba-2 layers on it; finals moments after the caller "
+                   "stops, biased each turn toward what the agent expects; on recorded people "
+                   "still behind Whisper's own decoding: benchmarks/RESULTS.md), "
                    "the pocketsphinx baseline, or Whisper tiny.en (not streaming: finals come "
                    "after a whole-utterance pass; more accurate; one shared model a process), or "
                    "remote: the SSM recogniser on the model tier (--model-url) (default %(default)s)")
@@ -63,7 +64,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "one, at least 1, at most 8: %(default)s here)")
     p.add_argument("--stt-compile", choices=["on", "off"],
                    default="off" if os.environ.get("PARLEY_STT_COMPILE") == "0" else "on",
-                   help="with --stt ssm: compile the recognizer's 5-frame step with torch.compile "
+                   help="with --stt ssm: compile the pure SSM recognizer's 5-frame step with torch.compile "
+                   "(the recogniser on Whisper's encoder runs eagerly) "
                    "(less CPU per call; slow at the first start, quicker later from the compile "
                    "cache; needs a C++ compiler: without one the server logs why and "
                    "runs the step eagerly). Default %(default)s (PARLEY_STT_COMPILE=0 turns it off)")

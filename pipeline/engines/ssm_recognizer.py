@@ -330,6 +330,11 @@ class SSMSTTEngine:
         # a recogniser on Whisper's encoder steps whole hops: the stride is rounded up to them
         block = getattr(model.config, "hop_frames", 1)
         self.stride = -(-stride // block) * block
+        # how far partials trail the audio beyond the pure recogniser's: a hop waited for, and
+        # the encoder's look-ahead (the spelling pause waits this much longer for more letters)
+        self.partial_lag_s = (0.0 if block == 1 else
+                              (block + getattr(model.config, "lookahead_frames", 0))
+                              / model.config.frame_rate_hz)
         # torch.compile's CPU graph (inductor, C++); on a GPU the eager step is fast enough; the
         # encoder recogniser runs eagerly (its cost is the encoder's matrix products)
         compile_frames = (stride if compile and stride > 1 and target.type == "cpu"
@@ -416,6 +421,11 @@ class SSMRecognizerBackend:
             self.engine = await asyncio.to_thread(functools.partial(
                 SSMSTTEngine.shared, self.model_dir, self.decoder, compile=self.compile,
                 runner=self.runner))
+
+    @property
+    def partial_lag_s(self) -> float:
+        """How much later than the pure SSM recogniser's its partials come (0 before start)."""
+        return float(getattr(self.engine, "partial_lag_s", 0.0))
 
     async def open(self, sample_rate_hz: int, hints: Hints) -> _SSMUtterance:
         assert self.engine is not None, "open before start"

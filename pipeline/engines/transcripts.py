@@ -296,8 +296,8 @@ class TranscriptStream:
             await self._feed(chunk, events)
             self._span_heard += len(chunk)
             if len(events) > before and self._span_heard < SPAN_HEARD_MAX_S * self.sample_rate_hz * 2:
-                self._span_left = int(self.spell_span_s * self.sample_rate_hz) * 2
-                self._span_until = time.perf_counter() + self.spell_span_s
+                self._span_left = int(self._span_s * self.sample_rate_hz) * 2
+                self._span_until = time.perf_counter() + self._span_s
             else:
                 self._span_left -= len(chunk)
             if self._span_left <= 0:               # the pause is over: what follows is the
@@ -334,12 +334,18 @@ class TranscriptStream:
         if self._utt is not None and preroll:
             await self._feed(preroll, events)
 
+    @property
+    def _span_s(self) -> float:
+        """A spelling's pause: ``spell_span_s``, and the time the recogniser's partials trail
+        the audio (letters said in the pause are heard that much later)."""
+        return self.spell_span_s + float(getattr(self.backend, "partial_lag_s", 0.0))
+
     async def _on_stopped(self, received_s: float, events: list[Event], *,
                           last: bool = False) -> None:
         if self._utt is not None and self._spelling and self._span_until is None and not last:
-            self._span_until = received_s + self.spell_span_s      # a pause: more may follow
+            self._span_until = received_s + self._span_s           # a pause: more may follow
             self._span_stop_s = received_s
-            self._span_left = int(self.spell_span_s * self.sample_rate_hz) * 2   # bytes
+            self._span_left = int(self._span_s * self.sample_rate_hz) * 2        # bytes
             self._span_heard = 0
             return
         await self._finish(received_s, events)

@@ -160,6 +160,12 @@ class WhisperSTTModel(nn.Module):
     ``step`` takes)."""
 
     @property
+    def compiled_frames(self) -> int:
+        """Always 0: this recogniser runs eagerly (its cost is the encoder's matrix products,
+        which torch.compile does not shrink); STTModel's has the same meaning."""
+        return 0
+
+    @property
     def out_size(self) -> int:
         return self.config.vocab_size + self.config.phone_vocab_size
 

