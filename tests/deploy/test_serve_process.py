@@ -208,9 +208,10 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
 
 
 async def test_without_a_cxx_compiler_the_recognizer_serves_eagerly_and_says_why(tmp_path):
-    """torch.compile needs a C++ compiler; a machine without one still answers calls."""
+    """torch.compile needs a C++ compiler; a machine without one still answers calls. Only the
+    pure SSM recogniser compiles its step (the default one, on Whisper's encoder, runs eagerly)."""
     db = tmp_path / "calls.db"
-    proc = _serve(db, "--stt", "ssm", "--stt-compile", "on",
+    proc = _serve(db, "--stt", "ssm", "--stt-model", "models/stt-ssm", "--stt-compile", "on",
                   env={"CXX": str(tmp_path / "no-such-g++"),
                        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})  # no cached kernels
     try:

@@ -1,6 +1,8 @@
 """RunnerProcess: a real BatchRunner in a real child process, against one in this process.
 
-Every child loads the shipped recognizer (``models/stt`` through ``load_stt``); a start costs
+Every child loads the pure SSM recognizer (``models/stt-ssm`` through ``load_stt``: these tests
+are about the runner, and its frames may come in any count; the default recogniser on Whisper's
+encoder takes whole hops, ``test_whisper_stream``); a start costs
 ~1.3 s (importing torch), so the tests that neither kill nor stop a child share ``runner``, the
 child of an ``SSMSTTEngine(runner="process")`` (the last test, a pipecat call, kills it), and
 every other runner a test makes is stopped in a ``finally``. ``local`` is an in-process
@@ -62,7 +64,8 @@ from ssm_engine.stt.model import load_stt
 from ssm_engine.stt.text import VOCAB
 
 LOADER = "ssm_engine.stt.model:load_stt"
-MODEL = str(DEFAULT_MODEL_DIR)
+PURE_MODEL_DIR = DEFAULT_MODEL_DIR.parent / "stt-ssm"
+MODEL = str(PURE_MODEL_DIR)
 STEP = 160  # samples per frame: the model's d_in
 PHONE = 8000
 TOL = {"atol": 1e-4, "rtol": 1e-4}  # see the module docstring
@@ -81,7 +84,7 @@ def _one_torch_thread() -> Iterator[None]:
 def process_engine() -> Iterator[SSMSTTEngine]:
     """The recognizer on a process runner; its child serves every test that leaves it running
     (the service test kills it last)."""
-    engine = SSMSTTEngine(DEFAULT_MODEL_DIR, runner="process")
+    engine = SSMSTTEngine(PURE_MODEL_DIR, runner="process")
     yield engine
     engine.close()
 
@@ -363,7 +366,7 @@ def test_stop_ends_the_child_drops_queued_work_and_refuses_more(spawned):
 def test_process_engine_transcribes_as_the_thread_engine(process_engine, flite_speech):
     text = "my account number is four four one seven"
     pcm = flite_speech(text, PHONE, voice="rms")
-    thread_engine = SSMSTTEngine(DEFAULT_MODEL_DIR)
+    thread_engine = SSMSTTEngine(PURE_MODEL_DIR)
     try:
         expected = thread_engine.transcribe(pcm, PHONE)
     finally:
@@ -371,6 +374,21 @@ def test_process_engine_transcribes_as_the_thread_engine(process_engine, flite_s
     assert isinstance(process_engine.runner, RunnerProcess) and process_engine.runner.pid
     assert cer([text], [expected]) < 0.3, expected
     assert process_engine.transcribe(pcm, PHONE) == expected
+
+
+def test_the_default_recogniser_on_whispers_encoder_runs_in_a_process_as_in_a_thread(flite_speech):
+    """The child builds its runner with the model's prefill_min: whole hops go through prefill."""
+    text = "my account number is four four one seven"
+    pcm = flite_speech(text, PHONE, voice="rms")
+    engines = [SSMSTTEngine(DEFAULT_MODEL_DIR), SSMSTTEngine(DEFAULT_MODEL_DIR, runner="process")]
+    try:
+        heard = [e.transcribe(pcm, PHONE) for e in engines]
+        assert engines[0].stride % engines[0].model.config.hop_frames == 0
+    finally:
+        for e in engines:
+            e.close()
+    assert heard[0] == heard[1]
+    assert cer([text], [heard[0]]) < 0.5, heard[0]
 
 
 def audio_frames(pcm: np.ndarray) -> list[InputAudioRawFrame]:
