@@ -231,12 +231,20 @@ async def test_a_receiver_that_never_answers_times_out_and_is_retried(tmp_path):
     try:
         sender.call_ended(ended_call("CA1"))
         await until(lambda: sender.failed_attempts >= 2, timeout_s=10)
+
+        def recorded() -> dict | None:
+            st = store.outbox_status(delivery_id("CA1"))
+            return st if st is not None and st["attempts"] >= 2 else None
+
+        # read before stopping: a stop with an attempt in flight records "sender stopped"
+        await until(lambda: recorded() is not None, timeout_s=10)
+        status = recorded()
     finally:
         hung.set()
         await sender.stop()
         await runner.cleanup()
-    status = store.outbox_status(delivery_id("CA1"))
-    assert status is not None and "no answer within 0.3 s" in status["last_error"]
+    assert status is not None and status["attempts"] >= 2
+    assert "no answer within 0.3 s" in status["last_error"]
     store.close()
 
 
