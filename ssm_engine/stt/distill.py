@@ -203,7 +203,8 @@ def extract_features(manifest: str | Path, out: str | Path, *, workers: int = 1,
 
 
 class TeacherFeatures:
-    """The features ``extract_features`` wrote, by clip: ``get(path)`` -> (frames, 384) float32,
+    """The features ``extract_features`` wrote, by clip: ``get(path)`` -> (frames, 384) float32
+    (``get(path, np.float16)``: as stored, for folders read with ``normalise=False``),
     normalised per dimension to zero mean and unit variance (``normalise=False``: as the encoder
     gave them), or None for a clip not extracted."""
 
@@ -240,12 +241,12 @@ class TeacherFeatures:
     def has(self, path: str | Path) -> bool:
         return clip_key(path) in self.index
 
-    def get(self, path: str | Path) -> np.ndarray | None:
+    def get(self, path: str | Path, dtype: type = np.float32) -> np.ndarray | None:
         hit = self.index.get(clip_key(path))
         if hit is None:
             return None
         k, offset, n = hit
-        x = np.asarray(self.shards[k][offset: offset + n], np.float32)
+        x = np.array(self.shards[k][offset: offset + n], dtype)
         if self.mean is not None:
             x = (x - self.mean) / self.std
         return x

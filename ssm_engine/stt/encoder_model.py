@@ -37,6 +37,7 @@ from ..errors import CheckpointFormatError, ConfigError
 from ..stack import SSMStack
 from ..state import StackState, StreamState
 from .errors import AudioInputError
+from .model import heads_log_probs
 from .phones import PHONES
 from .text import VOCAB
 from .whisper_encoder import D_MODEL, WhisperEncoder
@@ -176,12 +177,6 @@ class WhisperSTTModel(nn.Module):
     def state_from_bytes(self, data: bytes) -> WhisperSTTState:
         return WhisperSTTState.from_bytes(data, self.init_state(1))
 
-    def _log_probs(self, y: torch.Tensor) -> torch.Tensor:
-        chars = torch.log_softmax(self.head(y), dim=-1)
-        if self.phone_head is None:
-            return chars
-        return torch.cat([chars, torch.log_softmax(self.phone_head(y), dim=-1)], dim=-1)
-
     @torch.no_grad()
     def step(self, audio: torch.Tensor, state: WhisperSTTState
              ) -> tuple[torch.Tensor, WhisperSTTState]:
@@ -208,7 +203,7 @@ class WhisperSTTModel(nn.Module):
         y, stack = self.stack.forward(self.proj(feats), stack)
         state.tensors.update(enc)
         state.tensors.update(stack.tensors)
-        return self._log_probs(y), state
+        return heads_log_probs(self.head, self.phone_head, y), state
 
     def forward_features(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Training: the stream's features (b, n, 384) from a fresh state -> (character logits

@@ -111,6 +111,15 @@ class STTConfig:
             raise ConfigError(f"STTConfig: {exc}") from exc
 
 
+def heads_log_probs(head: nn.Module, phone_head: nn.Module | None, y: torch.Tensor) -> torch.Tensor:
+    """A recogniser's streaming output from its last hidden states ``y``: character log-probs,
+    then (with a phone head) phone log-probs in the same row (``out_size`` columns)."""
+    chars = torch.log_softmax(head(y), dim=-1)
+    if phone_head is None:
+        return chars
+    return torch.cat([chars, torch.log_softmax(phone_head(y), dim=-1)], dim=-1)
+
+
 class STTState(StreamState):
     """Front-end tensors (``fe_*``) plus the SSMStack's (``conv{i}``, ``ssm{i}``, ``logscale{i}``)."""
 
@@ -175,12 +184,7 @@ class STTModel(nn.Module):
         return self._log_probs(y), state
 
     def _log_probs(self, y: torch.Tensor) -> torch.Tensor:
-        """The streaming output: character log-probs, then (with a phone head) phone log-probs
-        in the same row (``out_size`` columns)."""
-        chars = torch.log_softmax(self.head(y), dim=-1)
-        if self.phone_head is None:
-            return chars
-        return torch.cat([chars, torch.log_softmax(self.phone_head(y), dim=-1)], dim=-1)
+        return heads_log_probs(self.head, self.phone_head, y)
 
     @property
     def out_size(self) -> int:

@@ -150,9 +150,9 @@ def _read_features(directory: str | Path, *, manifest: str | None = None,
         rows = [rows[i] for i in keep]
     out = []
     for path, text in rows:
-        f = feats.get(path)
+        f = feats.get(path, np.float16)        # as stored: half the memory of float32
         if f is not None:
-            out.append((f.astype(np.float16), normalize_text(text)))
+            out.append((f, normalize_text(text)))
     return summary, out
 
 
