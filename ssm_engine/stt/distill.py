@@ -246,7 +246,7 @@ class TeacherFeatures:
         if hit is None:
             return None
         k, offset, n = hit
-        x = np.array(self.shards[k][offset: offset + n], dtype)
+        x: np.ndarray = np.array(self.shards[k][offset: offset + n], dtype)
         if self.mean is not None:
             x = (x - self.mean) / self.std
         return x
