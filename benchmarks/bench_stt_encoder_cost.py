@@ -28,7 +28,8 @@ from common import git_sha, percentiles  # noqa: E402
 import torch  # noqa: E402
 
 from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel  # noqa: E402
-from ssm_engine.stt.model import STTModel, load_recognizer  # noqa: E402
+from ssm_engine.stt.model import STTModel  # noqa: E402
+from ssm_engine.stt.recognizers import load_recognizer  # noqa: E402
 
 
 def _time(run, reps: int) -> list[float]:

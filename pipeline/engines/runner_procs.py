@@ -7,7 +7,7 @@ late. ``RunnerProcess`` has ``BatchRunner``'s interface and runs a real ``BatchR
 child process, which builds the model itself from ``loader`` ("module:function", called with
 ``args``):
 
-    runner = RunnerProcess("ssm_engine.stt.model:load_stt", ["models/stt"])
+    runner = RunnerProcess("ssm_engine.stt.recognizers:load_recognizer", ["models/stt"])
     runner.start()                          # the child loads the model; blocks until it has
     sid = runner.open_stream()
     y = runner.submit(sid, frames).result() # (n, d_in) float32 -> (n, d_out), as BatchRunner

@@ -58,7 +58,8 @@ from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 from ssm_engine.stt.lm import NGramLM
 from ssm_engine.stt.encoder_model import WhisperSTTModel
-from ssm_engine.stt.model import STTModel, load_recognizer
+from ssm_engine.stt.model import STTModel
+from ssm_engine.stt.recognizers import load_recognizer
 from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
@@ -341,7 +342,7 @@ class SSMSTTEngine:
                           and isinstance(model, STTModel) else 0)
         self.runner: StreamRunner
         if runner == "process":
-            self.runner = RunnerProcess("ssm_engine.stt.model:load_stt_compiled",
+            self.runner = RunnerProcess("ssm_engine.stt.recognizers:load_stt_compiled",
                                         [str(folder_of_model), str(compile_frames)], name="ssm-stt")
         else:
             if (compile_frames and isinstance(self.model, STTModel)

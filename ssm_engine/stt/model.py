@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,11 +38,7 @@ from .frontend import NORMS, LogMelFrontEnd
 from .phones import PHONES
 from .text import VOCAB
 
-if TYPE_CHECKING:
-    from .encoder_model import WhisperSTTModel
-
-__all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt", "load_recognizer",
-           "load_stt_compiled",
+__all__ = ["STTConfig", "STTModel", "STTState", "save_stt", "load_stt",
            "prepare_audio", "CHECKPOINT_KIND"]
 
 CHECKPOINT_KIND = "STTModel"
@@ -303,27 +299,6 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 def save_stt(model: STTModel, directory: str | Path) -> Path:
     """Weights (with the feature statistics) + config -> directory."""
     return write_checkpoint(directory, model, CHECKPOINT_KIND, model.config.to_dict())
-
-
-def load_stt_compiled(directory: str | Path, frames: str | int = "0") -> STTModel | WhisperSTTModel:
-    """``load_recognizer`` then, for ``frames`` > 0 and the pure SSM recogniser,
-    ``compile_prefill(frames)`` (a loader for a child process, whose arguments come as strings;
-    a recogniser on Whisper's encoder runs eagerly)."""
-    model = load_recognizer(directory)
-    if int(frames) > 0 and isinstance(model, STTModel):
-        model.compile_prefill(int(frames))
-    return model
-
-
-def load_recognizer(directory: str | Path) -> STTModel | WhisperSTTModel:
-    """Load a recogniser folder of either kind, by the kind its config.json names: a
-    ``save_stt`` checkpoint (the pure SSM recogniser) or a ``save_whisper_stt`` one (on
-    Whisper's encoder). Errors name the offending file."""
-    from .encoder_model import CHECKPOINT_KIND as WHISPER_KIND, checkpoint_kind, load_whisper_stt
-
-    if checkpoint_kind(directory) == WHISPER_KIND:
-        return load_whisper_stt(directory)
-    return load_stt(directory)
 
 
 def load_stt(directory: str | Path) -> STTModel:

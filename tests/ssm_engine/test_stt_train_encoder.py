@@ -13,7 +13,7 @@ import torch
 from ssm_engine.errors import ConfigError
 from ssm_engine.stt.distill import TeacherFeatures
 from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel
-from ssm_engine.stt.model import load_recognizer
+from ssm_engine.stt.recognizers import load_recognizer
 from ssm_engine.stt.train_encoder import (
     EncoderTrainConfig,
     _read_features,

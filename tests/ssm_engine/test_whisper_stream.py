@@ -20,7 +20,7 @@ from ssm_engine.stt.encoder_model import (
     save_whisper_stt,
 )
 from ssm_engine.stt.errors import AudioInputError
-from ssm_engine.stt.model import load_recognizer
+from ssm_engine.stt.recognizers import load_recognizer
 from ssm_engine.stt.stream import RecognizerStream
 
 TINY_SSM = {"d_model": 32, "n_layers": 1, "d_state": 16, "headdim": 16, "expand": 2}
