@@ -55,7 +55,7 @@ from ..device import model_device
 from ..state import StackState
 from .errors import TextError, TTSError
 from .model import TTSModel, frame_position, load_tts
-from .vocoder import HOP_SAMPLES, LF0, SAMPLE_RATE_HZ, StreamingVocoder
+from .vocoder import HOP_SAMPLES, LF0, SAMPLE_RATE_HZ, StreamingVocoder, vocode_streams
 
 __all__ = ["TTSVoice", "TTSStream", "AudioChunk", "Synthesis", "PAUSE_SYMBOLS", "QUESTION_RISE_ST"]
 
@@ -288,8 +288,17 @@ class TTSVoice:
                 state = self._batched([s for s, _ in groups], "_dec_state")
                 out = self.model.step_frames(x, state)                 # state advances in place
                 feats = self.model.denormalize(out).cpu().numpy()       # (b, r, N_FEATURES)
-        for k, (s, n) in enumerate(groups):
-            s._vocode(feats[k, :n])
+        # every stream's frames through its vocoder in one vectorised call per setting (the
+        # streams of one voice share theirs; a caller's own postfilter makes a second group)
+        by_setting: dict[tuple, list[int]] = {}
+        for k, (s, _) in enumerate(groups):
+            v = s._vocoder
+            by_setting.setdefault((v._postfilter, v._fractional, v._postfilter_from), []).append(k)
+        for ks in by_setting.values():
+            inputs = [groups[k][0]._vocoder_input(feats[k, :groups[k][1]]) for k in ks]
+            pcms = vocode_streams([groups[k][0]._vocoder for k in ks], inputs)
+            for k, pcm in zip(ks, pcms, strict=True):
+                groups[k][0]._add_pcm(pcm)
 
 
 def _lone_state(stream: TTSStream, attr: str) -> StackState:
@@ -444,14 +453,16 @@ class TTSStream:
         del self._offsets[:n]
         return torch.stack(frames + [torch.zeros_like(frames[0])] * (r - n))
 
-    def _vocode(self, feats: np.ndarray) -> None:
-        """Vocoder features (n, N_FEATURES) of the frames just decoded -> pending samples."""
+    def _vocoder_input(self, feats: np.ndarray) -> np.ndarray:
+        """The decoded frames with the pitch offsets of the phones they belong to."""
         offsets, self._taken_offsets = self._taken_offsets, []
         if any(offsets):
             feats = feats.copy()
             feats[: len(offsets), LF0] += np.asarray(offsets, dtype=feats.dtype)
-        pcm = np.concatenate([self._vocoder.push(row) for row in feats]).astype(np.float32)
-        self._pending = np.concatenate([self._pending, pcm])
+        return feats
+
+    def _add_pcm(self, pcm: np.ndarray) -> None:
+        self._pending = np.concatenate([self._pending, pcm.astype(np.float32)])
 
     def _take(self, n: int) -> AudioChunk:
         pcm, self._pending = self._pending[:n], self._pending[n:]

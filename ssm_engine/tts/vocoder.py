@@ -388,3 +388,111 @@ def synthesize(feats: np.ndarray, seed: int = 0, *, postfilter: float = 0.0,
     rows = [voc.push(row, None if bap is None else bap[t]) for t, row in enumerate(f)]
     out = np.concatenate(rows) if len(f) else np.zeros(0)
     return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+def _min_phase_responses(cep: np.ndarray, postfilter: float, postfilter_from: int) -> np.ndarray:
+    """``_min_phase_response`` of each row of ``cep`` (m, >= N_CEP) at once -> (m, N_FFT//2+1)."""
+    m = cep.shape[0]
+    folded = np.zeros((m, N_FFT))
+    folded[:, 0] = cep[:, 0]
+    folded[:, 1:N_CEP] = 2.0 * cep[:, 1:N_CEP]
+    log_h = np.fft.rfft(folded, axis=1)
+    if postfilter > 0.0:
+        if postfilter_from == 1:
+            sharp = (1.0 + postfilter) * log_h - postfilter * cep[:, :1]
+        else:
+            sharp = log_h + postfilter * (log_h - folded[:, :postfilter_from] @ _CEP_BASIS[:postfilter_from])
+        sharp += 0.5 * (_log_mean_exp_rows(2.0 * log_h.real) - _log_mean_exp_rows(2.0 * sharp.real))
+        log_h = sharp
+    return np.exp(log_h)
+
+
+def _log_mean_exp_rows(x: np.ndarray) -> np.ndarray:
+    top = x.max(axis=1, keepdims=True)
+    return top + np.log(np.mean(np.exp(x - top), axis=1, keepdims=True))
+
+
+_MAX_PULSES = int(np.ceil(F0_MAX_HZ * HOP_SAMPLES / SAMPLE_RATE_HZ)) + 1   # pulses a hop can hold
+
+
+def vocode_streams(vocoders: list[StreamingVocoder], frames: list[np.ndarray]) -> list[np.ndarray]:
+    """Each vocoder's ``push`` of each row of its frames, all streams at once: ``frames[k]``
+    (n_k, N_FEATURES) -> the n_k * HOP_SAMPLES samples ``vocoders[k]`` would return, the same
+    numbers (``tests/ssm_engine/test_tts_vocoder_batch.py``), with each vocoder's state advanced
+    as ``push`` advances it. The FFTs and the envelopes of every frame of every stream are one
+    array operation each; only the per-frame phase and overlap-add walk the frames (at most a
+    step's few), vectorised over the streams. The vocoders must share their settings
+    (postfilter, fractional pulses): those of one voice. The fixed pulse/noise mix only (no band
+    aperiodicity)."""
+    if len(vocoders) != len(frames):
+        raise TTSError(f"{len(vocoders)} vocoders, {len(frames)} frame arrays")
+    if not vocoders:
+        return []
+    v0 = vocoders[0]
+    settings = (v0._postfilter, v0._fractional, v0._postfilter_from)
+    if any((v._postfilter, v._fractional, v._postfilter_from) != settings for v in vocoders):
+        raise TTSError("vocode_streams: the vocoders' settings differ (one voice's streams only)")
+    feats = [np.asarray(f, dtype=np.float64).reshape(-1, N_FEATURES) if np.size(f) else
+             np.zeros((0, N_FEATURES)) for f in frames]
+    for f in feats:
+        if not np.all(np.isfinite(f)):
+            raise TTSError("vocoder frame contains NaN or infinite values")
+    counts = np.array([f.shape[0] for f in feats])
+    b, n_max = len(vocoders), int(counts.max())
+    if n_max == 0:
+        return [np.zeros(0) for _ in vocoders]
+    x = np.zeros((b, n_max, N_FEATURES))
+    for k, f in enumerate(feats):
+        x[k, : f.shape[0]] = f
+    live = np.arange(n_max)[None, :] < counts[:, None]                       # (b, n)
+    # the noise each stream's generator draws for its frames, in the order push draws it
+    noise = np.zeros((b, n_max, HOP_SAMPLES))
+    for k, v in enumerate(vocoders):
+        if counts[k]:
+            noise[k, : counts[k]] = v._rng.standard_normal((int(counts[k]), HOP_SAMPLES))
+    spec_noise = np.fft.rfft(noise, N_FFT, axis=2)
+    f0 = np.clip(np.exp(x[..., LF0]), F0_MIN_HZ, F0_MAX_HZ)
+    voiced = (x[..., VUV] >= 0.5) & live
+    step = f0 / SAMPLE_RATE_HZ
+    phase = np.array([v._phase for v in vocoders])
+    bins = np.arange(N_FFT // 2 + 1)
+    spec_pulse = np.zeros((b, n_max, N_FFT // 2 + 1), dtype=np.complex128)
+    pulses = np.zeros((b, n_max, HOP_SAMPLES))
+    hop = np.arange(1, HOP_SAMPLES + 1)
+    for j in range(n_max):                      # the phase runs on from frame to frame
+        v_j = voiced[:, j]
+        if settings[1]:
+            last = phase + step[:, j] * HOP_SAMPLES
+            k_ = np.floor(phase)[:, None] + 1 + np.arange(_MAX_PULSES)[None, :]     # (b, P)
+            ok = (k_ <= np.floor(last)[:, None]) & v_j[:, None]
+            at = (k_ - phase[:, None]) / step[:, j, None]
+            amp = np.sqrt(SAMPLE_RATE_HZ / f0[:, j])
+            terms = np.exp(-2j * np.pi * at[..., None] * bins / N_FFT) * ok[..., None]
+            spec_pulse[:, j] = amp[:, None] * terms.sum(axis=1)
+            new = last - np.floor(last)
+        else:
+            ph = phase[:, None] + step[:, j, None] * hop[None, :]                  # (b, HOP)
+            prev = np.concatenate([phase[:, None], ph[:, :-1]], axis=1)
+            cross = np.floor(ph) > np.floor(prev)
+            pulses[:, j] = np.where(cross, np.sqrt(SAMPLE_RATE_HZ / f0[:, j])[:, None], 0.0)
+            new = ph[:, -1] - np.floor(ph[:, -1])
+        phase = np.where(live[:, j], np.where(v_j, new, 0.0), phase)
+    if not settings[1]:
+        spec_pulse = np.fft.rfft(pulses, N_FFT, axis=2)
+    excitation = np.where(voiced[..., None],
+                          spec_pulse * np.sqrt(1.0 - _NOISE_MIX) + spec_noise * np.sqrt(_NOISE_MIX),
+                          spec_noise)
+    resp = _min_phase_responses(x[..., CEP0:].reshape(b * n_max, N_CEP), settings[0], settings[2])
+    blocks = np.fft.irfft(excitation * resp.reshape(b, n_max, -1), N_FFT, axis=2)
+    tail = np.stack([v._tail for v in vocoders])
+    out = np.zeros((b, n_max, HOP_SAMPLES))
+    for j in range(n_max):                      # overlap-add, frame after frame
+        m = live[:, j, None]
+        tail = np.where(m, tail + blocks[:, j], tail)
+        out[:, j] = tail[:, :HOP_SAMPLES]
+        shifted = np.concatenate([tail[:, HOP_SAMPLES:], np.zeros((b, HOP_SAMPLES))], axis=1)
+        tail = np.where(m, shifted, tail)
+    for k, v in enumerate(vocoders):
+        v._phase = float(phase[k])
+        v._tail = tail[k].copy()
+    return [out[k, : counts[k]].reshape(-1) for k in range(b)]
