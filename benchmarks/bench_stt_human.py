@@ -2,11 +2,13 @@
 
     scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
     .venv/bin/python benchmarks/bench_stt_human.py [--manifest data/stt/human/human.tsv]
-        [--engines ssm ssm-pure whisper pocketsphinx] [--model models/stt] [--decoder beam]
+        [--engines ssm ssm-stream ssm-pure whisper pocketsphinx] [--model models/stt] [--decoder beam]
 
 Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
 through the 8 kHz mu-law phone channel to parley's streaming recogniser (``ssm``: the shipped
-one, on Whisper tiny.en's streamed encoder; ``ssm-pure``: the pure SSM one before it), Whisper tiny.en (the
+one, on Whisper tiny.en's streamed encoder, its finals from the final pass when the folder has a
+``final/`` model; ``ssm-stream``: the same folder with the stream's own finals; ``ssm-pure``: the
+pure SSM one before it), Whisper tiny.en (the
 accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
 in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
 one thread, and the final latency (end of audio to final transcript) p50/p95/p99; and the
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
     ap.add_argument("--engines", nargs="+", default=["ssm", "whisper", "pocketsphinx"],
-                    choices=["ssm", "ssm-pure", "whisper", "pocketsphinx"],
+                    choices=["ssm", "ssm-stream", "ssm-pure", "whisper", "pocketsphinx"],
                     help="ssm: the recogniser in --model (default models/stt, on Whisper's "
                     "streamed encoder); ssm-pure: the pure SSM recogniser in --pure-model, in "
                     "the same run (default: %(default)s)")
@@ -70,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     """Every engine over ``manifest``, into ``out`` (with the ratios and the git commit)."""
     for name in args.engines:
-        res = evaluate("ssm" if name == "ssm-pure" else name, manifest,
+        res = evaluate("ssm" if name.startswith("ssm") else name, manifest,
                        model_dir=args.pure_model if name == "ssm-pure" else args.model,
-                       decoder=args.decoder, lm_path=args.lm, compile=False)
+                       decoder=args.decoder, lm_path=args.lm, compile=False,
+                       final_pass=False if name == "ssm-stream" else None)
         if args.hyps:
             Path(args.hyps).mkdir(parents=True, exist_ok=True)
             write_hyps(res, Path(args.hyps) / f"{name}.tsv")
@@ -87,6 +90,9 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     if "ssm" in eng and "whisper" in eng:
         out["ssm_over_whisper_wer"] = round(eng["ssm"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
         out["ssm_over_whisper_cer"] = round(eng["ssm"]["cer"] / max(eng["whisper"]["cer"], 1e-9), 2)
+    if "ssm-stream" in eng and "whisper" in eng:
+        out["ssm_stream_over_whisper_wer"] = round(
+            eng["ssm-stream"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
     if "ssm-pure" in eng and "whisper" in eng:
         out["ssm_pure_over_whisper_wer"] = round(
             eng["ssm-pure"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)

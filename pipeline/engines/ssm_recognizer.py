@@ -24,6 +24,13 @@ the flush frames and the sentence end remain. It runs on the event loop as each 
 (``benchmarks/bench_vad_dispatch.py`` measures such a hand-off at ~0.27 ms of CPU a frame, and
 waits of 5 ms p50 under 16 calls). ``decoder="greedy"`` turns it off.
 
+The final pass: a model folder with a ``final/`` model beside it (a recogniser trained on whole
+utterances, ``WhisperSTTConfig.features == "utterance"``) decodes each utterance's final from
+Whisper's encoding of the whole utterance at its end (one encoder pass over it, in the engine's
+final-pass thread) instead of the stream's sliding windows, which hear less of the utterance
+around each frame; the stream then only makes the greedy partials (no beam search on the event
+loop). An utterance over ``REPLAY_MAX_S`` keeps the stream's greedy final.
+
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
 restarted, and an utterance whose stream it took with it waits for the replacement (up to
 ``RECOVER_TIMEOUT_S``) and replays its audio so far (up to ``REPLAY_MAX_S``) into a new stream
@@ -37,7 +44,7 @@ import functools
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
@@ -64,12 +71,12 @@ from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.runner import StreamRunner
-from ssm_engine.stt.stream import RecognizerStream, as_float
+from ssm_engine.stt.stream import RecognizerStream, as_float, decode_utterance
 
 if TYPE_CHECKING:
     from pipeline.engines.remote_recognizer import RemoteRecognizerEngine, RemoteRecognizerUtterance
 
-__all__ = ["DEFAULT_COMPILE", "DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "DEFAULT_STRIDE", "LM_FILE",
+__all__ = ["DEFAULT_COMPILE", "DEFAULT_DECODER", "DEFAULT_MODEL_DIR", "DEFAULT_STRIDE", "FINAL_DIR", "LM_FILE",
            "LEXICON_FILE", "Decoder", "Runner", "SSMSTTEngine", "RecognizerUtterance", "SUPPORTED_RATES_HZ",
            "SSMRecognizerBackend"]
 
@@ -77,6 +84,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
 LM_FILE = "lm.arpa.gz"
+FINAL_DIR = "final"
+"""The final-pass model's folder inside a recogniser's folder (the module docstring)."""
 LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
@@ -144,10 +153,17 @@ class RecognizerUtterance:
         self._heard_samples = 0
         self._max_replay_samples = int(REPLAY_MAX_S * model_rate)
         self.replays = 0
+        self._final: Recognition | None = None      # the final pass's, once taken
+
+    @property
+    def final_pass(self) -> bool:
+        """True when this utterance's final comes from the engine's final pass."""
+        return self._engine.final_model is not None
 
     def _new_stream(self) -> RecognizerStream:
         e = self._engine
-        return RecognizerStream(e.runner, e.model.config, flush_s=e.flush_s, beam=e.beam, stride=e.stride,
+        beam = None if e.final_model is not None else e.beam   # the final pass searches instead
+        return RecognizerStream(e.runner, e.model.config, flush_s=e.flush_s, beam=beam, stride=e.stride,
                                 hints=self._hints)
 
     def _keep(self, x: np.ndarray) -> None:
@@ -192,11 +208,15 @@ class RecognizerUtterance:
     @property
     def text(self) -> str:
         """Greedy partial while open; the final transcript once ``finish``'s results are taken."""
+        if self._final is not None:
+            return self._final.text
         return self._stream.text if self._stream is not None else ""
 
     @property
     def recognition(self) -> Recognition | None:
         """The final with its confidence and alternatives, once there is one."""
+        if self._final is not None:
+            return self._final
         return self._stream.recognition if self._stream is not None else None
 
     def push(self, pcm: bytes | np.ndarray) -> Future | None:
@@ -232,19 +252,31 @@ class RecognizerUtterance:
         if self._stream is None:      # still no stream: the service recovers (waits) and finishes
             raise RunnerClosedError("the recogniser is restarting: the utterance has no stream yet")
         futures.append(self._stream.finish())
+        if self._engine.final_model is not None:
+            if self._heard_samples > self._max_replay_samples:
+                logger.info("STT: an utterance over %.0f s keeps the stream's greedy final (no "
+                            "final pass)", REPLAY_MAX_S)
+            elif self._heard:
+                futures.append(self._engine.final_pass(np.concatenate(self._heard), self._hints))
         return futures
 
-    def take(self, log_probs: torch.Tensor) -> bool:
-        """Decode a result here (blocking: evaluation, scripts). True if the text changed."""
+    def _take_result(self, result: torch.Tensor | Recognition | None) -> bool:
+        if isinstance(result, Recognition) or result is None:    # the final pass's (None: failed)
+            if result is None:
+                return False
+            self._final = result
+            return True
         assert self._stream is not None, "a result with no stream to decode it"
-        return self._stream.take(log_probs)
+        return self._stream.take(result)
+
+    def take(self, result: torch.Tensor | Recognition | None) -> bool:
+        """Decode a result here (blocking: evaluation, scripts). True if the text changed."""
+        return self._take_result(result)
 
     async def take_async(self, fut: Future) -> bool:
         """Await a push/finish future and decode its result (greedy, and the beam search when
-        on) here, in order. True if the text changed."""
-        log_probs = await asyncio.wrap_future(fut)
-        assert self._stream is not None, "a result with no stream to decode it"
-        return self._stream.take(log_probs)
+        on) here, in order; the final pass's result is the final. True if the text changed."""
+        return self._take_result(await asyncio.wrap_future(fut))
 
     def finish_sync(self) -> str:
         """Blocking finish (evaluation, scripts): the final transcript."""
@@ -271,7 +303,7 @@ class SSMSTTEngine:
                  beam_config: BeamConfig | None = None,
                  runner: Runner = "thread",
                  stride: int = DEFAULT_STRIDE, compile: bool | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", final_pass: bool | None = None) -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
         (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
         it searches both heads with the folder's ``lexicon.dict.gz`` (``Decoder``; "char-beam"
@@ -281,7 +313,9 @@ class SSMSTTEngine:
         run of an utterance. ``compile`` (default ``DEFAULT_COMPILE``): compile the
         ``stride``-frame prefill before taking traffic (``STTModel.compile_prefill``; CPU only).
         ``device``: ``cpu``, ``cuda[:N]`` or ``auto`` (``ssm_engine.device.resolve_device``);
-        audio and log-probs stay on the CPU, the batcher moves them."""
+        audio and log-probs stay on the CPU, the batcher moves them. ``final_pass``: decode
+        finals with the folder's ``final/`` model (the module docstring); None (the default)
+        when the folder has one, True requires it, False never."""
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
         compile = DEFAULT_COMPILE if compile is None else compile
@@ -314,6 +348,18 @@ class SSMSTTEngine:
                                              f"with `parley train stt`)") from exc
         self.model = model.eval().to(target)
         self.device = target
+        self.final_model: WhisperSTTModel | None = None
+        self._final_pool: ThreadPoolExecutor | None = None
+        final_dir = folder / FINAL_DIR
+        if final_pass or (final_pass is None and folder_of_model is not None
+                          and (final_dir / "config.json").exists()):
+            self.final_model = self._load_final(final_dir, target)
+            if self.final_model.config.phone_vocab_size != model.config.phone_vocab_size:
+                raise EngineUnavailableError(f"SSM STT: {final_dir} has "
+                                             f"{'no' if not self.final_model.config.phone_vocab_size else 'a'}"
+                                             f" phone head, the stream's model "
+                                             f"{'has' if model.config.phone_vocab_size else 'has not'}")
+            self._final_pool = ThreadPoolExecutor(1, thread_name_prefix="ssm-stt-final")
         if decoder != "greedy":
             lexicon = None
             if decoder == "phone-beam" or (decoder == "beam" and model.config.phone_vocab_size):
@@ -365,6 +411,34 @@ class SSMSTTEngine:
             raise EngineUnavailableError(f"SSM STT runner failed to start: {exc}") from exc
         self.load_s = time.perf_counter() - t0
 
+    @staticmethod
+    def _load_final(final_dir: Path, target: torch.device) -> WhisperSTTModel:
+        try:
+            final = load_recognizer(final_dir)
+        except SSMEngineError as exc:
+            raise EngineUnavailableError(f"SSM STT: the final-pass model failed to load: {exc}") from exc
+        if not isinstance(final, WhisperSTTModel) or final.config.features != "utterance":
+            raise EngineUnavailableError(f"SSM STT: {final_dir} is not a final-pass model (a "
+                                         f"recogniser trained on whole utterances)")
+        return final.eval().to(target)
+
+    def final_pass(self, audio: np.ndarray, hints: Hints = NO_HINTS) -> Future:
+        """An utterance's audio (float32 at the model's rate) -> Future of its final
+        (``Recognition``) from the final-pass model, decoded with the engine's beam and the
+        hints; of None when it failed (logged: the stream's final stands)."""
+        assert self.final_model is not None and self._final_pool is not None
+        model = self.final_model
+
+        def run() -> Recognition | None:
+            try:
+                lp = model.utterance_log_probs(torch.from_numpy(audio)[None]).cpu()
+                return decode_utterance(lp, model.config, beam=self.beam, hints=hints)
+            except Exception:           # our bug: the stream's final is kept, the call goes on
+                logger.exception("STT: the final pass failed; the stream's final stands")
+                return None
+
+        return self._final_pool.submit(run)
+
     @classmethod
     def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder = "beam", *,
                compile: bool = DEFAULT_COMPILE, runner: Runner = "thread") -> SSMSTTEngine:
@@ -399,6 +473,8 @@ class SSMSTTEngine:
 
     def close(self) -> None:
         self.runner.stop()
+        if self._final_pool is not None:
+            self._final_pool.shutdown(wait=False, cancel_futures=True)
 
 
 # -- the SSM recogniser behind a TranscriptStream -------------------------------------------------

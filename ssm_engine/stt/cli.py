@@ -181,6 +181,9 @@ def register_cli(subparsers: Any) -> None:
                    "%(default)s: 200 ms)")
     p.add_argument("--lookahead", type=int, default=4, help="frames of the future each kept "
                    "frame hears (default %(default)s: 80 ms)")
+    p.add_argument("--features", choices=("stream", "utterance"), default="stream",
+                   help="stream: the sliding windows a call computes (default); utterance: each "
+                   "clip encoded whole in one pass, for a final-pass model")
     p.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
     p.set_defaults(func=_data_stream_features)
 
@@ -320,6 +323,10 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--batch-frames", type=int, default=4000,
                    help="frames (20 ms) per batch, padding included (default %(default)s)")
     p.add_argument("--max-minutes", type=float, default=40.0)
+    p.add_argument("--max-steps", type=int, default=100_000,
+                   help="stop after this many steps (the learning rate's schedule ends at "
+                   "whichever limit comes first: a step limit makes a run repeatable on a busy "
+                   "machine; default %(default)s)")
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s)")
     p.add_argument("--phones", default="pocketsphinx", metavar="DICT|pocketsphinx|none",
@@ -447,7 +454,7 @@ def _data_stream_features(args: argparse.Namespace) -> int:
     _logging()
     try:
         cfg = WhisperSTTConfig(window_frames=args.window, hop_frames=args.hop,
-                               lookahead_frames=args.lookahead)
+                               lookahead_frames=args.lookahead, features=args.features)
     except ConfigError as exc:
         raise SystemExit(f"parley data stream-features: {exc}") from exc
     manifest = f"{args.data}/{args.split}.tsv"
@@ -467,6 +474,7 @@ def _train_stt_whisper(args: argparse.Namespace) -> int:
                              max_per_voice=args.max_per_voice,
                              d_model=args.d_model, n_layers=args.layers, lr=args.lr,
                              batch_frames=args.batch_frames, max_minutes=args.max_minutes,
+                             max_steps=args.max_steps,
                              eval_every_steps=args.eval_every, threads=args.threads,
                              phones_dict=_phones_dict(args.phones), seed=args.seed,
                              weights=list(args.weights))

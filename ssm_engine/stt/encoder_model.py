@@ -61,6 +61,9 @@ def shared_encoder() -> WhisperEncoder:
     return _ENCODER
 
 
+FEATURE_KINDS = ("stream", "utterance")
+
+
 def _default_ssm() -> dict[str, Any]:
     return SSMConfig(d_model=256, n_layers=3, d_state=64, headdim=64, expand=2).to_dict()
 
@@ -72,6 +75,9 @@ class WhisperSTTConfig:
     window_frames: int = 75          # 1.5 s: the audio each encoding hears
     hop_frames: int = 10             # 200 ms: how often the encoder runs (partials this often)
     lookahead_frames: int = 4        # frames of the future each kept frame has heard (80 ms)
+    features: str = "stream"         # what it was trained on: "stream" (the sliding windows a
+    #                                  call's stream computes) or "utterance" (each utterance
+    #                                  encoded whole at its end: a final pass)
     sample_rate_hz: int = 8000
     step_samples: int = STEP_SAMPLES
     vocab_size: int = len(VOCAB)
@@ -89,6 +95,9 @@ class WhisperSTTConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (name != "lookahead_frames"):
                 raise ConfigError(f"WhisperSTTConfig.{name} must be a whole number of frames, got {v!r}")
+        if self.features not in FEATURE_KINDS:
+            raise ConfigError(f"WhisperSTTConfig.features must be one of {FEATURE_KINDS}, got "
+                              f"{self.features!r}")
         if self.hop_frames + self.lookahead_frames > self.window_frames:
             raise ConfigError("WhisperSTTConfig: hop + look-ahead must fit in the window")
         SSMConfig.from_dict(self.ssm)
@@ -210,6 +219,17 @@ class WhisperSTTModel(nn.Module):
         (b, n, V), phone logits or None)."""
         y, _ = self.stack(self.proj(feats))
         return self.head(y), (self.phone_head(y) if self.phone_head is not None else None)
+
+    @torch.no_grad()
+    def utterance_log_probs(self, audio: torch.Tensor) -> torch.Tensor:
+        """A whole utterance (1, n) at 8 kHz, encoded in one pass
+        (``StreamingWhisperEncoder.utterance_features``), through the SSM from a fresh state ->
+        log-probs (frames, out_size): the final pass of a model trained on "utterance" features."""
+        if not bool(torch.isfinite(audio).all()):
+            raise AudioInputError("audio holds NaN or infinite samples")
+        feats = self.stream_encoder.utterance_features(audio.to(self.proj.weight.device))
+        y, _ = self.stack(self.proj(feats[None]))
+        return heads_log_probs(self.head, self.phone_head, y)[0]
 
     def n_params(self) -> int:
         """Parameters parley trains (the encoder's 7.6 M are Whisper's)."""

@@ -41,7 +41,7 @@ from .encoder_model import WhisperSTTConfig
 from .model import STTConfig
 from .phone_beam import PhoneBeamSearch
 
-__all__ = ["RecognizerStream", "as_float"]
+__all__ = ["RecognizerStream", "as_float", "beam_columns", "decode_utterance"]
 
 
 def as_float(samples: np.ndarray | bytes) -> np.ndarray:
@@ -59,6 +59,39 @@ def as_float(samples: np.ndarray | bytes) -> np.ndarray:
     if not np.isfinite(x).all():
         raise AudioInputError("audio holds NaN or infinite samples")
     return x
+
+
+def beam_columns(beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None,
+                 config: STTConfig | WhisperSTTConfig) -> slice:
+    """The columns of a model's output rows ``beam`` searches: the characters' (a character
+    beam), the phones' (a phone beam) or both (the joint search)."""
+    chars = slice(0, config.vocab_size)
+    if isinstance(beam, (PhoneBeamSearch, JointSearch)):
+        if not config.phone_vocab_size:
+            raise ConfigError(f"{type(beam).__name__} needs a model with a phone head")
+        first = config.vocab_size if isinstance(beam, PhoneBeamSearch) else 0
+        return slice(first, config.vocab_size + config.phone_vocab_size)
+    return chars
+
+
+def _result(beam, greedy_text: str) -> Recognition:
+    if isinstance(beam, JointDecoder):
+        return beam.result()
+    return Recognition(beam.finalize() if beam is not None else greedy_text, None)
+
+
+def decode_utterance(log_probs: torch.Tensor, config: STTConfig | WhisperSTTConfig, *,
+                     beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None,
+                     hints: Hints = NO_HINTS) -> Recognition:
+    """A whole utterance's log-probs (n, out_size) -> its final, decoded as a stream's last
+    result is (the same beam, hints and columns): a final pass over an utterance at its end."""
+    greedy = StreamingGreedyDecoder()
+    greedy.push(log_probs[:, : config.vocab_size])
+    search = (beam.stream(hints) if isinstance(beam, JointSearch)
+              else beam.stream() if beam is not None else None)
+    if search is not None:
+        search.push(log_probs[:, beam_columns(beam, config)])
+    return _result(search, greedy.text)
 
 
 class RecognizerStream:
@@ -84,12 +117,7 @@ class RecognizerStream:
         self.beam = (beam.stream(hints) if isinstance(beam, JointSearch)
                      else beam.stream() if beam is not None else None)
         self._chars = slice(0, config.vocab_size)
-        self._beam_cols = self._chars
-        if isinstance(beam, (PhoneBeamSearch, JointSearch)):
-            if not config.phone_vocab_size:
-                raise ConfigError(f"{type(beam).__name__} needs a model with a phone head")
-            first = config.vocab_size if isinstance(beam, PhoneBeamSearch) else 0
-            self._beam_cols = slice(first, config.vocab_size + config.phone_vocab_size)
+        self._beam_cols = beam_columns(beam, config)
         self.samples_in = 0
         self._submitted = self._taken = 0
         self.final_text: str | None = None
@@ -147,11 +175,7 @@ class RecognizerStream:
             self.beam.push(log_probs[:, self._beam_cols])
         self._taken += 1
         if self._sid is None and self._taken == self._submitted and self.final_text is None:
-            if isinstance(self.beam, JointDecoder):
-                self.recognition = self.beam.result()
-            else:
-                text = self.beam.finalize() if self.beam is not None else self.decoder.text
-                self.recognition = Recognition(text, None)
+            self.recognition = _result(self.beam, self.decoder.text)
             self.final_text = self.recognition.text
             changed = True
         return changed

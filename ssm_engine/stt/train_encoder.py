@@ -55,14 +55,21 @@ FEATURES_FORMAT = "parley-stream-features-1"
 RATE_HZ = 8000
 
 
-def _encoder_keys(cfg: WhisperSTTConfig) -> dict[str, int]:
+def _encoder_keys(cfg: WhisperSTTConfig) -> dict[str, int | str]:
     return {"window_frames": cfg.window_frames, "hop_frames": cfg.hop_frames,
-            "lookahead_frames": cfg.lookahead_frames}
+            "lookahead_frames": cfg.lookahead_frames, "features": cfg.features}
 
 
-def _extract_shard(job: tuple[int, list[str], str, dict[str, int]]) -> dict:
+def _summary_keys(summary: dict) -> dict:
+    """A features folder's encoder keys (folders made before "features" existed are streams)."""
+    return {"features": "stream", **summary["encoder"]}
+
+
+def _extract_shard(job: tuple[int, list[str], str, dict]) -> dict:
     shard, paths, out, keys = job
     torch.set_num_threads(1)
+    keys = dict(keys)
+    whole = keys.pop("features") == "utterance"
     enc = StreamingWhisperEncoder(shared_encoder(), **keys)
     writer = ShardWriter(out, shard)
     t0 = time.monotonic()
@@ -70,7 +77,8 @@ def _extract_shard(job: tuple[int, list[str], str, dict[str, int]]) -> dict:
         x, rate = read_audio(path)
         if rate != RATE_HZ:
             x = resample(x, rate, RATE_HZ)
-        feats = enc.clip_features(torch.from_numpy(np.ascontiguousarray(x, np.float32))[None])
+        audio = torch.from_numpy(np.ascontiguousarray(x, np.float32))[None]
+        feats = enc.utterance_features(audio) if whole else enc.clip_features(audio)
         writer.add(path, feats.numpy())
         if shard == 0 and (i + 1) % 500 == 0:
             log.info("stream features: shard 0, %d of %d clips (%.0f s)", i + 1, len(paths),
@@ -82,8 +90,9 @@ def _extract_shard(job: tuple[int, list[str], str, dict[str, int]]) -> dict:
 
 def extract_stream_features(manifest: str | Path, out: str | Path, config: WhisperSTTConfig, *,
                             workers: int = 2) -> dict:
-    """Every clip of ``manifest`` through the streaming encoder -> ``out`` (float16 shards, their
-    index, ``summary.json`` naming the manifest and the encoder's window, hop and look-ahead)."""
+    """Every clip of ``manifest`` through the encoder -> ``out`` (float16 shards, their index,
+    ``summary.json`` naming the manifest and the encoder's window, hop, look-ahead and features:
+    a stream's windows, or each clip encoded whole when ``config.features`` is "utterance")."""
     rows = read_manifest(manifest)
     check_not_reserved(p for p, _ in rows)          # the outside test is never heard
     if not rows:
@@ -234,9 +243,9 @@ def _train(cfg: EncoderTrainConfig, run: Path) -> dict:
     for k, d in enumerate(cfg.train):
         summary, part = _read_features(d, exclude=exclude, max_per_voice=cfg.max_per_voice,
                                        seed=cfg.seed + k)
-        if keys is not None and summary["encoder"] != keys:
-            raise ConfigError(f"{d}: encoder {summary['encoder']}, the other folders {keys}")
-        keys = summary["encoder"]
+        if keys is not None and _summary_keys(summary) != keys:
+            raise ConfigError(f"{d}: encoder {_summary_keys(summary)}, the other folders {keys}")
+        keys = _summary_keys(summary)
         copies = cfg.weights[k] if k < len(cfg.weights) else 1.0
         rng_pick = random.Random(cfg.seed + k)
         whole, frac = int(copies), copies - int(copies)
@@ -244,8 +253,8 @@ def _train(cfg: EncoderTrainConfig, run: Path) -> dict:
         log.info("%s: %d clips (x%.2f)", d, len(part), copies)
         clips += part
     h_summary, heldout = _read_features(cfg.heldout, manifest=cfg.heldout_manifest)
-    if h_summary["encoder"] != keys:
-        raise ConfigError(f"{cfg.heldout}: encoder {h_summary['encoder']}, training {keys}")
+    if _summary_keys(h_summary) != keys:
+        raise ConfigError(f"{cfg.heldout}: encoder {_summary_keys(h_summary)}, training {keys}")
     heldout = heldout[:400]
     mcfg = WhisperSTTConfig(**(keys or {}), phone_vocab_size=len(PHONES) if cfg.phones_dict else 0,
                             ssm={**WhisperSTTConfig().ssm, "d_model": cfg.d_model,

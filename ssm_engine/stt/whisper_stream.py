@@ -28,10 +28,11 @@ from ..errors import ConfigError
 from .errors import AudioInputError
 from .whisper_encoder import D_MODEL, MAX_FRAMES, N_MELS, WhisperEncoder, WhisperLogMel
 
-__all__ = ["StreamingWhisperEncoder", "SILENCE_LOG_MEL", "STEP_SAMPLES"]
+__all__ = ["StreamingWhisperEncoder", "SILENCE_LOG_MEL", "STEP_SAMPLES", "UTTERANCE_TAIL_FRAMES"]
 
 STEP_SAMPLES = 160                  # one encoder frame: 20 ms at 8 kHz
 SILENCE_LOG_MEL = -10.0             # log10 of Whisper's power floor (1e-10): digital silence
+UTTERANCE_TAIL_FRAMES = 25         # silence after an utterance encoded whole (0.5 s)
 _MAX_WINDOWS = 64                   # windows encoded in one batch (bounds memory on long clips)
 
 
@@ -98,3 +99,32 @@ class StreamingWhisperEncoder(nn.Module):
         x[:, :n] = audio
         feats, _ = self.encode(x, self.init_state(1, audio.device))
         return feats[0]
+
+    @torch.no_grad()
+    def utterance_features(self, audio: torch.Tensor) -> torch.Tensor:
+        """A whole utterance (1, n) at 8 kHz encoded in one pass, as Whisper hears a clip
+        (positions from 0, 0.5 s of silence after it) -> (frames, 384), frame j the audio of
+        frame j (no look-ahead shift). An utterance longer than Whisper's 30 s is encoded in
+        consecutive pieces. The cost is one encoder pass over the utterance: a second pass at
+        an utterance's end, not a stream."""
+        if audio.dim() != 2 or audio.shape[0] != 1:
+            raise AudioInputError(f"utterance_features takes one utterance (1, n), got "
+                                  f"{tuple(audio.shape)}")
+        n = -(-audio.shape[1] // STEP_SAMPLES)
+        if n == 0:
+            return audio.new_zeros(0, D_MODEL)
+        x = audio.new_zeros(1, self.mel.context + (n + UTTERANCE_TAIL_FRAMES) * STEP_SAMPLES)
+        x[:, self.mel.context: self.mel.context + audio.shape[1]] = audio
+        mel = self.mel(x)                                                    # (1, 2(n + tail), 80)
+        piece = MAX_FRAMES - UTTERANCE_TAIL_FRAMES
+        outs = []
+        for s in range(0, n, piece):
+            e = min(n, s + piece)
+            win = mel[:, 2 * s: 2 * (e + UTTERANCE_TAIL_FRAMES)]
+            if e < n:                       # a piece inside a long utterance: silence after it
+                win = torch.cat([mel[:, 2 * s: 2 * e],
+                                 mel.new_full((1, 2 * UTTERANCE_TAIL_FRAMES, N_MELS),
+                                              SILENCE_LOG_MEL)], dim=1)
+            win = WhisperLogMel.normalise(win)
+            outs.append(self.encoder(win.transpose(1, 2))[0, : e - s])
+        return torch.cat(outs)

@@ -49,6 +49,30 @@ def test_extraction_writes_what_the_stream_computes(features, tmp_path):
     np.testing.assert_allclose(got, live, atol=5e-3, rtol=1e-2)      # float16 on disk
 
 
+def test_utterance_features_are_each_clip_encoded_whole_and_never_mixed_with_streams(
+        features, tmp_path):
+    data, _, _ = features
+    whole = WhisperSTTConfig(window_frames=20, hop_frames=4, lookahead_frames=2, features="utterance")
+    summary = extract_stream_features(data / "train.tsv", tmp_path / "wu", whole, workers=1)
+    assert summary["encoder"]["features"] == "utterance"
+    path = read_manifest(data / "train.tsv")[0][0]
+    x, _ = read_audio(path)
+    ref = WhisperSTTModel(whole).stream_encoder.utterance_features(torch.from_numpy(x)[None]).numpy()
+    got = TeacherFeatures(tmp_path / "wu", normalise=False).get(path)
+    assert got is not None and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, atol=5e-3, rtol=1e-2)
+    mixed = EncoderTrainConfig(train=[str(tmp_path / "wu"), str(tmp_path / "wf")],
+                               heldout=str(tmp_path / "wfh"), run_dir=str(tmp_path / "mixed"),
+                               d_model=32, n_layers=1, max_steps=1)
+    with pytest.raises(ConfigError, match="'features': 'stream'"):
+        train_encoder_stt(mixed)
+    res = train_encoder_stt(EncoderTrainConfig(**{**mixed.__dict__, "train": [str(tmp_path / "wu")],
+                                                  "heldout": str(tmp_path / "wu"),
+                                                  "run_dir": str(tmp_path / "u")}))
+    assert res["step"] == 1
+    assert load_recognizer(tmp_path / "u" / "final").config.features == "utterance"
+
+
 def test_a_run_checkpoints_resumes_and_exports(features, tmp_path):
     cfg = EncoderTrainConfig(train=[str(tmp_path / "wf")], heldout=str(tmp_path / "wfh"),
                              run_dir=str(tmp_path / "run"), d_model=32, n_layers=1,

@@ -158,3 +158,48 @@ def test_the_shipped_recogniser_hears_through_the_encoder_and_streams_as_it_trai
     frames[:, : audio.shape[1]] = audio
     y, _ = model.prefill(frames.view(1, n, 160), model.init_state(1))
     torch.testing.assert_close(y[0, :, :29], torch.log_softmax(logits[0], -1), atol=1e-3, rtol=1e-3)
+
+
+def test_an_utterance_encoded_whole_is_whispers_own_encoding_of_it():
+    model = _model()
+    enc = model.stream_encoder
+    audio = _audio(1.3, seed=2)
+    got = enc.utterance_features(audio)
+    n = -(-audio.shape[1] // 160)
+    assert got.shape == (n, 384)                            # frame j is frame j: no look-ahead shift
+    x = torch.zeros(1, enc.mel.context + (n + 25) * 160)    # what Whisper hears: 0.5 s of silence after
+    x[:, enc.mel.context: enc.mel.context + audio.shape[1]] = audio
+    mel = enc.mel.normalise(enc.mel(x))
+    ref = enc.encoder(mel.transpose(1, 2))[0, :n]
+    torch.testing.assert_close(got, ref)
+    with torch.no_grad():
+        logits, phones = model.forward_features(got[None])
+    ref_lp = torch.cat([torch.log_softmax(logits, -1), torch.log_softmax(phones, -1)], -1)[0]
+    torch.testing.assert_close(model.utterance_log_probs(audio), ref_lp)
+    assert enc.utterance_features(torch.zeros(1, 0)).shape == (0, 384)
+    with pytest.raises(AudioInputError, match=r"one utterance \(1, n\)"):
+        enc.utterance_features(torch.zeros(2, 800))
+
+
+def test_an_utterance_longer_than_whispers_window_is_encoded_in_pieces():
+    enc = _model().stream_encoder
+    audio = _audio(31.0, seed=3)                            # 1,550 frames: past Whisper's 1,500
+    got = enc.utterance_features(audio)
+    assert got.shape == (1550, 384) and bool(torch.isfinite(got).all())
+    head = enc.utterance_features(audio[:, : 1475 * 160])   # the first piece is the first 1,475 frames
+    cos = torch.nn.functional.cosine_similarity(got[:1475], head, dim=-1)
+    # the same but near the piece's edge (its last mel frames hear silence there, the audio's
+    # tail here, and attention carries that a little way back)
+    assert float(cos[:-10].quantile(0.05)) > 0.999
+    rest = enc.utterance_features(audio[:, 1475 * 160:])    # the second piece: the remaining 75
+    cos = torch.nn.functional.cosine_similarity(got[1475:], rest, dim=-1)
+    assert float(cos.median()) > 0.995
+
+
+def test_the_features_a_model_was_trained_on_are_named_and_checked(tmp_path):
+    assert WhisperSTTConfig().features == "stream"
+    cfg = WhisperSTTConfig(features="utterance", ssm=TINY_SSM)
+    save_whisper_stt(WhisperSTTModel(cfg), tmp_path / "u")
+    assert load_whisper_stt(tmp_path / "u").config.features == "utterance"
+    with pytest.raises(ConfigError, match="features must be one of"):
+        WhisperSTTConfig(features="whole")

@@ -1,0 +1,136 @@
+"""The final pass: a recogniser folder with a ``final/`` model decodes each utterance's final
+from Whisper's encoding of the whole utterance at its end; the stream only makes partials."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
+from pipeline.errors import EngineUnavailableError
+from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel, save_whisper_stt
+from ssm_engine.stt.stream import decode_utterance
+from ssm_engine.stt.text import VOCAB
+
+TINY_SSM = {"d_model": 32, "n_layers": 1, "d_state": 16, "headdim": 16, "expand": 2}
+
+
+def _saying(letter: str, features: str = "stream") -> WhisperSTTModel:
+    """A tiny untrained recogniser rigged to say ``letter`` on every frame (plumbing only)."""
+    torch.manual_seed(0)
+    model = WhisperSTTModel(WhisperSTTConfig(window_frames=20, hop_frames=4, lookahead_frames=2,
+                                             features=features, ssm=TINY_SSM))
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+        model.head.bias[VOCAB.index(letter)] = 5.0
+    return model.eval()
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A recogniser folder: a stream model saying "h", a final-pass model saying "b"."""
+    d = tmp_path / "stt"
+    save_whisper_stt(_saying("h"), d)
+    save_whisper_stt(_saying("b", "utterance"), d / FINAL_DIR)
+    for name in ("lm.arpa.gz", "lexicon.dict.gz"):
+        shutil.copy(DEFAULT_MODEL_DIR / name, d / name)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _speech(seconds: float = 1.2) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    t = np.arange(int(seconds * 8000)) / 8000
+    x = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.02 * rng.standard_normal(t.size)
+    return (x * 32767).astype(np.int16)
+
+
+def test_the_final_comes_from_the_final_pass_and_partials_from_the_stream(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        assert engine.final_model is not None and engine.final_model.config.features == "utterance"
+        utt = engine.open(8000)
+        pcm = _speech()
+        partials = []
+        for i in range(0, len(pcm), 160):
+            fut = utt.push(pcm[i: i + 160])
+            if fut is not None and utt.take(fut.result(timeout=30)):
+                partials.append(utt.text)
+        assert partials and set(partials) == {"h"}             # the stream's greedy partials
+        assert utt.final_pass and utt.finish_sync() == "b"     # the final pass's final
+        assert utt.recognition is not None and utt.recognition.text == "b"
+    finally:
+        engine.close()
+
+
+def test_the_final_pass_decodes_with_the_engines_beam_and_hints(folder):
+    engine = SSMSTTEngine(folder)                              # the joint beam over both heads
+    try:
+        pcm = _speech(0.9)
+        got = engine.transcribe(pcm, 8000)
+        audio = torch.from_numpy(pcm.astype(np.float32) / 32768.0)[None]
+        want = decode_utterance(engine.final_model.utterance_log_probs(audio), engine.final_model.config,
+                                beam=engine.beam)
+        assert got == want.text
+    finally:
+        engine.close()
+
+
+def test_without_the_final_pass_the_stream_decodes_the_final(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy", final_pass=False)
+    try:
+        assert engine.final_model is None
+        assert engine.transcribe(_speech(), 8000) == "h"
+    finally:
+        engine.close()
+
+
+def test_a_failing_final_pass_keeps_the_streams_final_and_says_why(folder, monkeypatch, caplog):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        def broken(audio):
+            raise RuntimeError("boom")
+        monkeypatch.setattr(engine.final_model, "utterance_log_probs", broken)
+        with caplog.at_level(logging.ERROR, logger="pipeline.engines.ssm_recognizer"):
+            assert engine.transcribe(_speech(), 8000) == "h"
+        assert "the final pass failed; the stream's final stands" in caplog.text
+    finally:
+        engine.close()
+
+
+def test_an_utterance_too_long_to_keep_keeps_the_streams_final(folder, caplog):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        utt = engine.open(8000)
+        utt._max_replay_samples = 4000                        # 0.5 s kept: the utterance is longer
+        pcm = _speech()
+        for i in range(0, len(pcm), 160):
+            fut = utt.push(pcm[i: i + 160])
+            if fut is not None:
+                utt.take(fut.result(timeout=30))
+        with caplog.at_level(logging.INFO, logger="pipeline.engines.ssm_recognizer"):
+            assert utt.finish_sync() == "h"
+        assert "keeps the stream's greedy final" in caplog.text
+    finally:
+        engine.close()
+
+
+def test_a_final_folder_that_is_not_a_final_pass_model_is_refused(folder):
+    save_whisper_stt(_saying("b"), folder / FINAL_DIR)        # a stream model in final/
+    with pytest.raises(EngineUnavailableError, match="not a final-pass model"):
+        SSMSTTEngine(folder, decoder="greedy")
+    shutil.rmtree(folder / FINAL_DIR)
+    with pytest.raises(EngineUnavailableError, match="final-pass model failed to load"):
+        SSMSTTEngine(folder, decoder="greedy", final_pass=True)
