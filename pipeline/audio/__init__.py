@@ -1,4 +1,4 @@
-"""Audio helpers: G.711 codecs, resampling, WAV files."""
+"""Audio helpers: G.711 codecs, resampling, WAV files, PCM validation."""
 
 from pipeline.audio.g711 import (
     ALAW_SILENCE,
@@ -9,6 +9,7 @@ from pipeline.audio.g711 import (
     ulaw_decode,
     ulaw_encode,
 )
+from pipeline.audio.pcm import as_int16
 from pipeline.audio.wav import read_wav, trim_silence, write_wav
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "ULAW_SILENCE",
     "alaw_decode",
     "alaw_encode",
+    "as_int16",
     "read_wav",
     "resample",
     "trim_silence",
