@@ -109,7 +109,10 @@ class SipServer(asyncio.DatagramProtocol):
         # (Call-ID, From tag, CSeq) of requests outside a dialog -> the (branch, sent-by) that
         # brought it first: the same request by another path is merged (482, RFC 3261 8.2.2.2)
         self._first_path: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
-        self._pending: dict[str, asyncio.Future[SipResponse]] = {}
+        # our client transactions, by (branch, CSeq method) (RFC 3261 17.1.3: a CANCEL shares its
+        # INVITE's branch): non-INVITE ones wait for a final answer, an INVITE's hears every answer
+        self._pending: dict[tuple[str, str], asyncio.Future[SipResponse]] = {}
+        self._listeners: dict[tuple[str, str], Callable[[SipResponse], None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._should_log_refusal = LogLimiter()  # one warning a minute per refused source
         self.errors: list[BaseException] = []  # call failures kept for stop() when reraise_call_errors
@@ -231,9 +234,9 @@ class SipServer(asyncio.DatagramProtocol):
 
     async def request(self, req: SipRequest, addr: tuple[str, int], timeout_s: float | None = None) -> SipResponse:
         """Send ``req`` (retransmitting T1..T2) until a final response; TimeoutError after ``timeout_s``."""
-        branch = req.top_via.branch or ""
+        key = (req.top_via.branch or "", req.method)
         fut: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
-        self._pending[branch] = fut
+        self._pending[key] = fut
         interval = T1_S
         try:
             async with asyncio.timeout(timeout_s or self.config.request_timeout_s):
@@ -244,7 +247,16 @@ class SipServer(asyncio.DatagramProtocol):
                         return fut.result()
                     interval = min(interval * 2, T2_S)
         finally:
-            self._pending.pop(branch, None)
+            self._pending.pop(key, None)
+
+    def listen(self, req: SipRequest, callback: Callable[[SipResponse], None] | None) -> None:
+        """Hand every response to ``req`` (an INVITE we sent: provisional, final and the 2xx
+        retransmissions) to ``callback``; None stops it. The sender retransmits by itself."""
+        key = (req.top_via.branch or "", req.method)
+        if callback is None:
+            self._listeners.pop(key, None)
+        else:
+            self._listeners[key] = callback
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -310,11 +322,15 @@ class SipServer(asyncio.DatagramProtocol):
 
     def _on_response(self, resp: SipResponse) -> None:
         try:
-            branch = resp.top_via.branch or ""
+            key = (resp.top_via.branch or "", resp.cseq[1])
         except SipParseError:
             self.bad_datagrams += 1
             return
-        fut = self._pending.get(branch)
+        listener = self._listeners.get(key)
+        if listener is not None:
+            listener(resp)
+            return
+        fut = self._pending.get(key)
         if fut is not None and not fut.done() and resp.status >= 200:
             fut.set_result(resp)
         elif resp.status >= 200 and fut is None:
