@@ -40,8 +40,9 @@ from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
 from telephony.sip.checks import ALLOW, check_request, warning
 from telephony.sip.config import SipConfig
+from telephony.sip.dialer import DialedCall, DialRequest, DialResult, resolve_destination
 from telephony.sip.digest import DigestServer
-from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipParseError
+from telephony.sip.errors import DialError, SdpParseError, SipConfigError, SipError, SipParseError
 from telephony.sip.headers import NameAddr, Via
 from telephony.sip.media import MediaStats, RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to, salvage_request, \
@@ -257,6 +258,32 @@ class SipServer(asyncio.DatagramProtocol):
             self._listeners.pop(key, None)
         else:
             self._listeners[key] = callback
+
+    # -- placing calls ------------------------------------------------------------------------
+
+    async def dial(self, request: DialRequest) -> DialResult:
+        """Place one call (:mod:`telephony.sip.dialer`) and run it to its end; its record is kept
+        as an inbound call's is. DialError when it cannot be placed at all (a host that does not
+        resolve, no RTP port, the server full or draining)."""
+        if self.calls_in_progress >= self.config.max_calls:
+            raise DialError(f"at capacity ({self.config.max_calls} calls)")
+        dest = await resolve_destination(request)
+        call_id = f"{random_tag()}{random_tag()}@parley"
+        session = RtpSession(call_id, pending_media(self.config.codecs), allowed_sources={dest[0]},
+                             jitter_depth=self.config.jitter_depth_packets)
+        try:
+            await session.open(self.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
+        except SipError as exc:
+            raise DialError(str(exc)) from exc
+        call = DialedCall(self, request, dest, session, call_id)
+        self.live[call_id] = call
+        try:
+            await call.run()
+        finally:
+            self.live.pop(call_id, None)
+            self.recent.append(EndedSipCall.of(call))
+            session.close()
+        return call.result()
 
     # -- receiving ----------------------------------------------------------------------------
 

@@ -1,0 +1,247 @@
+"""parley dials out: real sipp callees on loopback (scenarios ``callee_*.xml``) answer, ring out,
+refuse, challenge and play early media; sipp fails its scenario on any message it did not expect
+(so the ACK / CANCEL / BYE sequence is checked on the wire), and the tests assert the outcome,
+the call's history and record, and the agent's audio arriving over RTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.echo import EchoAgentProcessor
+from pipeline.audio.g711 import ulaw_decode
+from telephony.calls import CallInfo
+from telephony.sip import DialError, DialOutcome, DialRequest, SipServer
+from telephony.sip.rtp import RtpPacket
+
+from .conftest import PCAP_DIR, SCENARIOS, SippResult, free_udp_port, wait_for
+
+
+@dataclass
+class Callee:
+    uri: str
+    port: int
+    proc: asyncio.subprocess.Process
+    workdir: Path
+
+    async def result(self, timeout_s: float = 20.0) -> SippResult:
+        async with asyncio.timeout(timeout_s):
+            out, err = await self.proc.communicate()
+        errors = self.workdir / "sipp_errors.log"
+        return SippResult(self.proc.returncode or 0, out.decode(errors="replace"),
+                          err.decode(errors="replace") + (errors.read_text(errors="replace") if errors.exists() else ""))
+
+
+@contextlib.asynccontextmanager
+async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9) -> AsyncIterator[Callee]:
+    """sipp as the callee (a UAS running ``scenario``) on a free loopback port until the block
+    ends. The SDP it answers with names ``rtp_port`` for its audio."""
+    (workdir / "pcap").mkdir(parents=True, exist_ok=True)
+    for pcap in PCAP_DIR.glob("*.pcap"):
+        shutil.copy(pcap, workdir / "pcap" / pcap.name)
+    port = free_udp_port()
+    args = ["sipp", "-sf", str(SCENARIOS / scenario), "-i", "127.0.0.1", "-p", str(port), "-mp", str(free_udp_port()),
+            "-m", "1", "-nostdin", "-timeout", "20s", "-timeout_error", "-trace_err",
+            "-error_file", str(workdir / "sipp_errors.log"), "-key", "rtp_port", str(rtp_port)]
+    proc = await asyncio.create_subprocess_exec(*args, cwd=workdir, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        await _bound(port)
+        yield Callee(f"sip:alice@127.0.0.1:{port}", port, proc, workdir)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def _bound(port: int, timeout_s: float = 5.0) -> None:
+    """Until sipp holds its UDP port (binding it ourselves fails then)."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    return
+            await asyncio.sleep(0.05)
+
+
+class RtpSink(asyncio.DatagramProtocol):
+    """Where the callee's SDP sends parley's audio: keeps every RTP packet."""
+
+    def __init__(self) -> None:
+        self.packets: list[RtpPacket] = []
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.packets.append(RtpPacket.parse(data))
+
+    def rms(self) -> float:
+        pcm = np.concatenate([ulaw_decode(p.payload) for p in self.packets if p.payload_type == 0])
+        return float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
+
+
+def _ok(result: SippResult) -> None:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+async def test_answered_call_runs_the_agent_and_its_audio_arrives_over_rtp(make_sip_server, tmp_path):
+    server: SipServer = await make_sip_server()
+    infos: list[CallInfo] = []
+
+    def greeter(info: CallInfo):
+        infos.append(info)
+        return EchoAgentProcessor()  # greets at once: "Hello, this is parley..."
+
+    server.agent_factory = greeter
+    transport, sink = await asyncio.get_running_loop().create_datagram_endpoint(RtpSink, local_addr=("127.0.0.1", 0))
+    try:
+        async with callee("callee_answers.xml", tmp_path, rtp_port=transport.get_extra_info("sockname")[1]) as peer:
+            result = await server.dial(DialRequest(peer.uri, params=(("customer", "C-42"),)))
+            _ok(await peer.result())
+    finally:
+        transport.close()
+    assert result.outcome is DialOutcome.ANSWERED and result.status == 200
+    assert result.end_reason == "callee hung up (BYE)"
+    assert result.history == ("inviting", "ringing", "answered", "acked", "bye-received", "ended")
+    assert 2.5 < result.talk_s < 6
+    # the agent ran as for an inbound call, with the call's parameters
+    [info] = infos
+    assert info.transport == "sip" and info.call_sid == result.call_id
+    assert info.params["direction"] == "outbound" and info.params["customer"] == "C-42"
+    assert info.params["to"] == peer.uri and info.params["from"].startswith("sip:parley@127.0.0.1")
+    [record] = server.store.list()
+    assert record.ended and record.end_reason == "callee hung up (BYE)" and record.greeting
+    # its greeting reached the callee's RTP port: about a second of speech, not silence
+    assert len(sink.packets) >= 40 and sink.rms() > 300
+    assert result.stats["rtp_out"] == len(sink.packets)
+    assert len({p.ssrc for p in sink.packets}) == 1
+    assert not server.live and [c.call_id for c in server.recent] == [result.call_id]
+
+
+async def test_nobody_answers_so_parley_cancels_and_acks_the_487(make_sip_server, seen, tmp_path):
+    server = await make_sip_server()
+    async with callee("callee_rings_out.xml", tmp_path) as peer:
+        result = await server.dial(DialRequest(peer.uri, ring_timeout_s=1.0))
+        _ok(await peer.result())
+    assert result.outcome is DialOutcome.NO_ANSWER
+    assert (result.status, result.reason) == (487, "Request Terminated")
+    assert result.history == ("inviting", "ringing", "cancel-sent", "ended")
+    assert seen.agents == 0  # never answered: no pipeline
+    [record] = server.store.list()
+    assert record.end_reason == "no-answer (487 Request Terminated)"
+
+
+async def test_busy_is_acked_and_recorded(make_sip_server, seen, tmp_path):
+    server = await make_sip_server()
+    async with callee("callee_busy.xml", tmp_path) as peer:
+        result = await server.dial(DialRequest(peer.uri))
+        _ok(await peer.result())
+    assert result.outcome is DialOutcome.BUSY and (result.status, result.reason) == (486, "Busy Here")
+    assert result.history == ("inviting", "ended") and seen.agents == 0
+    assert result.as_dict()["outcome"] == "busy"
+
+
+async def test_through_a_trunk_the_request_uri_stays_the_target(make_sip_server, tmp_path):
+    """The INVITE goes to the trunk's address; its Request-URI names a host that never resolves."""
+    server = await make_sip_server()
+    async with callee("callee_busy.xml", tmp_path) as peer:
+        result = await server.dial(DialRequest("sip:+15550100@carrier.invalid", trunk=f"127.0.0.1:{peer.port}",
+                                               from_uri="sip:+15550199@parley.example"))
+        _ok(await peer.result())
+    assert result.outcome is DialOutcome.BUSY and result.target == "sip:+15550100@carrier.invalid"
+    [record] = server.store.list()
+    assert record.params["from"] == "sip:+15550199@parley.example"
+
+
+async def test_digest_challenge_is_answered_with_credentials_and_the_next_cseq(make_sip_server, seen, tmp_path):
+    server = await make_sip_server()
+    async with callee("callee_auth.xml", tmp_path) as peer:
+        result = await server.dial(DialRequest(peer.uri, auth_user="parley", auth_password="trunk-pw"))
+        _ok(await peer.result())
+    assert result.outcome is DialOutcome.ANSWERED and result.end_reason == "callee hung up (BYE)"
+    assert result.history == ("inviting", "challenged", "inviting", "ringing", "answered", "acked",
+                              "bye-received", "ended")
+    assert seen.agents == 1
+
+
+async def test_wrong_credentials_end_in_a_failed_outcome(make_sip_server, tmp_path):
+    """sipp refuses the second INVITE (403) and then waits in vain: its scenario fails, ours
+    reports the refusal after ACKing it."""
+    server = await make_sip_server()
+    async with callee("callee_auth.xml", tmp_path) as peer:
+        result = await server.dial(DialRequest(peer.uri, auth_user="parley", auth_password="wrong"))
+        assert (await peer.result()).returncode != 0  # verifyauth refused the credentials
+    assert result.outcome is DialOutcome.FAILED and result.status == 403
+    assert result.history == ("inviting", "challenged", "inviting", "ended")
+
+
+async def test_early_media_is_received_then_the_agent_hangs_up_with_bye(make_sip_server, seen, tmp_path):
+    server = await make_sip_server()
+    async with callee("callee_early_media.xml", tmp_path) as peer:
+        result = await server.dial(DialRequest(peer.uri))
+        _ok(await peer.result())
+    assert result.outcome is DialOutcome.ANSWERED and result.early_media
+    assert result.history == ("inviting", "ringing", "early-media", "answered", "acked", "bye-sent", "ended")
+    assert result.end_reason == "agent ended the call"
+    [call] = server.recent
+    assert call.stats.dtmf_in == ["1", "#"]  # the early key was received, on the 183's media
+    assert seen.dtmf == ["#"]  # only what came after the answer reached the agent
+
+
+async def test_a_peer_that_never_answers_times_out(make_sip_server, seen):
+    """Timer B: the INVITE is retransmitted (Timer A) to a socket that never answers."""
+    server = await make_sip_server()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.setblocking(False)
+        port = silent.getsockname()[1]
+        result = await server.dial(DialRequest(f"sip:bob@127.0.0.1:{port}", invite_timeout_s=2.0))
+        invites = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                invites.append(silent.recv(65535))
+    assert result.outcome is DialOutcome.TIMEOUT and result.status is None
+    assert result.reason == "no answer to the INVITE in 2 s"
+    assert len(invites) == 3 and len(set(invites)) == 1  # sent at 0, 0.5 and 1.5 s: the same bytes
+    assert seen.agents == 0 and not server.live
+
+
+async def test_hang_up_while_ringing_cancels(make_sip_server, tmp_path):
+    server = await make_sip_server()
+    async with callee("callee_rings_out.xml", tmp_path) as peer:
+        dial = asyncio.create_task(server.dial(DialRequest(peer.uri, ring_timeout_s=30)))
+        await wait_for(lambda: any("ringing" in c.history for c in server.live.values()))
+        [call] = server.live.values()
+        await call.hang_up("canceled by the user")
+        result = await dial
+        _ok(await peer.result())
+    assert result.outcome is DialOutcome.CANCELED and result.status == 487
+    assert result.end_reason == "canceled by the user"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("alice@example.com", "is not a SIP URI"),
+    ("sip:alice@exa mple.com", "is not a SIP URI"),
+    ("sips:alice@example.com", "only sip: URIs"),
+    ("+15551234567", "is not a SIP URI"),
+])
+def test_malformed_targets_are_refused_in_one_line(target, message):
+    with pytest.raises(DialError, match=message) as err:
+        DialRequest(target)
+    assert "\n" not in str(err.value)
+
+
+async def test_unknown_host_is_a_dial_error_and_the_server_goes_on(make_sip_server, tmp_path):
+    server = await make_sip_server()
+    with pytest.raises(DialError, match="does not resolve"):
+        await server.dial(DialRequest("sip:alice@no-such-host.invalid"))
+    async with callee("callee_busy.xml", tmp_path) as peer:  # still dialling
+        assert (await server.dial(DialRequest(peer.uri))).outcome is DialOutcome.BUSY
