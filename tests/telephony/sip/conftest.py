@@ -137,7 +137,7 @@ async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9) -> AsyncIte
     proc = await asyncio.create_subprocess_exec(*args, cwd=workdir, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
-        await _bound(port)
+        await _bound(port, proc)
         yield Callee(f"sip:alice@127.0.0.1:{port}", port, proc, workdir)
     finally:
         if proc.returncode is None:
@@ -145,10 +145,14 @@ async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9) -> AsyncIte
             await proc.wait()
 
 
-async def _bound(port: int, timeout_s: float = 5.0) -> None:
-    """Until sipp holds its UDP port (binding it ourselves fails then)."""
+async def _bound(port: int, proc: asyncio.subprocess.Process, timeout_s: float = 5.0) -> None:
+    """Until sipp holds its UDP port (binding it ourselves fails then); sipp exiting first (a
+    scenario it refused) fails the test with what it said."""
     async with asyncio.timeout(timeout_s):
         while True:
+            if proc.returncode is not None:
+                _, err = await proc.communicate()
+                pytest.fail(f"sipp exited {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
