@@ -54,6 +54,7 @@ __all__ = ["DialOutcome", "DialRequest", "DialResult", "DialedCall", "resolve_de
 log = logging.getLogger(__name__)
 
 T1_S: Final = 0.5
+TIMER_D_S: Final = 32.0  # how long answers to a finished INVITE are still ACKed (RFC 3261 17.1.1.2, UDP)
 RESOLVE_TIMEOUT_S: Final = 3.0
 
 
@@ -442,8 +443,10 @@ class DialedCall(SipCall):
         if self.answered_at is not None:
             self.ended_at = time.monotonic()
         await super()._close()
+        # the transactions stay a while (Timer D): a final answer sent again, its ACK lost, is ACKed again
+        loop = asyncio.get_running_loop()
         for invite in self._invites:
-            self.server.listen(invite, None)
+            loop.call_later(TIMER_D_S, self.server.listen, invite, None)
 
     def result(self) -> DialResult:
         final = self.final

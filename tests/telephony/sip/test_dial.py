@@ -14,8 +14,10 @@ import pytest
 from agent.echo import EchoAgentProcessor
 from telephony.calls import CallInfo
 from telephony.sip import DialError, DialOutcome, DialRequest, SipServer
+from telephony.sip.headers import NameAddr
+from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to
 
-from .conftest import RtpSink, SippResult, callee, wait_for
+from .conftest import OFFER, RtpSink, SippResult, UdpPeer, callee, wait_for
 
 
 def _ok(result: SippResult) -> None:
@@ -175,3 +177,63 @@ async def test_unknown_host_is_a_dial_error_and_the_server_goes_on(make_sip_serv
         await server.dial(DialRequest("sip:alice@no-such-host.invalid"))
     async with callee("callee_busy.xml", tmp_path) as peer:  # still dialling
         assert (await server.dial(DialRequest(peer.uri))).outcome is DialOutcome.BUSY
+
+
+async def _invite_from(peer: UdpPeer) -> tuple[SipRequest, tuple[str, int]]:
+    data, addr = await asyncio.wait_for(peer.queue.get(), 5)
+    invite = parse_message(data)
+    assert isinstance(invite, SipRequest) and invite.method == "INVITE"
+    return invite, addr
+
+
+@pytest.mark.parametrize("status, outcome", [
+    (404, DialOutcome.FAILED), (480, DialOutcome.NO_ANSWER), (503, DialOutcome.FAILED),
+    (600, DialOutcome.BUSY), (603, DialOutcome.DECLINED)])
+async def test_each_final_refusal_is_acked_in_its_transaction_and_becomes_an_outcome(make_sip_server, status,
+                                                                                    outcome):
+    server = await make_sip_server()
+    peer = await UdpPeer.open()
+    try:
+        dial = asyncio.create_task(server.dial(DialRequest(f"sip:carol@127.0.0.1:{peer.port}")))
+        invite, addr = await _invite_from(peer)
+        refusal = response_to(invite, status, to_tag="callee1")
+        peer.transport.sendto(bytes(refusal), addr)  # type: ignore[union-attr]
+        [ack] = await peer.messages(1.0, until=lambda m: True)
+        peer.transport.sendto(bytes(refusal), addr)  # type: ignore[union-attr]  # as if our ACK was lost
+        [again] = await peer.messages(1.0, until=lambda m: True)
+        result = await dial
+    finally:
+        peer.close()
+    assert isinstance(ack, SipRequest) and ack.method == "ACK" and bytes(again) == bytes(ack)
+    assert ack.uri == invite.uri and ack.top_via.branch == invite.top_via.branch  # the INVITE's transaction
+    assert ack.cseq == (1, "ACK") and NameAddr.parse(ack.header("to") or "").tag == "callee1"
+    assert result.outcome is outcome and result.status == status and result.history == ("inviting", "ended")
+
+
+async def test_a_retransmitted_200_gets_the_ack_again_and_the_bye_ends_the_call(make_sip_server, seen):
+    server = await make_sip_server()
+    peer = await UdpPeer.open()
+    try:
+        dial = asyncio.create_task(server.dial(DialRequest(f"sip:dave@127.0.0.1:{peer.port}")))
+        invite, addr = await _invite_from(peer)
+        ok = response_to(invite, 200, to_tag="callee2", body=OFFER,
+                         headers=(("Contact", f"<sip:dave@127.0.0.1:{peer.port}>"), ("Content-Type", "application/sdp")))
+        peer.transport.sendto(bytes(ok), addr)  # type: ignore[union-attr]
+        [ack] = await peer.messages(1.0, until=lambda m: True)
+        peer.transport.sendto(bytes(ok), addr)  # type: ignore[union-attr]
+        [again] = await peer.messages(1.0, until=lambda m: True)
+        await wait_for(lambda: seen.agents == 1)
+        bye = SipRequest(method="BYE", uri=NameAddr.parse(invite.header("contact") or "").uri, headers=(
+            ("Via", f"SIP/2.0/UDP 127.0.0.1:{peer.port};branch=z9hG4bKbye1"), ("Max-Forwards", "70"),
+            ("From", ok.header("to") or ""), ("To", ok.header("from") or ""), ("Call-ID", ok.call_id),
+            ("CSeq", "1 BYE")))  # the callee's side of the dialog: From and To the other way round
+        peer.transport.sendto(bytes(bye), addr)  # type: ignore[union-attr]
+        [bye_ok] = await peer.messages(2.0, until=lambda m: isinstance(m, SipResponse))
+        result = await dial
+    finally:
+        peer.close()
+    assert isinstance(ack, SipRequest) and ack.method == "ACK" and bytes(again) == bytes(ack)
+    assert ack.uri == f"sip:dave@127.0.0.1:{peer.port}"  # the 200's Contact
+    assert ack.top_via.branch != invite.top_via.branch and ack.cseq == (1, "ACK")  # a transaction of its own
+    assert isinstance(bye_ok, SipResponse) and bye_ok.status == 200
+    assert result.outcome is DialOutcome.ANSWERED and result.end_reason == "callee hung up (BYE)"
