@@ -5,6 +5,7 @@
     sip = SipServer(SipConfig(port=5060, allowed_networks=("203.0.113.0/24",)),
                     agent_factory, store=http_server.store, pipeline_config=PipelineConfig())
     port = await sip.start()     # binds UDP, starts REGISTER if configured
+    result = await sip.dial(DialRequest("sip:alice@198.51.100.7"))   # a call out (telephony.sip.dialer)
     sip.draining = True          # new INVITEs get 503, live calls go on
     await sip.drain(grace_s, farewell)   # SIGTERM: draining, wait, then farewell + BYE for the rest
     await sip.stop()             # hangs up what is left (BYE), unregisters, closes the socket
