@@ -25,6 +25,7 @@ examples:
                                         # (FILE: one sentence a line)
   parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default;
                                         # without TWILIO_AUTH_TOKEN: SIP and the browser page only)
+  parley dial sip:alice@198.51.100.7 --agent agent/examples/receptionist.yaml   # call out over SIP
   parley calls list                     # call records; parley calls show CALL_SID
   parley chat --agent agent/examples/receptionist.yaml   # talk to an agent in text (#1 presses 1)
   parley test agent/examples/receptionist.scenarios.yaml   # scenario tests (--junit FILE for CI)
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     from deploy.model_server.cli import register_cli as register_model_server
     from pipeline.say_cli import register_cli as register_say
     from ssm_engine.tts.cli import register_cli as register_tts
+    from deploy.dial_cli import register_cli as register_dial
     from deploy.serve_args import register_cli as register_serve
 
     parser = OneLineParser(
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"parley {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_serve(sub)  # parley serve
+    register_dial(sub)  # parley dial (an outbound SIP call)
     register_calls(sub)
     register_chat(sub)  # parley chat (an agent in text)
     register_test(sub)  # parley test (scenario tests for agents)

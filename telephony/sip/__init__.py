@@ -6,6 +6,7 @@ Public API::
 
     sip = SipServer(SipConfig(port=5060), agent_factory, store=store, pipeline_config=config)
     await sip.start(); ...; sip.draining = True; ...; await sip.stop()
+    result = await sip.dial(DialRequest("sip:alice@198.51.100.7"))   # an outbound call, to its end
 
 Wire formats (each ``parse()`` / ``bytes()``, bad input raises a ``SipParseError``):
 :func:`parse_message` (SIP), :class:`SessionDescription` (SDP), :class:`RtpPacket`,
@@ -14,7 +15,9 @@ Wire formats (each ``parse()`` / ``bytes()``, bad input raises a ``SipParseError
 
 from telephony.sip.call import CallState, SipCall
 from telephony.sip.config import RegistrationConfig, SipConfig
+from telephony.sip.dialer import DialOutcome, DialRequest, DialResult
 from telephony.sip.errors import (
+    DialError,
     DigestParseError,
     RegistrationError,
     RtpParseError,
@@ -30,6 +33,10 @@ from telephony.sip.server import SipServer
 
 __all__ = [
     "CallState",
+    "DialError",
+    "DialOutcome",
+    "DialRequest",
+    "DialResult",
     "DigestParseError",
     "JitterBuffer",
     "RegistrationConfig",

@@ -19,6 +19,7 @@ import random
 import time
 from urllib.parse import urlencode
 from enum import Enum
+from typing import ClassVar
 
 from pipeline.frames import TransferCallFrame
 from telephony.core.supervisor import CallSupervisor
@@ -69,9 +70,10 @@ class SipCall(CallSupervisor):
     """Runs one call's pipeline over its RTP session and keeps its dialog and record."""
 
     transport_name = "sip"
+    far_end: ClassVar[str] = "caller"  # who the other side is, in end reasons
 
     def __init__(self, server: SipEndpoint, invite: SipRequest, addr: Address,
-                 offer: SessionDescription | None, session: RtpSession):
+                 offer: SessionDescription | None, session: RtpSession, *, params: dict[str, str] | None = None):
         self.server = server
         self.config = server.config
         self.invite = invite
@@ -80,18 +82,8 @@ class SipCall(CallSupervisor):
         self.state = CallState.RINGING
         self.history: list[str] = []
         self.local_tag = random_tag()
-        self.remote = NameAddr.parse(invite.header("from") or "")
-        self.local = NameAddr.parse(invite.header("to") or "").with_tag(self.local_tag)
-        contact = invite.header("contact")
-        try:
-            target = NameAddr.parse(contact).sip_uri if contact else None
-        except SipParseError:
-            target = None
-        self.remote_target = str(target) if target else self.remote.uri
-        self.remote_addr = target.address if target else addr
-        # the route set (RFC 3261 12.1.1): Record-Route values of the INVITE, in order
-        self.routes = [r for value in invite.headers_named("record-route") for r in split_commas(value)]
         self.local_cseq = 0
+        self._start_dialog(invite, addr)
         self.sdp_version = 0
         self._sdp_session_id = random.getrandbits(32)
         self._offer = offer  # None: a delayed offer (our offer goes in the 200, the answer in the ACK)
@@ -107,8 +99,24 @@ class SipCall(CallSupervisor):
                          frames=session.stats.frames, stats=session.stats.as_dict,
                          agent_factory=server.agent_factory, pipeline_config=server.pipeline_config,
                          store=server.store, metrics=server.metrics,
-                         params={"from": self.remote.uri, "to": self.local.uri, **context_params(invite)},
+                         params={"from": NameAddr.parse(invite.header("from") or "").uri,
+                                 "to": NameAddr.parse(invite.header("to") or "").uri,
+                                 **context_params(invite), **(params or {})},
                          reraise=self.config.reraise_call_errors)
+
+    def _start_dialog(self, invite: SipRequest, addr: Address) -> None:
+        """The dialog as the callee sees it (RFC 3261 12.1.1): the caller is From, we are To (our
+        tag added), requests go to the caller's Contact along the INVITE's Record-Route, in order."""
+        self.remote = NameAddr.parse(invite.header("from") or "")
+        self.local = NameAddr.parse(invite.header("to") or "").with_tag(self.local_tag)
+        contact = invite.header("contact")
+        try:
+            target = NameAddr.parse(contact).sip_uri if contact else None
+        except SipParseError:
+            target = None
+        self.remote_target = str(target) if target else self.remote.uri
+        self.remote_addr = target.address if target else addr
+        self.routes = [r for value in invite.headers_named("record-route") for r in split_commas(value)]
 
     def _step(self, name: str) -> None:
         self.history.append(name)
@@ -298,7 +306,7 @@ class SipCall(CallSupervisor):
         self.server.respond(req, addr, 200, to_tag=self.local_tag)
         self._step("bye-received")
         self._cancelled.set()
-        self._spawn(self.hang_up("caller hung up (BYE)"))
+        self._spawn(self.hang_up(f"{self.far_end} hung up (BYE)"))
 
     def on_notify(self, req: SipRequest, addr: Address) -> None:
         """Progress of a transfer we asked for (REFER): the body is a sipfrag status line."""
@@ -316,12 +324,16 @@ class SipCall(CallSupervisor):
 
     # -- requests we send ---------------------------------------------------------------------
 
-    def _in_dialog(self, method: str, headers: tuple = (), body: bytes = b"") -> tuple[SipRequest, Address]:
+    def _in_dialog(self, method: str, headers: tuple = (), body: bytes = b"", *,
+                   cseq: int | None = None) -> tuple[SipRequest, Address]:
         """A request within the dialog and where to send it (RFC 3261 12.2.1.1): with a route set
         it goes to the first route, not the remote target: a loose router (``;lr``) keeps the
         target as Request-URI and gets the whole set as Route; a strict one becomes the
-        Request-URI itself and the target goes last in Route."""
-        self.local_cseq += 1
+        Request-URI itself and the target goes last in Route. ``cseq``: an ACK's, its INVITE's
+        number; otherwise the next one."""
+        if cseq is None:
+            self.local_cseq += 1
+            cseq = self.local_cseq
         uri, routes, dest = self.remote_target, list(self.routes), self.remote_addr
         if routes:
             first = SipUri.parse(NameAddr.parse(routes[0]).uri)
@@ -330,7 +342,7 @@ class SipCall(CallSupervisor):
                 uri = str(first)
                 routes = routes[1:] + [f"<{self.remote_target}>"]
         request = self.server.new_request(method, uri, call_id=self.call_id, from_=str(self.local),
-                                          to=str(self.remote), cseq=self.local_cseq,
+                                          to=str(self.remote), cseq=cseq,
                                           headers=tuple(("Route", r) for r in routes) + tuple(headers), body=body)
         return request, dest
 

@@ -7,6 +7,7 @@ of them imports the server (no circle).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from pipeline.builder import PipelineConfig
@@ -41,3 +42,5 @@ class SipEndpoint(Protocol):
                     headers: tuple = (), body: bytes = b"") -> SipRequest: ...
 
     async def request(self, req: SipRequest, addr: Address, timeout_s: float | None = None) -> SipResponse: ...
+
+    def listen(self, req: SipRequest, callback: Callable[[SipResponse], None] | None) -> None: ...

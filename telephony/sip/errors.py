@@ -10,6 +10,7 @@
           │    └── DigestParseError   a malformed WWW-Authenticate / Authorization header
           ├── SipConfigError          a SipConfig that does not validate
           ├── TransferError           a REFER the far end refused, or a transfer that failed
+          ├── DialError               a call we cannot place: a bad target, a host that does not resolve
           └── RegistrationError       REGISTER to a PBX failed (rejected, bad credentials, no answer)
 
 Parsers raise only their own ``SipParseError`` subclass on bad input, whatever the bytes; foreign
@@ -22,6 +23,7 @@ from __future__ import annotations
 from telephony.errors import TelephonyError
 
 __all__ = [
+    "DialError",
     "DigestParseError",
     "RegistrationError",
     "RtpParseError",
@@ -63,3 +65,8 @@ class TransferError(SipError):
 
 class RegistrationError(SipError):
     """A REGISTER was refused or never answered."""
+
+
+class DialError(SipError):
+    """A call that cannot be placed at all: a malformed target, a host that does not resolve, no
+    RTP port, a full server. (A call placed and not answered is a ``DialOutcome``, not an error.)"""

@@ -5,6 +5,7 @@
     sip = SipServer(SipConfig(port=5060, allowed_networks=("203.0.113.0/24",)),
                     agent_factory, store=http_server.store, pipeline_config=PipelineConfig())
     port = await sip.start()     # binds UDP, starts REGISTER if configured
+    result = await sip.dial(DialRequest("sip:alice@198.51.100.7"))   # a call out (telephony.sip.dialer)
     sip.draining = True          # new INVITEs get 503, live calls go on
     await sip.drain(grace_s, farewell)   # SIGTERM: draining, wait, then farewell + BYE for the rest
     await sip.stop()             # hangs up what is left (BYE), unregisters, closes the socket
@@ -40,8 +41,9 @@ from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
 from telephony.sip.checks import ALLOW, check_request, warning
 from telephony.sip.config import SipConfig
+from telephony.sip.dialer import DialedCall, DialRequest, DialResult, resolve_destination
 from telephony.sip.digest import DigestServer
-from telephony.sip.errors import SdpParseError, SipConfigError, SipError, SipParseError
+from telephony.sip.errors import DialError, SdpParseError, SipConfigError, SipError, SipParseError
 from telephony.sip.headers import NameAddr, Via
 from telephony.sip.media import MediaStats, RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse, parse_message, response_to, salvage_request, \
@@ -109,7 +111,10 @@ class SipServer(asyncio.DatagramProtocol):
         # (Call-ID, From tag, CSeq) of requests outside a dialog -> the (branch, sent-by) that
         # brought it first: the same request by another path is merged (482, RFC 3261 8.2.2.2)
         self._first_path: OrderedDict[tuple[str, str, str], tuple[str, str]] = OrderedDict()
-        self._pending: dict[str, asyncio.Future[SipResponse]] = {}
+        # our client transactions, by (branch, CSeq method) (RFC 3261 17.1.3: a CANCEL shares its
+        # INVITE's branch): non-INVITE ones wait for a final answer, an INVITE's hears every answer
+        self._pending: dict[tuple[str, str], asyncio.Future[SipResponse]] = {}
+        self._listeners: dict[tuple[str, str], Callable[[SipResponse], None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._should_log_refusal = LogLimiter()  # one warning a minute per refused source
         self.errors: list[BaseException] = []  # call failures kept for stop() when reraise_call_errors
@@ -231,9 +236,9 @@ class SipServer(asyncio.DatagramProtocol):
 
     async def request(self, req: SipRequest, addr: tuple[str, int], timeout_s: float | None = None) -> SipResponse:
         """Send ``req`` (retransmitting T1..T2) until a final response; TimeoutError after ``timeout_s``."""
-        branch = req.top_via.branch or ""
+        key = (req.top_via.branch or "", req.method)
         fut: asyncio.Future[SipResponse] = asyncio.get_running_loop().create_future()
-        self._pending[branch] = fut
+        self._pending[key] = fut
         interval = T1_S
         try:
             async with asyncio.timeout(timeout_s or self.config.request_timeout_s):
@@ -244,7 +249,42 @@ class SipServer(asyncio.DatagramProtocol):
                         return fut.result()
                     interval = min(interval * 2, T2_S)
         finally:
-            self._pending.pop(branch, None)
+            self._pending.pop(key, None)
+
+    def listen(self, req: SipRequest, callback: Callable[[SipResponse], None] | None) -> None:
+        """Hand every response to ``req`` (an INVITE we sent: provisional, final and the 2xx
+        retransmissions) to ``callback``; None stops it. The sender retransmits by itself."""
+        key = (req.top_via.branch or "", req.method)
+        if callback is None:
+            self._listeners.pop(key, None)
+        else:
+            self._listeners[key] = callback
+
+    # -- placing calls ------------------------------------------------------------------------
+
+    async def dial(self, request: DialRequest) -> DialResult:
+        """Place one call (:mod:`telephony.sip.dialer`) and run it to its end; its record is kept
+        as an inbound call's is. DialError when it cannot be placed at all (a host that does not
+        resolve, no RTP port, the server full or draining)."""
+        if self.calls_in_progress >= self.config.max_calls:
+            raise DialError(f"at capacity ({self.config.max_calls} calls)")
+        dest = await resolve_destination(request)
+        call_id = f"{random_tag()}{random_tag()}@parley"
+        session = RtpSession(call_id, pending_media(self.config.codecs), allowed_sources={dest[0]},
+                             jitter_depth=self.config.jitter_depth_packets)
+        try:
+            await session.open(self.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
+        except SipError as exc:
+            raise DialError(str(exc)) from exc
+        call = DialedCall(self, request, dest, session, call_id)
+        self.live[call_id] = call
+        try:
+            await call.run()
+        finally:
+            self.live.pop(call_id, None)
+            self.recent.append(EndedSipCall.of(call))
+            session.close()
+        return call.result()
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -310,11 +350,15 @@ class SipServer(asyncio.DatagramProtocol):
 
     def _on_response(self, resp: SipResponse) -> None:
         try:
-            branch = resp.top_via.branch or ""
+            key = (resp.top_via.branch or "", resp.cseq[1])
         except SipParseError:
             self.bad_datagrams += 1
             return
-        fut = self._pending.get(branch)
+        listener = self._listeners.get(key)
+        if listener is not None:
+            listener(resp)
+            return
+        fut = self._pending.get(key)
         if fut is not None and not fut.done() and resp.status >= 200:
             fut.set_result(resp)
         elif resp.status >= 200 and fut is None:

@@ -1,4 +1,5 @@
-"""A real SipServer on 127.0.0.1:0 and a helper that places real calls at it with sipp."""
+"""A real SipServer on 127.0.0.1:0, a helper that places real calls at it with sipp, and sipp as
+the callee of the calls parley places (``callee``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pipecat.frames.frames import EndWorkerFrame, Frame, InputDTMFFrame, LLMContextFrame, VADUserStartedSpeakingFrame
 from pipecat.processors.frame_processor import FrameDirection
@@ -19,9 +22,11 @@ from pipecat.processors.frame_processor import FrameDirection
 from agent.echo import EchoAgentConfig, EchoAgentProcessor, last_user_text
 from pipeline.builder import PipelineConfig
 from pipeline.frames import TransferCallFrame
+from pipeline.audio.g711 import ulaw_decode
 from telephony.sip import SipConfig, SipServer
 from telephony.sip.headers import NameAddr
 from telephony.sip.message import SipRequest, SipResponse, parse_message
+from telephony.sip.rtp import RtpPacket
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 PCAP_DIR = Path("/usr/share/sip-tester")
@@ -101,6 +106,73 @@ async def run_sipp(server: SipServer, workdir: Path, *, scenario: str | None = N
     errors = workdir / "sipp_errors.log"
     return SippResult(proc.returncode or 0, out.decode(errors="replace"),
                       err.decode(errors="replace") + (errors.read_text(errors="replace") if errors.exists() else ""))
+
+
+@dataclass
+class Callee:
+    uri: str
+    port: int
+    proc: asyncio.subprocess.Process
+    workdir: Path
+
+    async def result(self, timeout_s: float = 20.0) -> SippResult:
+        async with asyncio.timeout(timeout_s):
+            out, err = await self.proc.communicate()
+        errors = self.workdir / "sipp_errors.log"
+        return SippResult(self.proc.returncode or 0, out.decode(errors="replace"),
+                          err.decode(errors="replace") + (errors.read_text(errors="replace") if errors.exists() else ""))
+
+
+@contextlib.asynccontextmanager
+async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9) -> AsyncIterator[Callee]:
+    """sipp as the callee (a UAS running ``scenario``) on a free loopback port until the block
+    ends. The SDP it answers with names ``rtp_port`` for its audio."""
+    (workdir / "pcap").mkdir(parents=True, exist_ok=True)
+    for pcap in PCAP_DIR.glob("*.pcap"):
+        shutil.copy(pcap, workdir / "pcap" / pcap.name)
+    port = free_udp_port()
+    args = ["sipp", "-sf", str(SCENARIOS / scenario), "-i", "127.0.0.1", "-p", str(port), "-mp", str(free_udp_port()),
+            "-m", "1", "-nostdin", "-timeout", "20s", "-timeout_error", "-trace_err",
+            "-error_file", str(workdir / "sipp_errors.log"), "-key", "rtp_port", str(rtp_port)]
+    proc = await asyncio.create_subprocess_exec(*args, cwd=workdir, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        await _bound(port, proc)
+        yield Callee(f"sip:alice@127.0.0.1:{port}", port, proc, workdir)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def _bound(port: int, proc: asyncio.subprocess.Process, timeout_s: float = 5.0) -> None:
+    """Until sipp holds its UDP port (binding it ourselves fails then); sipp exiting first (a
+    scenario it refused) fails the test with what it said."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            if proc.returncode is not None:
+                _, err = await proc.communicate()
+                pytest.fail(f"sipp exited {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    return
+            await asyncio.sleep(0.05)
+
+
+class RtpSink(asyncio.DatagramProtocol):
+    """Where the callee's SDP sends parley's audio: keeps every RTP packet."""
+
+    def __init__(self) -> None:
+        self.packets: list[RtpPacket] = []
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.packets.append(RtpPacket.parse(data))
+
+    def rms(self) -> float:
+        pcm = np.concatenate([ulaw_decode(p.payload) for p in self.packets if p.payload_type == 0])
+        return float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
 
 
 class UdpPeer(asyncio.DatagramProtocol):

@@ -1,0 +1,74 @@
+"""``parley dial`` as a user runs it: a real process dials sipp callees on loopback, prints the
+outcome as one JSON line and says with its exit status how the call went; bad input is one line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.cli import main
+from tests.telephony.sip.conftest import RtpSink, callee
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed (apt-get install sip-tester)")
+
+
+async def parley_dial(*argv: str, db: Path, timeout_s: float = 60.0) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "deploy.cli", "dial", *argv, "--db", str(db), cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    async with asyncio.timeout(timeout_s):
+        out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+ECHO = ("--agent", "echo", "--stt", "sphinx", "--tts", "espeak", "--rtp-ports", "30000-39999")
+
+
+async def test_an_answered_call_prints_its_outcome_and_exits_0(tmp_path):
+    transport, sink = await asyncio.get_running_loop().create_datagram_endpoint(RtpSink, local_addr=("127.0.0.1", 0))
+    try:
+        async with callee("callee_answers.xml", tmp_path, rtp_port=transport.get_extra_info("sockname")[1]) as peer:
+            code, out, err = await parley_dial(peer.uri, *ECHO, "--param", "customer=C-42", db=tmp_path / "calls.db")
+            sipp = await peer.result()
+    finally:
+        transport.close()
+    assert code == 0, err[-2000:]
+    assert sipp.returncode == 0, sipp.stderr[-2000:]
+    [line] = out.splitlines()
+    result = json.loads(line)
+    assert result["outcome"] == "answered" and result["status"] == 200
+    assert result["end_reason"] == "callee hung up (BYE)" and result["rtp_out"] > 40
+    assert len(sink.packets) == result["rtp_out"] and sink.rms() > 300  # the echo agent's greeting
+    assert err == ""
+    shown = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.cli", "calls", "show",
+                                                 result["call_id"], "--json", "--db", str(tmp_path / "calls.db"),
+                                                 cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+    record = json.loads((await shown.communicate())[0])
+    assert record["params"]["customer"] == "C-42" and record["params"]["direction"] == "outbound"
+
+
+async def test_busy_exits_1_with_one_line(tmp_path):
+    async with callee("callee_busy.xml", tmp_path) as peer:
+        code, out, err = await parley_dial(peer.uri, *ECHO, db=tmp_path / "calls.db")
+        assert (await peer.result()).returncode == 0
+    assert code == 1
+    assert json.loads(out)["outcome"] == "busy"
+    assert err == "parley dial: busy: 486 Busy Here\n"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("+15551234567", "parley dial: +15551234567: Twilio dialling is not built yet"),
+    ("sip:alice@bad host", "parley dial: target 'sip:alice@bad host' is not a SIP URI"),
+    ("sip:alice@no-such-host.invalid", "parley dial: host 'no-such-host.invalid' does not resolve"),
+])
+def test_bad_targets_exit_2_with_one_line(target, message, tmp_path, capsys):
+    assert main(["dial", target, *ECHO, "--db", str(tmp_path / "calls.db")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(message) and err.count("\n") == 1, err
