@@ -9,6 +9,8 @@ that arrive in the same event-loop iteration in one ONNX run (``pipeline.vad_bat
 keeping its own recurrent state; ``silero_dispatch="inline"`` (``InlineSileroVADAnalyzer``) runs
 the model once per call per window on the event loop, as parley did before 2026-12-07.
 webrtcvad (``WebRTCVADAnalyzer``) analyzes on the event loop (``InlineAnalysis``).
+Every analyzer here raises ``AudioFormatError`` on a frame of an odd byte count (pipecat's buffer
+would take it and shift every later sample by a byte).
 
 ``WebRTCVADAnalyzer`` plugs ``webrtcvad`` (the ``webrtcvad-wheels`` package) into pipecat's
 ``VADAnalyzer``: the base class buffers audio into frames of ``num_frames_required()`` samples,
@@ -49,6 +51,10 @@ _SILERO_MODEL_SWAP = threading.Lock()
 VADKind = Literal["webrtc", "silero"]
 SileroDispatch = Literal["loop", "thread", "inline"]
 DEFAULT_SILERO_DISPATCH: SileroDispatch = "loop"
+"""Chosen by ``benchmarks/bench_vad_batch.py`` (2026-12-07, a480025): batching on the loop never
+cost more CPU than one run per call, and 2.4-2.5x less at 16-32 calls whose frames arrive together;
+on the Silero thread it took more off the loop but cost up to 1.6x the CPU where batches stayed
+small (calls at random phases on an idle loop)."""
 DEFAULT_VAD_KIND: VADKind = "silero"
 """Chosen by ``benchmarks/bench_vad.py`` (seed 0, 8 kHz mu-law): webrtcvad mode 3 made 4.2 false
 starts a minute and spent 22 % of noise-only time "speaking" (it fires at every onset of noise

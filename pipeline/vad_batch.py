@@ -21,7 +21,8 @@ was not reset while its window was in flight.
 ``runs_on``: ``"loop"`` runs the batch on the event loop in the callback that closes the tick
 (``call_soon`` from the first submission, or ``call_later(gather_ms)``); ``"thread"`` hands the
 batch's ``session.run`` to the process's one Silero thread, one hand-off per batch, and gathers the
-next batch while it runs. ``benchmarks/bench_vad_batch.py`` measures both.
+next batch while it runs. ``benchmarks/bench_vad_batch.py`` measures both (2026-12-07): on the loop
+by default, for the CPU; the thread takes more off the loop but costs more where batches are small.
 """
 
 from __future__ import annotations
