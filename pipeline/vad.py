@@ -1,8 +1,16 @@
 """Voice activity analyzers for pipecat: WebRTC's GMM VAD, and a factory choosing it or Silero.
-Both analyze on the event loop (``InlineAnalysis``), not on a thread per call.
+None hands frames to a thread per call (pipecat's default).
 
     analyzer = make_vad_analyzer("silero", sample_rate_hz=8000, stop_secs=0.2)
     vad = VADProcessor(vad_analyzer=analyzer)      # or LLMUserAggregatorParams(vad_analyzer=...)
+
+Silero, by default (``BatchedSileroVADAnalyzer``), scores the windows of every call of the process
+that arrive in the same event-loop iteration in one ONNX run (``pipeline.vad_batch``), each call
+keeping its own recurrent state; ``silero_dispatch="inline"`` (``InlineSileroVADAnalyzer``) runs
+the model once per call per window on the event loop, as parley did before 2026-12-07.
+webrtcvad (``WebRTCVADAnalyzer``) analyzes on the event loop (``InlineAnalysis``).
+Every analyzer here raises ``AudioFormatError`` on a frame of an odd byte count (pipecat's buffer
+would take it and shift every later sample by a byte).
 
 ``WebRTCVADAnalyzer`` plugs ``webrtcvad`` (the ``webrtcvad-wheels`` package) into pipecat's
 ``VADAnalyzer``: the base class buffers audio into frames of ``num_frames_required()`` samples,
@@ -18,10 +26,12 @@ noise for both analyzers, and ``DEFAULT_VAD_KIND`` follows its result.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from typing import Literal
 
+import numpy as np
 import onnxruntime
 import webrtcvad
 from pipecat.audio.vad import silero
@@ -29,6 +39,7 @@ from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
 
 from pipeline.errors import AudioFormatError, ConfigError
+from pipeline.vad_batch import SILERO_CONTEXT, BatchRunsOn, SileroBatcher, check_batch_options
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +49,12 @@ SILERO_RATES_HZ = (8000, 16000)
 _SILERO_MODEL_SWAP = threading.Lock()
 
 VADKind = Literal["webrtc", "silero"]
+SileroDispatch = Literal["loop", "thread", "inline"]
+DEFAULT_SILERO_DISPATCH: SileroDispatch = "loop"
+"""Chosen by ``benchmarks/bench_vad_batch.py`` (2026-12-07, a480025): batching on the loop never
+cost more CPU than one run per call, and 2.4-2.5x less at 16-32 calls whose frames arrive together;
+on the Silero thread it took more off the loop but cost up to 1.6x the CPU where batches stayed
+small (calls at random phases on an idle loop)."""
 DEFAULT_VAD_KIND: VADKind = "silero"
 """Chosen by ``benchmarks/bench_vad.py`` (seed 0, 8 kHz mu-law): webrtcvad mode 3 made 4.2 false
 starts a minute and spent 22 % of noise-only time "speaking" (it fires at every onset of noise
@@ -52,12 +69,19 @@ class InlineAnalysis:
     hand-off itself once many calls share the process's GIL."""
 
     async def analyze_audio(self, buffer: bytes) -> VADState:
+        _check_even(buffer)
         return self._run_analyzer(buffer)  # type: ignore[attr-defined]
 
 
 class _SharedSessionModel(silero.SileroOnnxModel):
     """pipecat's Silero model over the process's one ONNX session: the recurrent state and
-    context stay per model (per call); ``InferenceSession.run`` keeps nothing between calls."""
+    context stay per model (per call); ``InferenceSession.run`` keeps nothing between calls.
+
+    It is also a ``vad_batch.SileroStream``: ``prepare``/``commit`` do the bookkeeping of pipecat's
+    ``__call__`` (reset on a new rate, the context in front, the tail kept) around a batched run,
+    which ``__call__`` itself (the batch-1 reference path) does around its own."""
+
+    generation = 0
 
     _session: onnxruntime.InferenceSession | None = None
     _lock = threading.Lock()
@@ -71,6 +95,22 @@ class _SharedSessionModel(silero.SileroOnnxModel):
         self.session = _SharedSessionModel._session
         self.reset_states()
         self.sample_rates = [8000, 16000]
+
+    def reset_states(self, batch_size: int = 1) -> None:
+        super().reset_states(batch_size)
+        self.generation += 1
+
+    def prepare(self, window: np.ndarray, sample_rate_hz: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._last_batch_size != 1 or self._last_sr != sample_rate_hz:
+            self.reset_states(1)
+        context = self._context[0] if self._context.shape[1] else np.zeros(SILERO_CONTEXT[sample_rate_hz], np.float32)
+        return np.concatenate((context, window)), self._state
+
+    def commit(self, row: np.ndarray, state: np.ndarray, sample_rate_hz: int) -> None:
+        self._context = row[None, -SILERO_CONTEXT[sample_rate_hz] :]
+        self._state = state
+        self._last_sr = sample_rate_hz
+        self._last_batch_size = 1
 
 
 class InlineSileroVADAnalyzer(InlineAnalysis, SileroVADAnalyzer):
@@ -86,6 +126,65 @@ class InlineSileroVADAnalyzer(InlineAnalysis, SileroVADAnalyzer):
                 super().__init__(**kwargs)
             finally:
                 silero.SileroOnnxModel = saved  # type: ignore[misc]
+
+
+class BatchedSileroVADAnalyzer(InlineSileroVADAnalyzer):
+    """``InlineSileroVADAnalyzer`` whose model runs in the loop's ``SileroBatcher``: every call
+    that completes a window in the same loop iteration shares one ONNX run.
+
+    runs_on: ``"loop"`` (the batch runs on the event loop) or ``"thread"`` (on the process's one
+    Silero thread, one hand-off per batch).
+    gather_ms: how long the first window of a batch waits for others; 0 closes the batch at the
+    end of the current loop iteration (no added delay).
+
+    pipecat's state machine (``VADAnalyzer._run_analyzer``) and Silero's model resets
+    (``_maybe_reset_model``) run unchanged: ``analyze_audio`` scores each complete window through
+    the batcher, then steps the state machine over that window. A frame holding two windows or more
+    (longer than 32 ms) is stepped window by window, so pipecat's STARTING -> SPEAKING check runs
+    after each window rather than once per frame; with 20 ms frames the states are the same.
+    """
+
+    def __init__(
+        self,
+        *,
+        sample_rate: int | None = None,
+        params: VADParams | None = None,
+        runs_on: BatchRunsOn = "loop",
+        gather_ms: float = 0.0,
+    ) -> None:
+        super().__init__(sample_rate=sample_rate, params=params)
+        self._runs_on: BatchRunsOn = runs_on
+        self._gather_ms = gather_ms
+        self._batcher: SileroBatcher | None = None
+        self._scored: float | None = None  # the batch's score of the window being stepped
+        assert isinstance(self._model, _SharedSessionModel)
+        self._stream: _SharedSessionModel = self._model
+        check_batch_options(runs_on, gather_ms)
+
+    async def analyze_audio(self, buffer: bytes) -> VADState:
+        _check_even(buffer)
+        batcher = self._batcher
+        if batcher is None or batcher.loop is not asyncio.get_running_loop():
+            batcher = self._batcher = SileroBatcher.for_running_loop(
+                self._model.session, runs_on=self._runs_on, gather_ms=self._gather_ms
+            )
+        need = self._vad_frames_num_bytes - len(self._vad_buffer)
+        while len(buffer) >= need:
+            window = np.frombuffer(self._vad_buffer + buffer[:need], np.int16).astype(np.float32) / 32768.0
+            self._scored = await batcher.confidence(self._stream, window, self.sample_rate)
+            state = self._run_analyzer(buffer[:need])  # exactly one window: voice_confidence takes _scored
+            buffer = buffer[need:]
+            need = self._vad_frames_num_bytes
+            if not buffer:
+                return state
+        return self._run_analyzer(buffer)
+
+    def voice_confidence(self, buffer: bytes) -> float:
+        scored, self._scored = self._scored, None
+        if scored is None:  # called directly, outside analyze_audio: pipecat's batch-1 path
+            return super().voice_confidence(buffer)
+        self._maybe_reset_model(scored)
+        return scored
 
 
 class WebRTCVADAnalyzer(InlineAnalysis, VADAnalyzer):
@@ -142,6 +241,11 @@ class WebRTCVADAnalyzer(InlineAnalysis, VADAnalyzer):
             ) from exc
 
 
+def _check_even(buffer: bytes) -> None:
+    if len(buffer) % 2:
+        raise AudioFormatError(f"16-bit PCM needs an even byte count, got a {len(buffer)}-byte frame")
+
+
 def _check_rate(rate: int, allowed: tuple[int, ...], who: str) -> None:
     if rate not in allowed:
         raise AudioFormatError(f"{who} needs a sample rate in {allowed}, got {rate}")
@@ -157,13 +261,17 @@ def make_vad_analyzer(
     min_volume: float = 0.6,
     webrtc_mode: int = 3,
     webrtc_frame_ms: int = 20,
+    silero_dispatch: SileroDispatch = DEFAULT_SILERO_DISPATCH,
+    silero_gather_ms: float = 0.0,
     params: VADParams | None = None,
 ) -> VADAnalyzer:
     """Build the analyzer for ``kind``.
 
     ``params``, when given, replaces ``stop_secs``/``start_secs``/``confidence``/``min_volume``.
     ``sample_rate_hz`` None lets the pipeline's input rate decide at start. Silero runs at
-    8000 or 16000 Hz; webrtc at 8000/16000/32000/48000 Hz.
+    8000 or 16000 Hz; webrtc at 8000/16000/32000/48000 Hz. ``silero_dispatch`` "loop" or "thread"
+    batches every call's Silero windows (``BatchedSileroVADAnalyzer``, waiting ``silero_gather_ms``
+    for a batch to fill); "inline" scores each call's alone (``InlineSileroVADAnalyzer``).
     """
     params = params or VADParams(
         confidence=confidence, start_secs=start_secs, stop_secs=stop_secs, min_volume=min_volume
@@ -175,5 +283,11 @@ def make_vad_analyzer(
     if kind == "silero":
         if sample_rate_hz is not None:
             _check_rate(sample_rate_hz, SILERO_RATES_HZ, "Silero VAD")
-        return InlineSileroVADAnalyzer(sample_rate=sample_rate_hz, params=params)
+        if silero_dispatch == "inline":
+            return InlineSileroVADAnalyzer(sample_rate=sample_rate_hz, params=params)
+        if silero_dispatch not in ("loop", "thread"):
+            raise ConfigError(f"unknown Silero dispatch {silero_dispatch!r}; expected 'loop', 'thread' or 'inline'")
+        return BatchedSileroVADAnalyzer(
+            sample_rate=sample_rate_hz, params=params, runs_on=silero_dispatch, gather_ms=silero_gather_ms
+        )
     raise ConfigError(f"unknown VAD kind {kind!r}; expected 'webrtc' or 'silero'")
