@@ -3,13 +3,12 @@ each call as Twilio would, against a real parley server.
 
 ::
 
-    twilio = TwilioRestStandIn(account_sid="AC...", auth_token=TOKEN)
-    await twilio.start()                              # http://127.0.0.1:PORT (twilio.base_url)
-    twilio.faults.append(Fault(429, retry_after="1")) # the next create request gets this instead
-    twilio.scenarios.append(Scenario(answer="busy"))  # how the next call goes (default: a person answers)
-    ... parley places a call with api_base=twilio.base_url ...
-    call = await twilio.next_call()                   # a StandInCall, once it is over (call.report: what was heard)
-    await twilio.stop()
+    async with TwilioRestStandIn(account_sid="AC...", auth_token=TOKEN) as twilio:   # start() ... stop()
+        twilio.base_url                               # http://127.0.0.1:PORT
+        twilio.faults.append(Fault(429, retry_after="1"))  # the next create request gets this instead
+        twilio.scenarios.append(Scenario(answer="busy"))  # how the next call goes (default: a person answers)
+        ... parley places a call with api_base=twilio.base_url ...
+        call = await twilio.next_call()               # a StandInCall, once it is over (call.report: what was heard)
 
 What it implements: ``POST /2010-04-01/Accounts/{AccountSid}/Calls.json`` (HTTP basic auth with the
 account SID and auth token: 401 otherwise, 404 for another account) taking To, From, Url (or Twiml),
@@ -124,6 +123,13 @@ class TwilioRestStandIn:
         await site.start()
         self.port = int(self._runner.addresses[0][1])
         return self.port
+
+    async def __aenter__(self) -> TwilioRestStandIn:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         for task in list(self._tasks):

@@ -28,12 +28,8 @@ TO, FROM = "+15551234567", "+15550100"
 
 @pytest.fixture
 async def twilio():
-    stand_in = TwilioRestStandIn(ACCOUNT, TOKEN)
-    await stand_in.start()
-    try:
+    async with TwilioRestStandIn(ACCOUNT, TOKEN) as stand_in:
         yield stand_in
-    finally:
-        await stand_in.stop()
 
 
 @pytest.fixture
