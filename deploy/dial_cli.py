@@ -1,7 +1,8 @@
 """``parley dial``: place one outbound call with an agent and run it to its end.
 
 A ``sip:`` target is dialled by parley's own SIP user agent (``telephony.sip.dialer``), directly
-or through a trunk; once answered the agent runs as on an inbound SIP call. The outcome is one
+or through a trunk; once answered the agent runs as on an inbound SIP call. A phone number
+(E.164) is dialled through Twilio (``deploy.dial_twilio``), the agent on its media stream. The outcome is one
 JSON line on stdout; the exit status says how it went (0 answered, 1 not answered, 2 failed).
 """
 
@@ -28,6 +29,8 @@ examples:
                                         # through a trunk that asks for digest auth ($PARLEY_TRUNK_PASSWORD)
   parley dial sip:alice@127.0.0.1:5070 --agent echo --tts espeak --stt sphinx --ring-timeout 15
   parley dial sip:bob@10.0.0.5 --param customer_id=C-42 --param reason=renewal   # the agent's call parameters
+  parley dial +15551234567 --from +15550100 --public-url https://parley.example.com --agent agent/examples/receptionist.yaml
+                                        # through Twilio ($TWILIO_ACCOUNT_SID, $TWILIO_AUTH_TOKEN)
 
 what it prints: one JSON line, e.g.
   {"outcome": "answered", "call_id": "...", "status": 200, "end_reason": "callee hung up (BYE)", "talk_s": 41.2, ...}
@@ -41,8 +44,13 @@ timed out, or bad input (one line on stderr says which).
 environment:
   PARLEY_TRUNK_USER, PARLEY_TRUNK_PASSWORD   digest credentials for the trunk (or --auth-user/--auth-password)
   PARLEY_DB           where the call's record is kept (as for parley serve)
+  TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN      Twilio's credentials, for a phone number
+  PARLEY_PUBLIC_URL   the https:// URL Twilio reaches this machine at (or --public-url)
 
-Phone numbers (E.164, +15551234567) through Twilio are not dialled yet: give a sip: URI.
+A phone number (E.164) is called through Twilio: --from is a number of the account, and Twilio
+must reach --public-url (proxied to --host/--port) for the call's stream and statuses. Outcomes
+are Twilio's: answered, busy, no-answer, failed (its SIP code as status, when it gives one),
+canceled.
 """
 
 NOT_ANSWERED = ("busy", "no-answer", "declined", "canceled")
@@ -58,7 +66,8 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", metavar="TARGET", help="whom to call: a SIP URI, sip:user@host[:port]")
+    p.add_argument("target", metavar="TARGET", help="whom to call: a SIP URI, sip:user@host[:port], or a "
+                   "phone number, +15551234567 (through Twilio)")
     p.add_argument("--agent", type=Path, default=DEFAULT_AGENT, metavar="SPEC.yaml",
                    help="the agent that talks (default: the receptionist example); 'echo' for the echo agent")
     p.add_argument("--trunk", default=None, metavar="HOST[:PORT]",
@@ -66,7 +75,12 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "proxy; the target stays the Request-URI (default: straight to the target's host)")
     p.add_argument("--from", dest="from_uri", default=None, metavar="URI",
                    help="our identity in From (default sip:USER@TRUNK with --auth-user and --trunk, else "
-                   "sip:parley@OUR-ADDRESS)")
+                   "sip:parley@OUR-ADDRESS); for a phone number, the account's number that calls (+15550100)")
+    p.add_argument("--public-url", default=os.environ.get("PARLEY_PUBLIC_URL"),
+                   help="for a phone number: the https:// URL Twilio reaches this machine at (what it signs)")
+    p.add_argument("--host", default="127.0.0.1", help="for a phone number: the address the call's HTTP "
+                   "server listens on (default %(default)s)")
+    p.add_argument("--port", type=port_number, default=8765, help="and its port (default %(default)s)")
     p.add_argument("--auth-user", default=os.environ.get("PARLEY_TRUNK_USER"),
                    help="digest user for a 401/407 challenge (default $PARLEY_TRUNK_USER)")
     p.add_argument("--auth-password", default=None,
@@ -125,9 +139,13 @@ def _run(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     if _is_phone_number(args.target):
-        print(f"parley dial: {args.target}: Twilio dialling is not built yet; dial a sip: URI "
-              "(sip:+15551234567@your-trunk with --trunk)", file=sys.stderr)
-        return 2
+        from deploy.dial_twilio import dial_twilio
+
+        outcome = dial_twilio(args, _params(args.param), _agent_and_pipeline)
+        if isinstance(outcome, str):
+            print(f"parley dial: {outcome}", file=sys.stderr)
+            return 2
+        return _report(outcome)
     request = DialRequest(args.target, trunk=args.trunk, from_uri=args.from_uri, auth_user=args.auth_user,
                           auth_password=(args.auth_password or os.environ.get("PARLEY_TRUNK_PASSWORD"))
                           if args.auth_user else None,
@@ -144,6 +162,11 @@ def _run(args: argparse.Namespace) -> int:
         result = asyncio.run(_dial(args, request, dest_ip, agent_factory, pipeline, store))
     finally:
         store.close()
+    return _report(result)
+
+
+def _report(result) -> int:
+    """How the call went: one JSON line on stdout, one line on stderr unless answered; the exit status."""
     print(result.to_json(), flush=True)
     outcome = result.outcome.value
     if outcome == "answered" and not (result.end_reason or "").startswith("error:"):

@@ -34,6 +34,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=port_number, default=8765, help="port to listen on (default %(default)s; 0 = any)")
     p.add_argument("--public-url", default=os.environ.get("PARLEY_PUBLIC_URL"),
                    help="the https:// URL Twilio reaches this server at (what it signs)")
+    p.add_argument("--api-token", default=None, metavar="TOKEN",
+                   help="turn on POST /calls (place a call: docs/operations.md) for clients that send "
+                   "Authorization: Bearer TOKEN (at least 16 characters); default $PARLEY_API_TOKEN (the "
+                   "environment keeps it out of the process list); without one POST /calls is off")
     p.add_argument("--insecure-dev", action="store_true",
                    help="do not check X-Twilio-Signature (local work only; logged loudly)")
     p.add_argument("--vad", choices=get_args(VadKind), default="silero",

@@ -138,6 +138,16 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
                      metrics=server.metrics)
 
 
+def _api_token(args: argparse.Namespace) -> str | None:
+    """--api-token, else PARLEY_API_TOKEN (None: POST /calls is off); ConfigError when too short."""
+    token = args.api_token or os.environ.get("PARLEY_API_TOKEN") or None
+    if token is not None and len(token) < 16:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError("the API token (--api-token or PARLEY_API_TOKEN) must be at least 16 characters")
+    return token
+
+
 def _webhook_config(args: argparse.Namespace) -> "WebhookConfig | None":
     """--webhook-url / --webhook-secret, else PARLEY_WEBHOOK_URL / PARLEY_WEBHOOK_SECRET (read here,
     at the command line's edge); None when no URL is set. A bad one raises ``ConfigError``."""
@@ -303,6 +313,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.sip_port is not None:
         _sip_credentials()  # before anything slow: a half-set pair refuses to start at once
     webhook_config = _webhook_config(args)  # a bad URL or secret: one line now, not after the models load
+    api_token = _api_token(args)  # a short one: said now, before the models load
     # engine workers write their own metrics (request times) where /metrics reads them
     worker_metrics = share_worker_metrics()
     atexit.register(unshare_worker_metrics, worker_metrics)
@@ -321,7 +332,12 @@ def serve(args: argparse.Namespace) -> int:
         voice_proc = _load_ssm_voice(voice_dir, procs=bool(args.tts_procs),
                                      compile=args.tts_compile == "on")
     recordings_dir, spec = _recordings(args, spec)
-    agent_factory = _agent_factory(spec, llm_check=not args.no_llm_check)
+    from deploy.agent_catalog import AgentCatalog
+
+    # the spec's agent, or one POST /calls named for the call
+    agent_factory = AgentCatalog(_agent_factory(spec, llm_check=not args.no_llm_check),
+                                 build=lambda path: _agent_factory(_load_agent_spec(path),
+                                                                   llm_check=not args.no_llm_check))
     db_path = db_location(args.db) if args.db else default_db_path()
     store = open_call_store(db_path)
     orphans = store.close_orphans()  # calls a killed server left "in progress"
@@ -352,6 +368,7 @@ def serve(args: argparse.Namespace) -> int:
         twilio=bool(token) or args.insecure_dev or args.sip_port is None,
         insecure_dev=args.insecure_dev,
         public_url=args.public_url,
+        api_token=api_token,
         drain_grace_s=args.drain_s,
         twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
         twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"),
@@ -391,7 +408,7 @@ def serve(args: argparse.Namespace) -> int:
                  else "in the server process")
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
                                          where, time.perf_counter() - t0)
-    server = CallServer(config, agent_factory=agent_factory, store=calls_store)
+    server = CallServer(config, agent_factory=agent_factory, store=calls_store, agents=agent_factory.load)
     server.metrics.read_worker_metrics(worker_metrics)
     _register_engines(server.metrics, sphinx_procs, voice_proc,
                       ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pipeline.outbox import Outbox
 
@@ -45,6 +45,9 @@ class CallRecord:
     # (frames_in, frames_in_lost, frames_in_late, frames_out, frames_out_underrun, frames_out_late)
     stats: dict[str, int] = field(default_factory=dict)
     recording: str | None = None  # where the call's recording is (a file path or URL), if any
+    # a call parley placed: the target, the carrier's statuses as they came, the outcome
+    # (telephony.twilio.outbound writes it); empty for a call that came in
+    dial: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -69,6 +72,7 @@ class CallRecord:
             "errors": list(self.errors),
             "stats": dict(self.stats),
             "recording": self.recording,
+            "dial": dict(self.dial),
         }
 
 

@@ -9,6 +9,7 @@
      │         └── UnknownPeerError  a candidate patch for a connection we do not have
      ├── SignatureError            a missing or invalid X-Twilio-Signature
      ├── ConfigError               an invalid setting (a pacer's lead, a jitter buffer's depth)
+     ├── PlacementError            a call that cannot be placed: a bad number, Twilio refusing it
      └── SipError                  everything SIP (tree in telephony.sip.errors)
 
 Foreign exceptions (json, binascii, websockets, aiohttp) are translated once, at
@@ -17,7 +18,7 @@ the boundary, with ``raise X from exc``.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HandshakeError", "ProtocolError", "SignatureError", "TelephonyError"]
+__all__ = ["ConfigError", "HandshakeError", "PlacementError", "ProtocolError", "SignatureError", "TelephonyError"]
 
 
 class TelephonyError(Exception):
@@ -38,3 +39,12 @@ class SignatureError(TelephonyError):
 
 class ConfigError(TelephonyError, ValueError):
     """An invalid setting of a telephony part (a pacer's lead, a jitter buffer's depth)."""
+
+
+class PlacementError(TelephonyError):
+    """A call that cannot be placed: a bad request, or Twilio refusing or not answering the
+    create-call request. ``status`` is Twilio's HTTP status (None: no answer, or never asked)."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status

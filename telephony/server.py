@@ -4,6 +4,8 @@ Routes:
     POST /twilio/voice      Twilio's voice webhook; answers TwiML <Connect><Stream> (signed)
     GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
+    POST /calls             place a call, Twilio or SIP (bearer token: ``api_token``; telephony.calls_api)
+    POST /twilio/dial-status  Twilio's status and answering-machine callbacks on calls we placed (signed)
     GET  /healthz           200 while taking calls, 503 once draining
     GET  /metrics           Prometheus text format: live calls, per-turn latencies and audio
                             frames lost, late or underrun, by transport; event-loop lag
@@ -39,7 +41,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit, urlunsplit
-from xml.sax.saxutils import quoteattr
 
 from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -59,6 +60,9 @@ from telephony.core.supervisor import CallSupervisor, drain_calls
 from telephony.genesys.routes import GenesysConfig, register_genesys_routes
 from telephony.twilio.call import TwilioCall, read_start
 from telephony.twilio.rest import TwilioCallControl, handoff_twiml
+from telephony.twilio.twiml import params_from_query, stream_twiml
+from telephony.twilio.outbound import OutboundCalls, TwilioDialer
+from telephony.calls_api import AgentLoader, CallsApi
 from telephony.handoff import handoff_of
 from pipeline.frames import TransferCallFrame
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
@@ -126,6 +130,8 @@ class ServerConfig:
     max_calls: int = field(default_factory=default_max_calls)  # every transport together
     # Genesys Cloud's Audio Connector at /genesys/audiohook (None: the route is not served)
     genesys: GenesysConfig | None = None
+    # the bearer token POST /calls asks for (None: the route answers 404, saying how to turn it on)
+    api_token: str | None = None
 
     def __post_init__(self):
         if self.twilio and not self.insecure_dev and not self.auth_token:
@@ -143,7 +149,8 @@ class ServerConfig:
 class CallServer:
     """Owns the aiohttp application and the live calls."""
 
-    def __init__(self, config: ServerConfig, agent_factory: AgentFactory, store: CallStore | None = None):
+    def __init__(self, config: ServerConfig, agent_factory: AgentFactory, store: CallStore | None = None,
+                 agents: AgentLoader | None = None):
         self.config = config
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
@@ -161,6 +168,14 @@ class CallServer:
         if config.twilio_account_sid and config.auth_token:
             self.call_control = TwilioCallControl(config.twilio_account_sid, config.auth_token,
                                                   api_base=config.twilio_api_base)
+        dialer = None
+        if config.twilio_account_sid and config.auth_token and config.public_url:
+            dialer = TwilioDialer(config.twilio_account_sid, config.auth_token, config.public_url,
+                                  api_base=config.twilio_api_base)
+        # calls placed through Twilio, their statuses written on their records as they come
+        self.outbound = OutboundCalls(self.store, self.live, dialer)
+        self.calls_api = CallsApi(token=config.api_token, outbound=self.outbound, sip=lambda: self.sip,
+                                  admit=self.admission, agents=agents)
         self._runner: web.AppRunner | None = None
         self.loop_lag = LoopLagProbe(self.metrics.observe_loop_lag, live_calls=self.live_calls)
         self._lag_task: asyncio.Task | None = None
@@ -169,12 +184,14 @@ class CallServer:
         self.app.add_routes([
             web.post("/twilio/voice", self.twilio_voice),
             web.post("/twilio/connect-done", self.twilio_connect_done),
+            web.post("/twilio/dial-status", self.twilio_dial_status),
             web.get("/twilio/stream", self.twilio_stream),
             web.get("/calls/{sid}", self.call_record),
             web.get("/healthz", self.healthz),
             web.get("/metrics", self.metrics_text),
             web.get("/favicon.ico", _no_icon),
         ])
+        self.calls_api.register(self.app)
         # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)
         self.webrtc = register_webrtc_routes(
             self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
@@ -220,6 +237,7 @@ class CallServer:
                           farewell=self.config.shutdown_farewell)
 
     async def stop(self) -> None:
+        await self.calls_api.stop()
         if self._lag_task is not None:
             self._lag_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -350,6 +368,12 @@ class CallServer:
             self._tokens_seen.popitem(last=False)
         return True
 
+    async def twilio_dial_status(self, request: web.Request) -> web.Response:
+        """Twilio's status callback (and its answering-machine one) on a call this server placed."""
+        params = await self._signed_form(request)
+        self.outbound.on_status(request.query.get("dial", ""), params)
+        return web.Response(status=204)
+
     def handoff(self, call_sid: str, transfer: TransferCallFrame) -> None:
         """Keep ``transfer`` for the call's ``<Connect action>`` callback (a few minutes at most)."""
         self._handoffs[call_sid] = transfer
@@ -369,20 +393,16 @@ class CallServer:
             self._answered.move_to_end(call_sid)
         stream_url = self._public(request, websocket=True).split("?")[0].removesuffix("/twilio/voice")
         stream_url += "/twilio/stream"
-        forward: dict[str, str] = {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
+        # a call parley placed carries its parameters in the (signed) webhook URL: param.NAME=VALUE
+        forward = params_from_query(request.query.items())
+        forward |= {k: params[k] for k in ("CallSid", "From", "To", "Direction") if k in params}
+        forward.pop(ANSWER_PARAM, None)
         if call_sid and self.config.auth_token:  # the stream may reach another server: it checks this
             forward[ANSWER_PARAM] = answer_token(self.config.auth_token, call_sid, time.time())
-        parameters = "".join(
-            f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in forward.items()
-        )
         # when the stream ends Twilio asks the action URL what next: a hand-off, or hang up
         action = self._public(request, websocket=False).split("?")[0].removesuffix("/twilio/voice")
         action += "/twilio/connect-done"
-        twiml = (
-            '<?xml version="1.0" encoding="UTF-8"?>'
-            f"<Response><Connect action={quoteattr(action)}><Stream url={quoteattr(stream_url)}>{parameters}"
-            "</Stream></Connect></Response>"
-        )
+        twiml = stream_twiml(stream_url, action, forward)
         return web.Response(text=twiml, content_type="application/xml")
 
     async def call_record(self, request: web.Request) -> web.Response:
@@ -429,9 +449,12 @@ class CallServer:
             return ws
         if self.config.insecure_dev:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
+        placed = self.store.get(start.call_sid)  # a call we placed: its record holds how it was dialled
         call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
                           store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics,
                           call_control=self.call_control, handoff=self.handoff)
+        if placed is not None and placed.dial:
+            call.record.dial = placed.dial
         self.live[call.call_sid] = call
         try:
             await call.run()

@@ -81,13 +81,16 @@ def _new_sid(prefix: str) -> str:
 class TwilioCaller:
     """One scripted call. ``await TwilioCaller(config).run()`` returns its ``CallReport``."""
 
-    def __init__(self, config: CallerConfig) -> None:
+    def __init__(self, config: CallerConfig, *, call_sid: str | None = None, account_sid: str | None = None,
+                 stream_params: dict[str, str] | None = None) -> None:
+        """``call_sid``, ``account_sid`` and ``stream_params`` (the TwiML's ``<Parameter>``s): a
+        call whose webhook was answered elsewhere (the Twilio REST stand-in's calls out)."""
         self._cfg = config
-        self.call_sid = _new_sid("CA")
+        self.call_sid = call_sid or _new_sid("CA")
         self.stream_sid = _new_sid("MZ")
-        self.account_sid = _new_sid("AC")
+        self.account_sid = account_sid or _new_sid("AC")
         self._ws: ClientConnection | None = None
-        self._twiml_params: dict[str, str] = {}
+        self._twiml_params: dict[str, str] = dict(stream_params or {})
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._clock_done = asyncio.Event()

@@ -66,6 +66,11 @@ _NO_DIALOG = warning("no dialog of this Call-ID and tags here")
 TransactionKey = tuple[str, str, str]  # (branch, Via sent-by, method)
 
 
+def new_call_id() -> str:
+    """A Call-ID for a call we place."""
+    return f"{random_tag()}{random_tag()}@parley"
+
+
 @dataclass(frozen=True)
 class EndedSipCall:
     """What the server keeps of an ended call (``SipServer.recent``)."""
@@ -262,14 +267,15 @@ class SipServer(asyncio.DatagramProtocol):
 
     # -- placing calls ------------------------------------------------------------------------
 
-    async def dial(self, request: DialRequest) -> DialResult:
+    async def dial(self, request: DialRequest, call_id: str | None = None) -> DialResult:
         """Place one call (:mod:`telephony.sip.dialer`) and run it to its end; its record is kept
-        as an inbound call's is. DialError when it cannot be placed at all (a host that does not
-        resolve, no RTP port, the server full or draining)."""
+        as an inbound call's is, under ``call_id`` (default: a fresh Call-ID). DialError when it
+        cannot be placed at all (a host that does not resolve, no RTP port, the server full or
+        draining)."""
         if self.calls_in_progress >= self.config.max_calls:
             raise DialError(f"at capacity ({self.config.max_calls} calls)")
         dest = await resolve_destination(request)
-        call_id = f"{random_tag()}{random_tag()}@parley"
+        call_id = call_id or new_call_id()
         session = RtpSession(call_id, pending_media(self.config.codecs), allowed_sources={dest[0]},
                              jitter_depth=self.config.jitter_depth_packets)
         try:

@@ -64,7 +64,6 @@ async def test_busy_exits_1_with_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("target, message", [
-    ("+15551234567", "parley dial: +15551234567: Twilio dialling is not built yet"),
     ("sip:alice@bad host", "parley dial: target 'sip:alice@bad host' is not a SIP URI"),
     ("sip:alice@no-such-host.invalid", "parley dial: host 'no-such-host.invalid' does not resolve"),
 ])

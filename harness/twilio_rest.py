@@ -1,0 +1,264 @@
+"""A stand-in for Twilio's REST Calls API on loopback: it takes create-call requests and plays
+each call as Twilio would, against a real parley server.
+
+::
+
+    async with TwilioRestStandIn(account_sid="AC...", auth_token=TOKEN) as twilio:   # start() ... stop()
+        twilio.base_url                               # http://127.0.0.1:PORT
+        twilio.faults.append(Fault(429, retry_after="1"))  # the next create request gets this instead
+        twilio.scenarios.append(Scenario(answer="busy"))  # how the next call goes (default: a person answers)
+        ... parley places a call with api_base=twilio.base_url ...
+        call = await twilio.next_call()               # a StandInCall, once it is over (call.report: what was heard)
+
+What it implements: ``POST /2010-04-01/Accounts/{AccountSid}/Calls.json`` (HTTP basic auth with the
+account SID and auth token: 401 otherwise, 404 for another account) taking To, From, Url (or Twiml),
+StatusCallback with StatusCallbackEvent, MachineDetection with AsyncAmd and AsyncAmdStatusCallback,
+Timeout. It answers 201 with Twilio-shaped JSON (``sid`` "CA...", ``status`` "queued"), and errors
+as Twilio shapes them (``{"code", "message", "more_info", "status"}``). Then it plays the call:
+
+1. status callbacks ``initiated`` and ``ringing`` (those asked for in StatusCallbackEvent);
+2. a scenario of busy, no-answer or failed ends there with that status (sent when ``completed``
+   was asked for, as Twilio sends every final status with it);
+3. answered: the voice webhook ``Url`` (POST, ``Direction=outbound-api``), whose TwiML must be
+   ``<Connect><Stream url>``; the ``answered`` callback (``CallStatus=in-progress``); the media
+   stream opened by the scripted Twilio caller (``harness.callers.twilio``) with the TwiML's
+   ``<Parameter>``s as its customParameters; the answering-machine callback (``AnsweredBy``)
+   ``amd_delay_s`` after the answer; and, when the caller hangs up, ``completed`` with CallDuration.
+
+Every callback is signed as Twilio signs it (X-Twilio-Signature: HMAC-SHA1 of the URL and the
+sorted form, base64, keyed by the auth token); ``StandInCall.callbacks`` keeps what parley
+answered to each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import logging
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+from xml.etree import ElementTree
+
+import aiohttp
+from aiohttp import web
+
+from harness.callers.script import CallerConfig, CallerUtterance, CallReport
+from harness.callers.twilio import TwilioCaller
+from harness.errors import CallerError
+from telephony.twilio.signature import SIGNATURE_HEADER, compute_signature
+
+__all__ = ["Fault", "Scenario", "StandInCall", "TwilioRestStandIn"]
+
+log = logging.getLogger(__name__)
+
+IO_TIMEOUT_S = 5.0
+Answer = Literal["human", "busy", "no-answer", "failed"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the next create-call request gets instead of a call: an HTTP error, as Twilio shapes it."""
+
+    status: int
+    retry_after: str | None = None
+    message: str = "injected by the stand-in"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """How a call goes once placed."""
+
+    answer: Answer = "human"
+    answered_by: str = "human"        # the answering-machine callback's AnsweredBy
+    amd_delay_s: float = 0.3
+    ring_s: float = 0.05
+    utterances: tuple[CallerUtterance, ...] = ()   # what the callee says (after the greeting)
+    greeting_quiet_s: float = 5.0
+    call_timeout_s: float = 30.0
+
+
+@dataclass
+class StandInCall:
+    sid: str
+    form: dict[str, str]
+    scenario: Scenario
+    twiml: str = ""
+    stream_params: dict[str, str] = field(default_factory=dict)
+    callbacks: list[tuple[str, str, int]] = field(default_factory=list)  # (kind, status or AnsweredBy, HTTP status)
+    report: CallReport | None = None
+    error: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class TwilioRestStandIn:
+    """A real HTTP server on loopback playing Twilio's part in calls parley places."""
+
+    def __init__(self, account_sid: str, auth_token: str, *, host: str = "127.0.0.1"):
+        self.account_sid = account_sid
+        self.auth_token = auth_token
+        self.host = host
+        self.port: int | None = None
+        self.faults: deque[Fault] = deque()
+        self.scenarios: deque[Scenario] = deque()
+        self.calls: list[StandInCall] = []
+        self.requests: list[int] = []   # the HTTP status each create request got, in order
+        self._finished: asyncio.Queue[StandInCall] = asyncio.Queue()
+        self._tasks: set[asyncio.Task] = set()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> int:
+        app = web.Application()
+        app.router.add_post("/2010-04-01/Accounts/{account}/Calls.json", self._create)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return self.port
+
+    async def __aenter__(self) -> TwilioRestStandIn:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def next_call(self, timeout_s: float = 30.0) -> StandInCall:
+        """The next call to finish playing."""
+        async with asyncio.timeout(timeout_s):
+            return await self._finished.get()
+
+    # -- the REST API ------------------------------------------------------------------------
+
+    def _error(self, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+        self.requests.append(status)
+        return web.json_response({"code": code, "message": message, "status": status,
+                                  "more_info": f"https://www.twilio.com/docs/errors/{code}"},
+                                 status=status, headers=headers)
+
+    def _authorized(self, request: web.Request) -> bool:
+        token = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode("ascii")
+        return hmac.compare_digest(request.headers.get("Authorization", "").encode(), f"Basic {token}".encode())
+
+    async def _create(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return self._error(401, 20003, "Authenticate")
+        if request.match_info["account"] != self.account_sid:
+            return self._error(404, 20404, "The requested resource was not found")
+        if self.faults:
+            fault = self.faults.popleft()
+            headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
+            return self._error(fault.status, 20429 if fault.status == 429 else 20500, fault.message, headers)
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        for name in ("To", "From"):
+            if not form.get(name):
+                return self._error(400, 21201 if name == "To" else 21603, f"A '{name}' phone number is required.")
+        if not form.get("Url") and not form.get("Twiml"):
+            return self._error(400, 21205, "Url or Twiml is required.")
+        call = StandInCall(sid="CA" + secrets.token_hex(16), form=form,
+                           scenario=self.scenarios.popleft() if self.scenarios else Scenario())
+        self.calls.append(call)
+        self.requests.append(201)
+        task = asyncio.get_running_loop().create_task(self._play(call), name=f"stand-in-{call.sid}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        now = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime())
+        return web.json_response({
+            "sid": call.sid, "account_sid": self.account_sid, "to": form["To"], "from": form["From"],
+            "status": "queued", "direction": "outbound-api", "api_version": "2010-04-01",
+            "date_created": now, "date_updated": now, "start_time": None, "end_time": None, "duration": None,
+            "uri": f"/2010-04-01/Accounts/{self.account_sid}/Calls/{call.sid}.json"}, status=201)
+
+    # -- playing the call ----------------------------------------------------------------------
+
+    def _base_form(self, call: StandInCall, status: str) -> dict[str, str]:
+        return {"CallSid": call.sid, "AccountSid": self.account_sid, "From": call.form["From"],
+                "To": call.form["To"], "Direction": "outbound-api", "CallStatus": status, "ApiVersion": "2010-04-01"}
+
+    async def _signed_post(self, http: aiohttp.ClientSession, url: str, form: dict[str, str]) -> tuple[int, str]:
+        headers = {SIGNATURE_HEADER: compute_signature(self.auth_token, url, form)}
+        async with asyncio.timeout(IO_TIMEOUT_S), http.post(url, data=form, headers=headers) as resp:
+            return resp.status, await resp.text()
+
+    async def _status(self, http: aiohttp.ClientSession, call: StandInCall, event: str, status: str,
+                      **extra: str) -> None:
+        url = call.form.get("StatusCallback")
+        if not url or event not in call.form.get("StatusCallbackEvent", "completed").split():
+            return
+        form = self._base_form(call, status) | {"CallbackSource": "call-progress-events",
+                                                "SequenceNumber": str(len(call.callbacks)),
+                                                "Timestamp": time.strftime("%a, %d %b %Y %H:%M:%S +0000"), **extra}
+        code, _ = await self._signed_post(http, url, form)
+        call.callbacks.append(("status", status, code))
+
+    async def _play(self, call: StandInCall) -> None:
+        scenario = call.scenario
+        try:
+            async with aiohttp.ClientSession() as http:
+                await self._status(http, call, "initiated", "initiated")
+                await asyncio.sleep(scenario.ring_s)
+                await self._status(http, call, "ringing", "ringing")
+                if scenario.answer != "human":
+                    extra = {"SipResponseCode": {"busy": "486", "no-answer": "487", "failed": "404"}[scenario.answer]}
+                    await self._status(http, call, "completed", scenario.answer, CallDuration="0", **extra)
+                    return
+                await self._answer(http, call)
+        except (aiohttp.ClientError, TimeoutError, CallerError, ElementTree.ParseError) as exc:
+            call.error = f"{type(exc).__name__}: {exc}"
+            log.warning("[%s] stand-in call broke off: %s", call.sid, call.error)
+        finally:
+            call.done.set()
+            self._finished.put_nowait(call)
+
+    async def _answer(self, http: aiohttp.ClientSession, call: StandInCall) -> None:
+        scenario = call.scenario
+        answered_at = time.monotonic()
+        if call.form.get("Url"):
+            code, call.twiml = await self._signed_post(http, call.form["Url"], self._base_form(call, "in-progress"))
+            call.callbacks.append(("voice", "in-progress", code))
+            if code != 200:
+                raise CallerError(f"the voice webhook answered HTTP {code}")
+        else:
+            call.twiml = call.form["Twiml"]
+        stream = ElementTree.fromstring(call.twiml).find("./Connect/Stream")
+        if stream is None or not stream.get("url"):
+            raise CallerError(f"the TwiML does not connect a stream: {call.twiml[:200]}")
+        call.stream_params = {p.get("name", ""): p.get("value", "") for p in stream.iter("Parameter")}
+        await self._status(http, call, "answered", "in-progress")
+        amd = None
+        if call.form.get("MachineDetection") and call.form.get("AsyncAmdStatusCallback"):
+            amd = asyncio.get_running_loop().create_task(self._amd(http, call))
+        caller = TwilioCaller(CallerConfig(url=str(stream.get("url")), utterances=scenario.utterances,
+                                           auth_token=self.auth_token, webhook=False,
+                                           greeting_quiet_s=scenario.greeting_quiet_s, timeout_s=scenario.call_timeout_s),
+                              call_sid=call.sid, account_sid=self.account_sid, stream_params=call.stream_params)
+        try:
+            call.report = await caller.run()
+        finally:
+            if amd is not None:
+                await amd
+        await self._status(http, call, "completed", "completed",
+                           CallDuration=str(max(1, round(time.monotonic() - answered_at))))
+
+    async def _amd(self, http: aiohttp.ClientSession, call: StandInCall) -> None:
+        await asyncio.sleep(call.scenario.amd_delay_s)
+        form = self._base_form(call, "in-progress") | {"AnsweredBy": call.scenario.answered_by,
+                                                       "MachineDetectionDuration": str(int(call.scenario.amd_delay_s * 1000))}
+        code, _ = await self._signed_post(http, call.form["AsyncAmdStatusCallback"], form)
+        call.callbacks.append(("amd", call.scenario.answered_by, code))
