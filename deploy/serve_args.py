@@ -133,8 +133,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    default=None, metavar="N",
                    help="calls in progress at once, every transport together; beyond it a Twilio call "
                    "gets <Reject reason=busy>, a browser 503 and a SIP INVITE 503 with Retry-After, "
-                   "each counted in /metrics (default: 8 per CPU core, what one core was measured to "
-                   "carry)")
+                   "each counted in /metrics (default: what this machine answers in time, from its cores and "
+                   "the engines' steps timed at start, about a second: the log's \"admitting at most N "
+                   "calls\" line shows the sum)")
     p.add_argument("--heap-profile", type=int, default=0, metavar="FRAMES",
                    help="hunt a leak: trace allocations (tracemalloc, FRAMES deep; costs CPU); SIGUSR1 "
                    "takes a baseline, the next ones log the places grown most since (default off)")

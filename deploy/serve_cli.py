@@ -130,7 +130,7 @@ def _sip_server(args: argparse.Namespace, agent_factory, server):
         rtp_port_min=int(lo),
         rtp_port_max=int(hi or lo),
         allowed_networks=tuple(args.sip_allow) if args.sip_allow else SipConfig().allowed_networks,
-        max_calls=args.max_calls or SipConfig().max_calls,
+        max_calls=server.config.max_calls,
         credentials=((user, password),) if user and password else (),
         rtp_timeout_s=args.sip_rtp_timeout_s,
     )
@@ -299,6 +299,22 @@ def _load_ssm_voice(voice_dir, *, procs: bool, compile: bool):
     return load(False)
 
 
+def _admission_cap(args: argparse.Namespace, pipeline) -> int:
+    """Calls taken at once: ``--max-calls``, else what this machine answers in time, the shipped
+    engines' steps timed here (``pipeline.capacity``, about a second); said in one log line."""
+    log = logging.getLogger("parley")
+    if args.max_calls:
+        log.info("admitting at most %d calls: --max-calls", args.max_calls)
+        return args.max_calls
+    from pipeline.capacity import calibrate, engine_probes
+
+    probes = engine_probes(pipeline.vad, pipeline.stt, pipeline.tts, stt_model_dir=pipeline.stt_model_dir,
+                           voice_dir=pipeline.tts_model_dir)
+    capacity = calibrate(pipeline.vad, pipeline.stt, pipeline.tts, pipeline.turn, probes)
+    log.info("%s", capacity.line())
+    return capacity.max_calls
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run ``parley serve`` as ``args`` (``deploy.serve_args``) say, until SIGTERM or SIGINT."""
     from agent.calls_cli import db_location, default_db_path
@@ -408,6 +424,7 @@ def serve(args: argparse.Namespace) -> int:
                  else "in the server process")
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
                                          where, time.perf_counter() - t0)
+    config = replace(config, max_calls=_admission_cap(args, config.pipeline))
     server = CallServer(config, agent_factory=agent_factory, store=calls_store, agents=agent_factory.load)
     server.metrics.read_worker_metrics(worker_metrics)
     _register_engines(server.metrics, sphinx_procs, voice_proc,

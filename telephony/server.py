@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections import OrderedDict
@@ -46,6 +45,7 @@ from aiohttp import WSCloseCode, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from pipeline.builder import PipelineConfig
+from pipeline.capacity import recorded_capacity
 from pipeline.gc_pauses import GcPauses, freeze_startup_heap
 from telephony.errors import ProtocolError, TelephonyError
 from telephony.log_limit import LogLimiter
@@ -98,7 +98,6 @@ def _quiet_client_faults() -> None:
     if not any(isinstance(f, _ClientFaultFilter) for f in server_log.filters):
         server_log.addFilter(_ClientFaultFilter())
 MAX_ANSWERED = 10_000
-CALLS_PER_CORE = 8  # measured: 16 mixed calls answer every turn on 2 cores (benchmarks/RESULTS.md)
 
 
 async def _no_icon(_request: web.Request) -> web.Response:
@@ -107,7 +106,9 @@ async def _no_icon(_request: web.Request) -> web.Response:
 
 
 def default_max_calls() -> int:
-    return CALLS_PER_CORE * (os.cpu_count() or 1)
+    """Calls this machine answers in time by the shipped engines' recorded costs and its cores
+    (``pipeline.capacity``); ``parley serve`` times the engines on the machine instead."""
+    return recorded_capacity().max_calls
 
 
 @dataclass(frozen=True)
