@@ -45,6 +45,10 @@ class CallRecord:
     # (frames_in, frames_in_lost, frames_in_late, frames_out, frames_out_underrun, frames_out_late)
     stats: dict[str, int] = field(default_factory=dict)
     recording: str | None = None  # where the call's recording is (a file path or URL), if any
+    # an outbound call screened for a machine (pipeline.voicemail): human, machine or unknown, and,
+    # when a machine answered, whether the whole voicemail message was spoken (None: not screened)
+    answered_by: str | None = None
+    voicemail_left: bool | None = None
 
     @property
     def ended(self) -> bool:
@@ -69,6 +73,8 @@ class CallRecord:
             "errors": list(self.errors),
             "stats": dict(self.stats),
             "recording": self.recording,
+            "answered_by": self.answered_by,
+            "voicemail_left": self.voicemail_left,
         }
 
 
