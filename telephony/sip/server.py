@@ -52,7 +52,7 @@ from telephony.sip.register import Registration
 from telephony.sip.sdp import Connection, SessionDescription, answer_offer, pending_media
 from telephony.log_limit import LogLimiter
 from telephony.metrics import Metrics
-from telephony.calls import AgentFactory
+from telephony.calls import AgentFactory, AnsweringPlanFactory
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,8 @@ class SipServer(asyncio.DatagramProtocol):
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
         self.pipeline_config = pipeline_config or PipelineConfig()
+        # dialled calls: what to do when a machine or nobody answers (None: the agent greets at once)
+        self.answering_plans: AnsweringPlanFactory | None = None
         self.draining = False
         self.live: dict[str, SipCall] = {}
         self._answering: set[str] = set()  # Call-IDs whose INVITE is being set up
