@@ -6,6 +6,7 @@
                     agent_factory, store=http_server.store, pipeline_config=PipelineConfig())
     port = await sip.start()     # binds UDP, starts REGISTER if configured
     result = await sip.dial(DialRequest("sip:alice@198.51.100.7"))   # a call out (telephony.sip.dialer)
+    sip.answering_plans = plans  # CallInfo -> AnsweringPlan | None: dialled calls screened for a machine
     sip.draining = True          # new INVITEs get 503, live calls go on
     await sip.drain(grace_s, farewell)   # SIGTERM: draining, wait, then farewell + BYE for the rest
     await sip.stop()             # hangs up what is left (BYE), unregisters, closes the socket
