@@ -86,6 +86,10 @@ def format_call(record: CallRecord) -> str:
     ]
     if record.params:
         lines.append("  params: " + ", ".join(f"{k}={v}" for k, v in sorted(record.params.items())))
+    if record.answered_by is not None:
+        left = "" if record.voicemail_left is None else \
+            ", voicemail message left" if record.voicemail_left else ", no voicemail message left"
+        lines.append(f"  answered by: {record.answered_by}{left}")
     if record.greeting:
         lines.append(f"  agent:  {record.greeting}")
     for turn in record.turns:

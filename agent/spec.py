@@ -6,7 +6,8 @@ A spec names the agent and its persona (the system prompt of LLM backends), the 
 knowledge it answers from (question/answer pairs, or ``document:`` files split into passages),
 the slots it collects, the tasks that use them (a trigger, the slots, an optional tool, what to
 say when done), its tools, hand-off targets, a DTMF menu, limits and canned messages, and the
-voice it speaks with (``voice: joe``, one of ``pipeline.voices.VOICES``).
+voice it speaks with (``voice: joe``, one of ``pipeline.voices.VOICES``), and what a call it places
+does when a machine or nobody answers (``voicemail:``).
 
 Every mistake raises :class:`agent.errors.SpecError` whose message starts ``path:line:`` (line
 numbers come from the YAML node marks). String values may use ``${VAR}`` and ``${VAR:-default}``;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -44,11 +46,13 @@ from agent.spec_model import (
     TaskSpec,
     ToolKind,
     ToolSpec,
+    VoicemailSpec,
 )
+from pipeline.voicemail import OnMachine, OnUnknown
 
 __all__ = [
     "AgentSpec", "DtmfOption", "HandoffSpec", "KnowledgeItem", "LLMSpec", "LimitsSpec",
-    "MessagesSpec", "SlotSpec", "TaskSpec", "ToolSpec", "load_spec", "parse_spec",
+    "MessagesSpec", "SlotSpec", "TaskSpec", "ToolSpec", "VoicemailSpec", "load_spec", "parse_spec",
 ]
 
 _Option = TypeVar("_Option", bound=str)
@@ -356,6 +360,48 @@ def _simple(r: _Reader, node: yaml.Node, cls, what: str):
     return cls(**values)
 
 
+VOICEMAIL_MAX_WAIT_S = (3.0, 120.0)  # the detector decides by 3 s; a machine's greeting rarely runs past a minute
+
+
+def _voicemail(r: _Reader, node: yaml.Node) -> VoicemailSpec:
+    m = r.mapping(node, "voicemail", _dataclass_keys(VoicemailSpec))
+    message = _template(r, m["message"], "voicemail.message") if "message" in m else None
+    on_machine: OnMachine = r.choice(m["on_machine"], "voicemail.on_machine", _options(OnMachine)) \
+        if "on_machine" in m else "leave_message"
+    if on_machine == "leave_message" and message is None:
+        raise r.fail(node, "voicemail: on_machine leave_message needs a 'message' (or on_machine: hang_up)")
+    max_wait_s = VoicemailSpec.max_wait_s
+    if "max_wait_s" in m:
+        low, high = VOICEMAIL_MAX_WAIT_S
+        max_wait_s = float(r.number(m["max_wait_s"], "voicemail.max_wait_s", minimum=low))
+        if max_wait_s > high:
+            raise r.fail(m["max_wait_s"], f"voicemail.max_wait_s must be at most {high:g}")
+    return VoicemailSpec(
+        message=message, on_machine=on_machine,
+        on_unknown=r.choice(m["on_unknown"], "voicemail.on_unknown", _options(OnUnknown))
+        if "on_unknown" in m else "greet",
+        max_wait_s=max_wait_s,
+    )
+
+
+def _template(r: _Reader, node: yaml.Node, what: str) -> str:
+    """Text with ``{field}`` names of the call's parameters (``{{`` for a brace); some words of its
+    own, so it never fills to nothing."""
+    text = r.string(node, what)
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise r.fail(node, f"{what}: {exc} (write {{{{ for a literal brace)") from exc
+    for _literal, name, spec, conversion in parts:
+        if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise r.fail(node, f"{what}: {{{name}}} is not a parameter name (letters, digits, _)")
+        if spec or conversion:
+            raise r.fail(node, f"{what}: {{{name}}} takes no format or conversion")
+    if not any(re.search(r"\w", literal) for literal, *_ in parts):
+        raise r.fail(node, f"{what} must have some words besides its {{fields}}")
+    return text
+
+
 def _voice(r: _Reader, node: yaml.Node) -> str:
     """One of the shipped voices, by name (the folder is the command line's business)."""
     from pipeline.voices import VOICES
@@ -410,6 +456,7 @@ def parse_spec(text: str, *, source: str = "<spec>", env: Mapping[str, str] | No
         tasks=_tasks(r, m["tasks"]) if "tasks" in m else (),
         voice=_voice(r, m["voice"]) if "voice" in m else None,
         recording=_recording(r, m["recording"]) if "recording" in m else RecordingSpec(),
+        voicemail=_voicemail(r, m["voicemail"]) if "voicemail" in m else None,
     )
     _cross_check(r, m, spec)
     return spec

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pipeline.voicemail import OnMachine, OnUnknown
+
 __all__ = [
     "AgentSpec", "Backend", "DtmfAction", "DtmfOption", "HandoffKind", "HandoffSpec",
     "HttpMethod", "KnowledgeItem", "LLMSpec", "LimitsSpec", "MessagesSpec", "RecordingSpec", "SlotKind", "SlotSpec",
-    "TaskSpec", "ToolKind", "ToolSpec",
+    "TaskSpec", "ToolKind", "ToolSpec", "VoicemailSpec",
 ]
 
 SlotKind = Literal["name", "phone", "text", "number", "date", "yes_no"]
@@ -127,6 +129,17 @@ class RecordingSpec:
 
 
 @dataclass(frozen=True)
+class VoicemailSpec:
+    """``voicemail:``: what a call the agent places does when a machine or nobody answers
+    (``pipeline.voicemail``; ``agent.voicemail`` makes the plan of each call)."""
+
+    message: str | None = None           # a template of the call's parameters: "Hi {name}, ..."
+    on_machine: OnMachine = "leave_message"
+    on_unknown: OnUnknown = "greet"
+    max_wait_s: float = 20.0             # the longest wait for a machine's beep or greeting end
+
+
+@dataclass(frozen=True)
 class AgentSpec:
     name: str
     persona: str
@@ -143,6 +156,7 @@ class AgentSpec:
     tasks: tuple[TaskSpec, ...] = ()
     voice: str | None = None    # a shipped SSM voice (pipeline.voices.VOICES); None: the server's
     recording: RecordingSpec = RecordingSpec()
+    voicemail: VoicemailSpec | None = None    # None: calls placed are not screened
 
     def slot(self, name: str) -> SlotSpec:
         return next(s for s in self.slots if s.name == name)

@@ -34,6 +34,8 @@ examples:
 
 what it prints: one JSON line, e.g.
   {"outcome": "answered", "call_id": "...", "status": 200, "end_reason": "callee hung up (BYE)", "talk_s": 41.2, ...}
+with a voicemail: section in the agent's spec, answered_by (human, machine or unknown) and
+voicemail_left (true once a machine heard the whole message) say who answered.
 outcome is answered, busy (486/600), no-answer (480/408, or nobody answered within
 --ring-timeout and the INVITE was canceled), declined (603), failed (any other final answer:
 see status and reason), timeout (nothing answered the INVITE in 32 s) or canceled (Ctrl-C
@@ -153,13 +155,13 @@ def _run(args: argparse.Namespace) -> int:
     from telephony.sip.dialer import resolve_destination
 
     dest_ip, _ = asyncio.run(resolve_destination(request))  # a host that does not resolve: said before the models load
-    agent_factory, pipeline = _agent_and_pipeline(args)
+    agent_factory, pipeline, plans = _agent_and_pipeline(args)
     from agent.calls_cli import db_location, default_db_path
     from pipeline.call_stores import open_call_store
 
     store = open_call_store(db_location(args.db) if args.db else default_db_path())
     try:
-        result = asyncio.run(_dial(args, request, dest_ip, agent_factory, pipeline, store))
+        result = asyncio.run(_dial(args, request, dest_ip, agent_factory, pipeline, store, plans))
     finally:
         store.close()
     return _report(result)
@@ -177,14 +179,20 @@ def _report(result) -> int:
 
 
 def _agent_and_pipeline(args: argparse.Namespace):
-    """The agent factory (as parley serve makes it) and the pipeline, its voice loaded now so the
-    callee does not wait for it."""
+    """The agent factory (as parley serve makes it), the pipeline, its voice loaded now so the
+    callee does not wait for it, and the answering plan factory (the spec's ``voicemail:``; None
+    without one: the agent greets whoever answers)."""
     from deploy.serve_cli import _agent_factory, _load_agent_spec, _load_ssm_voice, _prewarm_ssm_stt
     from pipeline.builder import PipelineConfig
     from telephony.server import ServerConfig
 
     spec = _load_agent_spec(args.agent)
     agent_factory = _agent_factory(spec)
+    plans = None
+    if spec is not None and spec.voicemail is not None:
+        from agent.voicemail import answering_plan
+
+        plans = lambda info: answering_plan(spec, info.params)  # noqa: E731
     voice = args.voice or (spec.voice if spec is not None else None)
     tts_model_dir = None
     if args.tts == "ssm":
@@ -199,10 +207,10 @@ def _agent_and_pipeline(args: argparse.Namespace):
     pipeline = PipelineConfig(stt=args.stt, tts=args.tts, tts_model_dir=tts_model_dir)
     if args.stt == "ssm":
         pipeline = _prewarm_ssm_stt(ServerConfig(pipeline=pipeline, twilio=False)).pipeline
-    return agent_factory, pipeline
+    return agent_factory, pipeline, plans
 
 
-async def _dial(args: argparse.Namespace, request, dest_ip: str, agent_factory, pipeline, store):
+async def _dial(args: argparse.Namespace, request, dest_ip: str, agent_factory, pipeline, store, plans=None):
     from telephony.sip import SipConfig, SipServer
 
     lo, _, hi = args.rtp_ports.partition("-")
@@ -210,6 +218,7 @@ async def _dial(args: argparse.Namespace, request, dest_ip: str, agent_factory, 
                        rtp_port_max=int(hi or lo), allowed_networks=(dest_ip,))
     server = SipServer(config, agent_factory, store=store, pipeline_config=pipeline)
     server.draining = True  # this user agent places one call and answers none
+    server.answering_plans = plans
     await server.start()
     loop = asyncio.get_running_loop()
     hanging_up: set[asyncio.Task] = set()

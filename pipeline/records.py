@@ -48,6 +48,10 @@ class CallRecord:
     # a call parley placed: the target, the carrier's statuses as they came, the outcome
     # (telephony.twilio.outbound writes it); empty for a call that came in
     dial: dict[str, Any] = field(default_factory=dict)
+    # an outbound call screened for a machine (pipeline.voicemail): human, machine or unknown, and,
+    # when a machine answered, whether the whole voicemail message was spoken (None: not screened)
+    answered_by: str | None = None
+    voicemail_left: bool | None = None
 
     @property
     def ended(self) -> bool:
@@ -73,6 +77,8 @@ class CallRecord:
             "stats": dict(self.stats),
             "recording": self.recording,
             "dial": dict(self.dial),
+            "answered_by": self.answered_by,
+            "voicemail_left": self.voicemail_left,
         }
 
 

@@ -1,7 +1,9 @@
 """What every transport's calls share: what an agent factory learns, and call control.
 
-Transports (Twilio, WebRTC, SIP) build one agent per call through an ``AgentFactory``; the
-composition root (``deploy/serve_cli.py``) supplies it, so ``telephony`` never imports ``agent``.
+Transports (Twilio, WebRTC, SIP) build one agent per call through an ``AgentFactory``, and an
+outbound call asks an ``AnsweringPlanFactory`` what to do when a machine answers; the composition
+root (``deploy/serve_cli.py``, ``deploy/dial_cli.py``) supplies them, so ``telephony`` never
+imports ``agent``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Protocol
 from pipecat.processors.frame_processor import FrameProcessor
 
 from pipeline.frames import TransferKind
+from pipeline.voicemail import AnsweringPlan
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,11 @@ class CallInfo:
 
 
 AgentFactory = Callable[[CallInfo], FrameProcessor]
+
+AnsweringPlanFactory = Callable[[CallInfo], AnsweringPlan | None]
+"""An outbound call's plan for a machine or nobody answering (``pipeline.voicemail``), from the
+agent as the agent itself is (the composition root supplies it); None: no screening, the agent
+greets at once."""
 
 
 class CallControl(Protocol):

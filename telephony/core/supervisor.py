@@ -37,6 +37,7 @@ from typing import ClassVar
 
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineWorker
+from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.workers.runner import WorkerRunner
 
@@ -178,9 +179,17 @@ class CallSupervisor:
             log.warning("[%s] the recording %s took over %.0f s to close", self.call_id, self.recorder.path,
                         RECORDING_CLOSE_S)
 
-    async def _run_pipeline(self) -> None:
-        agent = self._agent_factory(CallInfo(self.call_id, self.transport_name, dict(self.record.params)))
-        built = build_pipeline(self.transport, agent, self._config, observers=self._observers())
+    @property
+    def info(self) -> CallInfo:
+        """What the agent factory (and any other per-call factory) learns about this call."""
+        return CallInfo(self.call_id, self.transport_name, dict(self.record.params))
+
+    async def _run_pipeline(self, agent: FrameProcessor | None = None, config: PipelineConfig | None = None) -> None:
+        """Build the pipeline and run it to its end: the factory's agent in the call's pipeline
+        configuration, unless the edge gives another processor in the agent's place (an outbound
+        call's voicemail message) or another configuration."""
+        agent = agent or self._agent_factory(self.info)
+        built = build_pipeline(self.transport, agent, config or self._config, observers=self._observers())
         self._built(built)
         self._worker = built.worker
         if self.end_reason is not None:  # the far end left while the pipeline was being built

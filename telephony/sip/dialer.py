@@ -25,6 +25,18 @@ retransmitted 200, and the call runs as an inbound one does (:class:`~telephony.
 BYE either way, re-INVITEs, REFER, the RTP watchdog). ``history`` records the steps
 (``inviting``, ``challenged``, ``ringing``, ``early-media``, ``cancel-sent``, ``answered``,
 ``acked``, then the call's own).
+
+Who answered (``SipEndpoint.answering_plans``: a plan for the call, or None): the callee's audio
+from the answer goes to the answering detector (:func:`telephony.core.screening.screen`) before
+the agent starts, so the agent's greeting waits for the first decision. A person: the agent runs
+(it greets at once). A machine: after the detector's final decision (the beep's end, the
+greeting's end, or its maximum wait) the plan's message is spoken in the agent's place
+(:class:`~pipeline.voicemail.VoicemailMessageProcessor`, no barge-in) and the call hung up once it
+has played, or (``on_machine: hang_up``) the call is hung up at the first decision. Nobody speaking: the agent
+greets or the call is hung up (``on_unknown``). ``history`` adds ``screening`` and
+``answered-by-human`` / ``-machine`` / ``-unknown`` (then ``greeting-over`` for a machine); the
+record and the result keep ``answered_by`` and ``voicemail_left``. The recogniser does not run
+while screening, so the detector decides from the audio alone (no words).
 """
 
 from __future__ import annotations
@@ -35,17 +47,23 @@ import logging
 import random
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final
 
+from pipecat.processors.frame_processor import FrameProcessor
+
+from pipeline.answering import Decision
+from pipeline.builder import PipelineConfig
+from pipeline.voicemail import AnsweringPlan, VoicemailMessageProcessor
+from telephony.core.screening import screen
 from telephony.sip.call import CallState, SipCall
 from telephony.sip.checks import ALLOW
 from telephony.sip.digest import DigestChallenge, authorization
 from telephony.sip.endpoint import Address, SipEndpoint
 from telephony.sip.errors import DialError, SdpParseError, SipParseError
 from telephony.sip.headers import NameAddr, SipUri, split_commas
-from telephony.sip.media import RtpSession, is_ip, random_tag
+from telephony.sip.media import SAMPLE_RATE_HZ, AudioIn, RtpSession, is_ip, random_tag
 from telephony.sip.message import SipRequest, SipResponse, sdp_body
 from telephony.sip.sdp import NegotiatedMedia, SessionDescription, accept_answer, make_offer
 
@@ -155,13 +173,16 @@ class DialResult:
     talk_s: float = 0.0          # answered to hung up
     early_media: bool = False
     stats: dict[str, int] = field(default_factory=dict)
+    answered_by: str | None = None     # screened calls: human, machine or unknown
+    voicemail_left: bool | None = None  # a machine answered: whether the whole message was spoken
 
     def as_dict(self) -> dict[str, Any]:
         return {"outcome": self.outcome.value, "call_id": self.call_id, "target": self.target,
                 "status": self.status, "reason": self.reason, "end_reason": self.end_reason,
                 "talk_s": round(self.talk_s, 2), "early_media": self.early_media,
                 "history": list(self.history), "rtp_in": self.stats.get("rtp_in", 0),
-                "rtp_out": self.stats.get("rtp_out", 0)}
+                "rtp_out": self.stats.get("rtp_out", 0), "answered_by": self.answered_by,
+                "voicemail_left": self.voicemail_left}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict())
@@ -196,6 +217,7 @@ class DialedCall(SipCall):
         self._invites: list[SipRequest] = []        # every INVITE sent (their answers are heard until the end)
         self._ack: tuple[SipRequest, Address] | None = None
         self._early: NegotiatedMedia | None = None
+        self._message: VoicemailMessageProcessor | None = None
         super().__init__(server, invite, dest, None, session,
                          params={"direction": "outbound", **dict(request.params)})
 
@@ -429,6 +451,66 @@ class DialedCall(SipCall):
         log.info("[%s] answered (codec %s)", self.call_id, media.codec.name)
         return True
 
+    # -- who answered: a person, a machine, nobody ---------------------------------------------
+
+    async def _run_pipeline(self, agent: FrameProcessor | None = None, config: PipelineConfig | None = None) -> None:
+        """With an answering plan, screen the answer first (module docstring), then run the agent,
+        leave the message, or hang up."""
+        factory = self.server.answering_plans
+        plan = factory(self.info) if factory is not None and agent is None else None
+        if plan is None:
+            await super()._run_pipeline(agent, config)
+            return
+        self._step("screening")
+        decision = await screen(self._read_audio, plan.detector, ended=lambda: self.end_reason is not None,
+                                on_decision=self._on_decision, first_only=plan.on_machine == "hang_up")
+        if decision is None:  # the callee hung up (or we did) before anything was decided
+            return
+        if decision.kind == "human" or (decision.kind == "unknown" and plan.on_unknown == "greet"):
+            await super()._run_pipeline()
+        elif decision.kind == "unknown":
+            await self.hang_up("nobody spoke")
+        else:
+            await self._at_machine(plan)
+
+    async def _at_machine(self, plan: AnsweringPlan) -> None:
+        self.record.voicemail_left = False
+        if plan.on_machine == "hang_up":
+            await self.hang_up("answering machine: no message left")
+            return
+        self._message = VoicemailMessageProcessor(plan.message, name=f"voicemail-{self.call_id}")
+        await super()._run_pipeline(self._message, replace(self._config, allow_interruptions=False))
+
+    def _on_decision(self, decision: Decision) -> None:
+        if self.record.answered_by is None:
+            self.record.answered_by = decision.kind
+            self._step(f"answered-by-{decision.kind}")
+        elif decision.final:
+            self._step("greeting-over")
+        log.info("[%s] answered by %s at %.2f s: %s", self.call_id, decision.kind, decision.at_s, decision.reason)
+
+    async def _read_audio(self, timeout_s: float) -> bytes | None:
+        """The callee's next 20 ms (into the recording too), or None when none came in time; a
+        key pressed while screening reaches nobody (the agent has not started)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    item = await self.session.queue.get()
+            except TimeoutError:
+                return None
+            if isinstance(item, AudioIn):
+                if self.recorder is not None:
+                    self.recorder.caller(item.pcm, SAMPLE_RATE_HZ)
+                return item.pcm
+
+    async def _pipeline_ended(self) -> str | None:
+        if self._message is not None:  # it ends the pipeline once the message's last packet went out
+            self.record.voicemail_left = self._message.spoken
+            return "voicemail message left" if self._message.spoken else "the voicemail message did not play"
+        return await super()._pipeline_ended()
+
     # -- the call's life (SipCall's hooks, the caller's side) ---------------------------------
 
     async def _on_hang_up(self, reason: str) -> None:
@@ -456,4 +538,5 @@ class DialedCall(SipCall):
             reason=final.reason if final is not None else (self.no_final_reason or self.end_reason or ""),
             end_reason=self.end_reason, history=tuple(self.history),
             talk_s=(self.ended_at or time.monotonic()) - self.answered_at if self.answered_at is not None else 0.0,
-            early_media=self.early_media, stats=self.session.stats.as_dict())
+            early_media=self.early_media, stats=self.session.stats.as_dict(),
+            answered_by=self.record.answered_by, voicemail_left=self.record.voicemail_left)

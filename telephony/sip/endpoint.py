@@ -12,7 +12,7 @@ from typing import Protocol
 
 from pipeline.builder import PipelineConfig
 from pipeline.records import CallStore
-from telephony.calls import AgentFactory
+from telephony.calls import AgentFactory, AnsweringPlanFactory
 from telephony.metrics import Metrics
 from telephony.sip.config import SipConfig
 from telephony.sip.message import SipRequest, SipResponse
@@ -28,6 +28,7 @@ class SipEndpoint(Protocol):
     metrics: Metrics
     agent_factory: AgentFactory
     pipeline_config: PipelineConfig
+    answering_plans: AnsweringPlanFactory | None  # outbound calls: a machine or nobody answering
 
     @property
     def contact_uri(self) -> str: ...

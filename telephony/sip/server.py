@@ -6,6 +6,7 @@
                     agent_factory, store=http_server.store, pipeline_config=PipelineConfig())
     port = await sip.start()     # binds UDP, starts REGISTER if configured
     result = await sip.dial(DialRequest("sip:alice@198.51.100.7"))   # a call out (telephony.sip.dialer)
+    sip.answering_plans = plans  # CallInfo -> AnsweringPlan | None: dialled calls screened for a machine
     sip.draining = True          # new INVITEs get 503, live calls go on
     await sip.drain(grace_s, farewell)   # SIGTERM: draining, wait, then farewell + BYE for the rest
     await sip.stop()             # hangs up what is left (BYE), unregisters, closes the socket
@@ -52,7 +53,7 @@ from telephony.sip.register import Registration
 from telephony.sip.sdp import Connection, SessionDescription, answer_offer, pending_media
 from telephony.log_limit import LogLimiter
 from telephony.metrics import Metrics
-from telephony.calls import AgentFactory
+from telephony.calls import AgentFactory, AnsweringPlanFactory
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class SipServer(asyncio.DatagramProtocol):
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
         self.pipeline_config = pipeline_config or PipelineConfig()
+        # dialled calls: what to do when a machine or nobody answers (None: the agent greets at once)
+        self.answering_plans: AnsweringPlanFactory | None = None
         self.draining = False
         self.live: dict[str, SipCall] = {}
         self._answering: set[str] = set()  # Call-IDs whose INVITE is being set up

@@ -98,3 +98,12 @@ def test_default_db_path():
 def test_format_call_of_an_empty_call():
     text = format_call(CallRecord(call_sid="CA1", transport="twilio", started_at=0.0))
     assert "in progress" in text and "caller:" not in text
+
+
+def test_format_call_says_who_answered_a_screened_call():
+    record = CallRecord(call_sid="c1", transport="sip", started_at=0.0, answered_by="machine", voicemail_left=True)
+    assert "  answered by: machine, voicemail message left" in format_call(record).splitlines()
+    record.voicemail_left = None
+    record.answered_by = "human"
+    assert "  answered by: human" in format_call(record).splitlines()
+    assert "answered by" not in format_call(CallRecord(call_sid="c2", transport="sip", started_at=0.0))

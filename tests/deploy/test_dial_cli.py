@@ -71,3 +71,51 @@ def test_bad_targets_exit_2_with_one_line(target, message, tmp_path, capsys):
     assert main(["dial", target, *ECHO, "--db", str(tmp_path / "calls.db")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(message) and err.count("\n") == 1, err
+
+
+VOICEMAIL_AGENT = """\
+name: Acme orders
+greeting: Hello, this is Acme about your order.
+voicemail:
+  message: Hi {name}, this is Acme. Your order is ready. Please call us back.
+  on_unknown: hang_up
+"""
+
+
+async def test_a_spec_with_voicemail_leaves_the_message_filled_from_the_params(tmp_path, flite_speech):
+    """The deploy layer hands the spec's plan to the dialler: a machine gets the message, with
+    --param name=Dana in it, after its beep, and the JSON line says so."""
+    import numpy as np
+
+    from tests.telephony.sip.pcap import RATE_HZ, write_rtp_pcap
+
+    spec = tmp_path / "acme.yaml"
+    spec.write_text(VOICEMAIL_AGENT)
+    greeting = flite_speech("Hi, you have reached Dana. Please leave a message after the tone.", RATE_HZ)
+    t = np.arange(RATE_HZ // 2) / RATE_HZ
+    beep = (6000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+    (tmp_path / "pcap").mkdir()
+    write_rtp_pcap(tmp_path / "pcap" / "answer.pcap",
+                   np.concatenate([np.zeros(2400, np.int16), greeting, np.zeros(2400, np.int16), beep,
+                                   np.zeros(RATE_HZ * 9, np.int16)]))
+    transport, sink = await asyncio.get_running_loop().create_datagram_endpoint(RtpSink, local_addr=("127.0.0.1", 0))
+    try:
+        async with callee("callee_plays_until_bye.xml", tmp_path,
+                          rtp_port=transport.get_extra_info("sockname")[1]) as peer:
+            code, out, err = await parley_dial(peer.uri, "--agent", str(spec), "--stt", "sphinx", "--tts", "espeak",
+                                               "--rtp-ports", "30000-39999", "--param", "name=Dana",
+                                               db=tmp_path / "calls.db")
+            sipp = await peer.result()
+    finally:
+        transport.close()
+    assert code == 0, err[-2000:]
+    assert sipp.returncode == 0, sipp.stderr[-2000:]
+    result = json.loads(out)
+    assert (result["answered_by"], result["voicemail_left"]) == ("machine", True)
+    assert result["end_reason"] == "voicemail message left" and result["rtp_out"] == len(sink.packets) > 100
+    shown = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.cli", "calls", "show",
+                                                 result["call_id"], "--json", "--db", str(tmp_path / "calls.db"),
+                                                 cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+    record = json.loads((await shown.communicate())[0])
+    assert record["answered_by"] == "machine" and record["voicemail_left"] is True
+    assert record["greeting"].lower().startswith("hi dana this is acme")
