@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from telephony.errors import PlacementError, TelephonyError
 from telephony.sip.dialer import DialOutcome, DialResult
@@ -33,7 +33,7 @@ HANG_UP_WAIT_S = 15.0  # after a REST hang-up, how long Twilio's final status ma
 
 
 def dial_twilio(args: argparse.Namespace, params: tuple[tuple[str, str], ...],
-                agent_and_pipeline: Callable[[argparse.Namespace], tuple[AgentFactory, PipelineConfig]],
+                agent_and_pipeline: Callable[[argparse.Namespace], tuple[AgentFactory, PipelineConfig, Any]],
                 ) -> DialResult | str:
     """Place the call and run it to its end: how it went, or why it could not start (one line).
     ``agent_and_pipeline`` loads them (slow: called once the settings are checked)."""
@@ -52,7 +52,9 @@ def dial_twilio(args: argparse.Namespace, params: tuple[tuple[str, str], ...],
     from pipeline.call_stores import open_call_store
     from telephony.server import CallServer, ServerConfig
 
-    agent_factory, pipeline = agent_and_pipeline(args)
+    # the spec's voicemail plan is for parley's own screening (SIP calls); a Twilio call's
+    # answering-machine result is recorded (AnsweredBy), not acted on yet
+    agent_factory, pipeline, _plans = agent_and_pipeline(args)
     config = ServerConfig(host=args.host, port=args.port, auth_token=token, public_url=args.public_url,
                           pipeline=pipeline, twilio_account_sid=sid,
                           twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"))
