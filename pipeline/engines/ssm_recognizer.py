@@ -29,7 +29,10 @@ utterances, ``WhisperSTTConfig.features == "utterance"``) decodes each utterance
 Whisper's encoding of the whole utterance at its end (one encoder pass over it, in the engine's
 final-pass thread) instead of the stream's sliding windows, which hear less of the utterance
 around each frame; the stream then only makes the greedy partials (no beam search on the event
-loop). An utterance over ``REPLAY_MAX_S`` keeps the stream's greedy final.
+loop). A long utterance is encoded in pieces while the caller speaks (every ``FINAL_PIECE_S``,
+cut at the quietest 20 ms of the last ``FINAL_CUT_SEARCH_S``, the SSM and the beam carried on
+from piece to piece), so that at its end only the last piece is left: the final's wait stays
+bounded however long the caller talks.
 
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
 restarted, and an utterance whose stream it took with it waits for the replacement (up to
@@ -44,6 +47,7 @@ import functools
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Callable
@@ -71,7 +75,9 @@ from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.runner import StreamRunner
-from ssm_engine.stt.stream import RecognizerStream, as_float, decode_utterance
+from ssm_engine.state import StackState
+from ssm_engine.stt.decode import StreamingGreedyDecoder
+from ssm_engine.stt.stream import RecognizerStream, as_float, beam_columns, search_result
 
 if TYPE_CHECKING:
     from pipeline.engines.remote_recognizer import RemoteRecognizerEngine, RemoteRecognizerUtterance
@@ -86,6 +92,8 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "models" / "stt"
 LM_FILE = "lm.arpa.gz"
 FINAL_DIR = "final"
 """The final-pass model's folder inside a recogniser's folder (the module docstring)."""
+FINAL_PIECE_S = 6.0          # audio the final pass encodes ahead while the caller still speaks
+FINAL_CUT_SEARCH_S = 1.5     # a piece ends at the quietest 20 ms of its last this much
 LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
@@ -133,6 +141,105 @@ def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = 
                                      f"{exc}") from exc
 
 
+def _quiet_cut(audio: np.ndarray, rate_hz: int) -> int:
+    """Where a piece of ``audio`` ends: the middle of its quietest 20 ms frame within the last
+    ``FINAL_CUT_SEARCH_S`` (a pause between words, if there is one)."""
+    step = rate_hz // 50
+    start = max(0, audio.size - int(FINAL_CUT_SEARCH_S * rate_hz))
+    n = (audio.size - start) // step
+    if n < 1:
+        return audio.size
+    frames = audio[start: start + n * step].reshape(n, step)
+    k = int(np.argmin(np.einsum("ij,ij->i", frames, frames)))
+    return max(1, start + k * step + step // 2)
+
+
+class _FinalPass:
+    """One utterance's final pass, piece by piece, in the engine's final-pass thread(s): each
+    piece encoded whole, the SSM's state and the beam search carried on to the next. ``add`` (the
+    event loop, each push) queues audio and hands over a piece once ``FINAL_PIECE_S`` are queued;
+    ``finish`` hands over the rest. -> a Future of the final (``Recognition``), or of None when
+    the pass failed or heard nothing (the stream's final then stands). The pieces of one
+    utterance run one after another, in order, whichever thread takes them."""
+
+    def __init__(self, engine: SSMSTTEngine, hints: Hints) -> None:
+        assert engine.final_model is not None and engine._final_pool is not None
+        self._model, self._pool = engine.final_model, engine._final_pool
+        cfg = self._model.config
+        self._rate = cfg.sample_rate_hz
+        self._vocab = cfg.vocab_size
+        beam = engine.beam
+        self._search = (beam.stream(hints) if isinstance(beam, JointSearch)
+                        else beam.stream() if beam is not None else None)
+        self._cols = beam_columns(beam, cfg)
+        self._greedy = StreamingGreedyDecoder()
+        self._state: StackState | None = None
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
+        self._queue: deque[tuple[np.ndarray, bool]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+        self._failed = False
+        self._done: Future | None = None
+        self.pieces = 0                    # pieces encoded so far (the thread's count)
+
+    def add(self, x: np.ndarray) -> None:
+        self._pending.append(x)
+        self._pending_n += x.size
+        if self._pending_n >= FINAL_PIECE_S * self._rate:
+            audio = np.concatenate(self._pending)
+            cut = _quiet_cut(audio, self._rate)
+            self._pending, self._pending_n = [audio[cut:]], audio.size - cut
+            self._submit(audio[:cut], last=False)
+
+    def finish(self) -> Future:
+        if self._done is None:
+            self._done = Future()
+            rest = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
+            self._pending, self._pending_n = [], 0
+            self._submit(rest, last=True)
+        return self._done
+
+    def abort(self) -> None:
+        self._failed = True                # pieces still queued are skipped
+
+    def _submit(self, audio: np.ndarray, last: bool) -> None:
+        with self._lock:
+            self._queue.append((audio, last))
+            if self._running:
+                return
+            self._running = True
+        self._pool.submit(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._running = False
+                    return
+                audio, last = self._queue.popleft()
+            self._run(audio, last)
+
+    def _run(self, audio: np.ndarray, last: bool) -> None:
+        try:
+            if not self._failed and audio.size:
+                lp, self._state = self._model.piece_log_probs(torch.from_numpy(audio)[None], self._state)
+                lp = lp.cpu()
+                self._greedy.push(lp[:, : self._vocab])
+                if self._search is not None:
+                    self._search.push(lp[:, self._cols])
+                self.pieces += 1
+            if last:
+                assert self._done is not None
+                heard = self.pieces > 0 and not self._failed
+                self._done.set_result(search_result(self._search, self._greedy.text) if heard else None)
+        except Exception:           # our bug: the stream's final is kept, the call goes on
+            logger.exception("STT: the final pass failed; the stream's final stands")
+            self._failed = True
+            if last and self._done is not None and not self._done.done():
+                self._done.set_result(None)
+
+
 class RecognizerUtterance:
     """One utterance at the caller's rate: resamples to the model's rate, feeds a stream."""
 
@@ -154,6 +261,7 @@ class RecognizerUtterance:
         self._max_replay_samples = int(REPLAY_MAX_S * model_rate)
         self.replays = 0
         self._final: Recognition | None = None      # the final pass's, once taken
+        self._final_pass = _FinalPass(engine, hints) if engine.final_model is not None else None
 
     @property
     def final_pass(self) -> bool:
@@ -167,6 +275,8 @@ class RecognizerUtterance:
                                 hints=self._hints)
 
     def _keep(self, x: np.ndarray) -> None:
+        if self._final_pass is not None:
+            self._final_pass.add(x)
         self._heard_samples += x.size
         if self._heard_samples <= self._max_replay_samples:
             self._heard.append(x)
@@ -252,12 +362,8 @@ class RecognizerUtterance:
         if self._stream is None:      # still no stream: the service recovers (waits) and finishes
             raise RunnerClosedError("the recogniser is restarting: the utterance has no stream yet")
         futures.append(self._stream.finish())
-        if self._engine.final_model is not None:
-            if self._heard_samples > self._max_replay_samples:
-                logger.info("STT: an utterance over %.0f s keeps the stream's greedy final (no "
-                            "final pass)", REPLAY_MAX_S)
-            elif self._heard:
-                futures.append(self._engine.final_pass(np.concatenate(self._heard), self._hints))
+        if self._final_pass is not None:
+            futures.append(self._final_pass.finish())
         return futures
 
     def _take_result(self, result: torch.Tensor | Recognition | None) -> bool:
@@ -285,6 +391,8 @@ class RecognizerUtterance:
         return self.text
 
     def abort(self) -> None:
+        if self._final_pass is not None:
+            self._final_pass.abort()
         if self._stream is not None:
             self._stream.abort()
 
@@ -359,6 +467,8 @@ class SSMSTTEngine:
                                              f"{'no' if not self.final_model.config.phone_vocab_size else 'a'}"
                                              f" phone head, the stream's model "
                                              f"{'has' if model.config.phone_vocab_size else 'has not'}")
+            # the pieces of every utterance of the process, one at a time (the beam searches
+            # share the LM's and lexicon's caches, which the event loop used alone before)
             self._final_pool = ThreadPoolExecutor(1, thread_name_prefix="ssm-stt-final")
         if decoder != "greedy":
             lexicon = None
@@ -421,23 +531,6 @@ class SSMSTTEngine:
             raise EngineUnavailableError(f"SSM STT: {final_dir} is not a final-pass model (a "
                                          f"recogniser trained on whole utterances)")
         return final.eval().to(target)
-
-    def final_pass(self, audio: np.ndarray, hints: Hints = NO_HINTS) -> Future:
-        """An utterance's audio (float32 at the model's rate) -> Future of its final
-        (``Recognition``) from the final-pass model, decoded with the engine's beam and the
-        hints; of None when it failed (logged: the stream's final stands)."""
-        assert self.final_model is not None and self._final_pool is not None
-        model = self.final_model
-
-        def run() -> Recognition | None:
-            try:
-                lp = model.utterance_log_probs(torch.from_numpy(audio)[None]).cpu()
-                return decode_utterance(lp, model.config, beam=self.beam, hints=hints)
-            except Exception:           # our bug: the stream's final is kept, the call goes on
-                logger.exception("STT: the final pass failed; the stream's final stands")
-                return None
-
-        return self._final_pool.submit(run)
 
     @classmethod
     def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder = "beam", *,

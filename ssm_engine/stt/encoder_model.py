@@ -225,11 +225,19 @@ class WhisperSTTModel(nn.Module):
         """A whole utterance (1, n) at 8 kHz, encoded in one pass
         (``StreamingWhisperEncoder.utterance_features``), through the SSM from a fresh state ->
         log-probs (frames, out_size): the final pass of a model trained on "utterance" features."""
+        return self.piece_log_probs(audio)[0]
+
+    @torch.no_grad()
+    def piece_log_probs(self, audio: torch.Tensor, state: StackState | None = None
+                        ) -> tuple[torch.Tensor, StackState]:
+        """One piece of a long utterance (1, n), encoded whole as ``utterance_log_probs`` does,
+        the SSM carried on from ``state`` (the piece before's; None: the utterance's first) ->
+        (log-probs (frames, out_size), the SSM's state after it)."""
         if not bool(torch.isfinite(audio).all()):
             raise AudioInputError("audio holds NaN or infinite samples")
         feats = self.stream_encoder.utterance_features(audio.to(self.proj.weight.device))
-        y, _ = self.stack(self.proj(feats[None]))
-        return heads_log_probs(self.head, self.phone_head, y)[0]
+        y, state = self.stack(self.proj(feats[None]), state)
+        return heads_log_probs(self.head, self.phone_head, y)[0], state
 
     def n_params(self) -> int:
         """Parameters parley trains (the encoder's 7.6 M are Whisper's)."""

@@ -41,7 +41,7 @@ from .encoder_model import WhisperSTTConfig
 from .model import STTConfig
 from .phone_beam import PhoneBeamSearch
 
-__all__ = ["RecognizerStream", "as_float", "beam_columns", "decode_utterance"]
+__all__ = ["RecognizerStream", "as_float", "beam_columns", "decode_utterance", "search_result"]
 
 
 def as_float(samples: np.ndarray | bytes) -> np.ndarray:
@@ -74,7 +74,8 @@ def beam_columns(beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None,
     return chars
 
 
-def _result(beam, greedy_text: str) -> Recognition:
+def search_result(beam, greedy_text: str) -> Recognition:
+    """The final of a finished search (a stream of a beam, or None: the greedy text)."""
     if isinstance(beam, JointDecoder):
         return beam.result()
     return Recognition(beam.finalize() if beam is not None else greedy_text, None)
@@ -91,7 +92,7 @@ def decode_utterance(log_probs: torch.Tensor, config: STTConfig | WhisperSTTConf
               else beam.stream() if beam is not None else None)
     if search is not None:
         search.push(log_probs[:, beam_columns(beam, config)])
-    return _result(search, greedy.text)
+    return search_result(search, greedy.text)
 
 
 class RecognizerStream:
@@ -175,7 +176,7 @@ class RecognizerStream:
             self.beam.push(log_probs[:, self._beam_cols])
         self._taken += 1
         if self._sid is None and self._taken == self._submitted and self.final_text is None:
-            self.recognition = _result(self.beam, self.decoder.text)
+            self.recognition = search_result(self.beam, self.decoder.text)
             self.final_text = self.recognition.text
             changed = True
         return changed

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 
 import numpy as np
 import pytest
 import torch
 
+from pipeline.engines import ssm_recognizer
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
 from pipeline.errors import EngineUnavailableError
 from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel, save_whisper_stt
@@ -100,9 +102,9 @@ def test_without_the_final_pass_the_stream_decodes_the_final(folder):
 def test_a_failing_final_pass_keeps_the_streams_final_and_says_why(folder, monkeypatch, caplog):
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
-        def broken(audio):
+        def broken(audio, state=None):
             raise RuntimeError("boom")
-        monkeypatch.setattr(engine.final_model, "utterance_log_probs", broken)
+        monkeypatch.setattr(engine.final_model, "piece_log_probs", broken)
         with caplog.at_level(logging.ERROR, logger="pipeline.engines.ssm_recognizer"):
             assert engine.transcribe(_speech(), 8000) == "h"
         assert "the final pass failed; the stream's final stands" in caplog.text
@@ -110,21 +112,44 @@ def test_a_failing_final_pass_keeps_the_streams_final_and_says_why(folder, monke
         engine.close()
 
 
-def test_an_utterance_too_long_to_keep_keeps_the_streams_final(folder, caplog):
+def test_a_long_utterance_is_encoded_in_pieces_while_the_caller_speaks(folder, monkeypatch):
+    monkeypatch.setattr(ssm_recognizer, "FINAL_PIECE_S", 0.6)
+    monkeypatch.setattr(ssm_recognizer, "FINAL_CUT_SEARCH_S", 0.3)
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = engine.open(8000)
-        utt._max_replay_samples = 4000                        # 0.5 s kept: the utterance is longer
-        pcm = _speech()
+        pcm = _speech(2.5)
+        pcm[int(0.5 * 8000): int(0.52 * 8000)] = 0          # a pause: the first piece ends in it
         for i in range(0, len(pcm), 160):
             fut = utt.push(pcm[i: i + 160])
             if fut is not None:
                 utt.take(fut.result(timeout=30))
-        with caplog.at_level(logging.INFO, logger="pipeline.engines.ssm_recognizer"):
-            assert utt.finish_sync() == "h"
-        assert "keeps the stream's greedy final" in caplog.text
+        final_pass = utt._final_pass
+        deadline = time.monotonic() + 30
+        while final_pass.pieces < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert final_pass.pieces >= 3       # encoded while the audio came, before the end
+        assert utt.finish_sync() == "b" and final_pass.pieces >= 4
     finally:
         engine.close()
+
+
+def test_pieces_carry_the_ssm_on_and_cut_at_the_pause():
+    model = _saying("b", "utterance")
+    torch.manual_seed(1)
+    with torch.no_grad():                                     # a state worth carrying
+        for p in model.stack.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    audio = torch.from_numpy(_speech(1.6).astype(np.float32) / 32768.0)[None]
+    first, state = model.piece_log_probs(audio[:, :6400])
+    second, _ = model.piece_log_probs(audio[:, 6400:], state)
+    fresh, _ = model.piece_log_probs(audio[:, 6400:])
+    assert first.shape[0] == 40 and second.shape[0] == 40
+    assert not torch.allclose(second, fresh)                 # the second piece heard the first's state
+    x = np.ones(16000, np.float32)
+    x[15040:15200] = 0.0                  # the quietest 20 ms frame of the last 1.5 s (from 4,000)
+    assert ssm_recognizer._quiet_cut(x, 8000) == 15120        # its middle
+    assert ssm_recognizer._quiet_cut(np.ones(100, np.float32), 8000) == 100   # under a frame: all
 
 
 def test_a_final_folder_that_is_not_a_final_pass_model_is_refused(folder):
