@@ -178,6 +178,10 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--emf-deployment", default="parley-voice", metavar="NAME",
                    help="the Deployment dimension of those metrics: the endpoint name (default %(default)s)")
     p.add_argument("--emf-interval-s", type=float, default=60.0, help="(default %(default)s)")
+    p.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                   help="send each call as a trace (a span per turn) to an OpenTelemetry collector over "
+                   "OTLP/HTTP, e.g. http://localhost:4318 (docs/operations.md, Traces); default "
+                   "$OTEL_EXPORTER_OTLP_ENDPOINT, else off")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 

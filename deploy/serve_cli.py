@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.metrics import Metrics
     from pipeline.records import CallStore
     from pipeline.redaction import Redactor
+    from pipeline.tracing import CallTracing
     from telephony.webhooks import WebhookConfig, WebhookSender
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
@@ -162,6 +163,26 @@ def _webhook_config(args: argparse.Namespace) -> "WebhookConfig | None":
     from telephony.webhooks import WebhookConfig
 
     return WebhookConfig(url=url, secret=secret)
+
+
+def _tracing(args: argparse.Namespace, spec) -> "CallTracing | None":
+    """--otlp-endpoint, else OTEL_EXPORTER_OTLP_ENDPOINT: each call a trace (None: off). The
+    exporter reads the other standard variables itself (OTEL_EXPORTER_OTLP_HEADERS for a
+    backend's key, OTEL_EXPORTER_OTLP_TIMEOUT, ...)."""
+    from urllib.parse import urlsplit
+
+    endpoint = args.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    if endpoint is None:
+        return None
+    if urlsplit(endpoint).scheme not in ("http", "https") or not urlsplit(endpoint).netloc:
+        from pipeline.errors import ConfigError
+
+        raise ConfigError(f"the OTLP endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    from pipeline.tracing import CallTracing, trace_exporter_url
+
+    url = trace_exporter_url(endpoint)
+    logging.getLogger("parley").info("traces: each call to %s (OTLP/HTTP)", url)
+    return CallTracing.otlp(url, agent_name=spec.name if spec is not None else "echo")
 
 
 def _redactor(spec) -> "Redactor":
@@ -335,6 +356,7 @@ def serve(args: argparse.Namespace) -> int:
     atexit.register(unshare_worker_metrics, worker_metrics)
     voice_proc = None
     spec = _load_agent_spec(args.agent)
+    tracing = _tracing(args, spec)  # a bad endpoint refuses to start before the models load
     remote_voice = _remote_voice(args, spec)
     tts_model_dir = _voice_folder(args, spec) if args.tts != "remote" else None
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
@@ -425,7 +447,8 @@ def serve(args: argparse.Namespace) -> int:
         logging.getLogger("parley").info("pocketsphinx: %d decoders warm %s in %.1f s", built,
                                          where, time.perf_counter() - t0)
     config = replace(config, max_calls=_admission_cap(args, config.pipeline))
-    server = CallServer(config, agent_factory=agent_factory, store=calls_store, agents=agent_factory.load)
+    server = CallServer(config, agent_factory=agent_factory, store=calls_store, agents=agent_factory.load,
+                        tracing=tracing)
     server.metrics.read_worker_metrics(worker_metrics)
     _register_engines(server.metrics, sphinx_procs, voice_proc,
                       ssm_stt_procs=config.pipeline.stt == "ssm" and args.stt_procs > 0)
@@ -451,6 +474,8 @@ def serve(args: argparse.Namespace) -> int:
         if ready_file is not None:
             ready_file.remove()
         store.close()
+        if tracing is not None:  # what is queued is posted, each post bounded by its timeout
+            tracing.shutdown()
         if bridge is not None:
             bridge.close()
         if sphinx_procs is not None:

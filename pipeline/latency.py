@@ -48,6 +48,8 @@ class TurnLatency:
     at: dict[str, float] = field(default_factory=dict)
     interrupted: bool = False
     events: list[dict] = field(default_factory=list)  # AgentEventFrames during the turn
+    event_at_s: list[float] = field(default_factory=list)  # when each of ``events`` came (monotonic)
+    interruption_s: float | None = None  # the caller's first barge-in while this turn was the last
 
     def latency_ms(self) -> dict[str, float | None]:
         return {
@@ -62,6 +64,8 @@ class TurnLatency:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("at")
+        d.pop("event_at_s")
+        d.pop("interruption_s")
         d["latency_ms"] = self.latency_ms()
         return d
 
@@ -115,7 +119,11 @@ class LatencyObserver(BaseObserver):
         if isinstance(frame, AgentEventFrame):
             self._seen.add(frame.id)
             event = {"kind": frame.kind, "data": dict(frame.data)}
-            (self.current.events if self.current else self.events_before_first_turn).append(event)
+            if self.current is None:
+                self.events_before_first_turn.append(event)
+            else:
+                self.current.events.append(event)
+                self.current.event_at_s.append(self._clock())
             return
         if isinstance(
             frame,
@@ -149,6 +157,8 @@ class LatencyObserver(BaseObserver):
             cur = self.current
             if cur is not None and not cur.complete:
                 cur.interrupted = True
+            if cur is not None and cur.interruption_s is None:
+                cur.interruption_s = now
 
     def _open_turn(self, now: float) -> None:
         vad_stop = self._last_vad_stop_s if self._last_vad_stop_s is not None else now

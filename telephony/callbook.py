@@ -2,7 +2,7 @@
 
 The Twilio, WebRTC and SIP calls each own a :class:`CallBook`. It opens the record in the store,
 counts the call in the server's metrics (live calls, frame counters, per-turn latency) and
-writes the record as the call goes, from three sources: the latency observer (turns, what the
+writes the record (and the call's trace, ``pipeline.tracing``) as the call goes, from three sources: the latency observer (turns, what the
 caller said), the playout tracker (what the agent said and what the caller heard of it) and the
 transport's counters::
 
@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from pipeline.latency import LatencyObserver, TurnLatency
 from pipeline.records import CallRecord, CallStore
+from pipeline.tracing import CallTrace
 from telephony.audio_meter import FrameCounts
 from telephony.metrics import Metrics
 from telephony.playout import PlayoutTracker, Utterance, UtteranceState
@@ -42,6 +43,8 @@ class CallBook:
         self._on_turn_extra = on_turn
         self.latency: LatencyObserver | None = None
         self._live = False
+        # the call's trace (a no-op unless the server exports traces)
+        self.trace: CallTrace = metrics.tracing.call(record.call_sid, record.transport)
         store.open(record)
 
     @property
@@ -58,6 +61,7 @@ class CallBook:
         if self._on_turn_extra is not None:
             self._on_turn_extra(turn)
         self.sync()
+        self.trace.turn(turn, self.record)
 
     def started(self) -> None:
         """The call is live: count it (and its frames) in the metrics."""
@@ -73,6 +77,9 @@ class CallBook:
         self.record.ended_at = time.time()
         self.record.end_reason = reason
         self.sync()
+        latency = self.latency
+        self.trace.end(self.record, latency.turns if latency is not None else (),
+                       latency.events_before_first_turn if latency is not None else ())
 
     def sync(self) -> None:
         """Bring the record up to date and store it."""

@@ -49,6 +49,7 @@ from prometheus_client.registry import Collector
 
 from pipeline.gc_pauses import GcPauses
 from pipeline.latency import MARKS
+from pipeline.tracing import CallTracing
 from telephony.audio_meter import FrameCounts
 
 BUCKETS_MS = (50, 100, 150, 200, 250, 300, 400, 500, 750, 1000, 1500, 2000, 3000, 5000)
@@ -73,6 +74,9 @@ class _ScrapeCollector(Collector):
 class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # each call's trace is made here too (pipeline.tracing): this object already reaches
+        # every transport's calls; off unless the server was given a collector
+        self.tracing = CallTracing.off()
         self.live: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.refused: dict[str, int] = defaultdict(int)

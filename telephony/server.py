@@ -65,6 +65,7 @@ from telephony.twilio.outbound import OutboundCalls, TwilioDialer
 from telephony.calls_api import AgentLoader, CallsApi
 from telephony.handoff import handoff_of
 from pipeline.frames import TransferCallFrame
+from pipeline.tracing import CallTracing
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
 from telephony.twilio.signature import (ANSWER_PARAM, SIGNATURE_HEADER, answer_token, check_answer_token,
                                         verify_signature)
@@ -151,7 +152,7 @@ class CallServer:
     """Owns the aiohttp application and the live calls."""
 
     def __init__(self, config: ServerConfig, agent_factory: AgentFactory, store: CallStore | None = None,
-                 agents: AgentLoader | None = None):
+                 agents: AgentLoader | None = None, tracing: CallTracing | None = None):
         self.config = config
         self.agent_factory = agent_factory
         self.store = store or MemoryCallStore()
@@ -164,6 +165,8 @@ class CallServer:
         self._log_once_a_minute = LogLimiter()
         self.sip: SipServer | None = None  # serve_forever's SIP server, counted in /healthz
         self.metrics = Metrics()
+        if tracing is not None:  # each call a trace (pipeline.tracing); SIP shares these metrics
+            self.metrics.tracing = tracing
         self.draining = False
         self.call_control = None
         if config.twilio_account_sid and config.auth_token:
