@@ -32,7 +32,9 @@ around each frame; the stream then only makes the greedy partials (no beam searc
 loop). A long utterance is encoded in pieces while the caller speaks (every ``FINAL_PIECE_S``,
 cut at the quietest 20 ms of the last ``FINAL_CUT_SEARCH_S``, the SSM and the beam carried on
 from piece to piece), so that at its end only the last piece is left: the final's wait stays
-bounded however long the caller talks.
+bounded however long the caller talks. And once 100 ms of quiet follow speech, the utterance so
+far is decoded at once, while the VAD's stop timer runs: if nothing but quiet follows, that is
+the final, ready when the turn ends (``_FinalPass``).
 
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
 restarted, and an utterance whose stream it took with it waits for the replacement (up to
@@ -77,7 +79,8 @@ from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.runner import StreamRunner
 from ssm_engine.state import StackState
 from ssm_engine.stt.decode import StreamingGreedyDecoder
-from ssm_engine.stt.stream import RecognizerStream, as_float, beam_columns, search_result
+from ssm_engine.stt.stream import (RecognizerStream, as_float, beam_columns, decode_utterance,
+                                   search_result)
 
 if TYPE_CHECKING:
     from pipeline.engines.remote_recognizer import RemoteRecognizerEngine, RemoteRecognizerUtterance
@@ -94,6 +97,10 @@ FINAL_DIR = "final"
 """The final-pass model's folder inside a recogniser's folder (the module docstring)."""
 FINAL_PIECE_S = 6.0          # audio the final pass encodes ahead while the caller still speaks
 FINAL_CUT_SEARCH_S = 1.5     # a piece ends at the quietest 20 ms of its last this much
+SPECULATE_QUIET_S = 0.1      # quiet after speech that starts the final pass before the turn ends
+SPECULATE_MAX = 4            # such early passes an utterance at most (each pause may start one)
+QUIET_RATIO = 0.15           # a 20 ms frame this far below the utterance's loudest is quiet
+QUIET_FLOOR = 1e-3           # and any frame under -60 dBFS RMS
 LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
@@ -160,7 +167,12 @@ class _FinalPass:
     event loop, each push) queues audio and hands over a piece once ``FINAL_PIECE_S`` are queued;
     ``finish`` hands over the rest. -> a Future of the final (``Recognition``), or of None when
     the pass failed or heard nothing (the stream's final then stands). The pieces of one
-    utterance run one after another, in order, whichever thread takes them."""
+    utterance run one after another, in order, whichever thread takes them.
+
+    Early finals: once ``SPECULATE_QUIET_S`` of quiet follows speech (the caller may be done;
+    the VAD waits its stop timer before the turn ends), the utterance so far is decoded at once,
+    on fresh state, while the timer runs. If the utterance then ends with no more speech, that
+    final is the final (what came after it was quiet); speech again discards it."""
 
     def __init__(self, engine: SSMSTTEngine, hints: Hints) -> None:
         assert engine.final_model is not None and engine._final_pool is not None
@@ -182,17 +194,54 @@ class _FinalPass:
         self._failed = False
         self._done: Future | None = None
         self.pieces = 0                    # pieces encoded so far (the thread's count)
+        self._beam, self._hints = beam, hints
+        self._peak = 0.0                   # the loudest 20 ms so far (RMS)
+        self._quiet = 0                    # samples of quiet since the last speech
+        self._spec: Future | None = None   # the early final of the utterance so far
+        self.speculated = 0                # early finals started
+        self.early_final = False           # the final is an early one
 
     def add(self, x: np.ndarray) -> None:
         self._pending.append(x)
         self._pending_n += x.size
+        self._listen(x)
         if self._pending_n >= FINAL_PIECE_S * self._rate:
+            self._spec = None              # a long utterance: pieces, no early finals
             audio = np.concatenate(self._pending)
             cut = _quiet_cut(audio, self._rate)
             self._pending, self._pending_n = [audio[cut:]], audio.size - cut
             self._submit(audio[:cut], last=False)
 
+    def _listen(self, x: np.ndarray) -> None:
+        step = self._rate // 50
+        for i in range(0, x.size, step):
+            frame = x[i: i + step]
+            rms = float(np.sqrt(np.mean(frame * frame))) if frame.size else 0.0
+            if rms > QUIET_FLOOR and rms > QUIET_RATIO * self._peak:
+                self._peak = max(self._peak, rms)
+                self._quiet = 0
+                self._spec = None          # speech again: an early final is stale
+            else:
+                self._quiet += frame.size
+        if (self._spec is None and self._quiet >= SPECULATE_QUIET_S * self._rate and self._peak > 0
+                and self.pieces == 0 and not self._queue and self.speculated < SPECULATE_MAX
+                and self._pending_n < FINAL_PIECE_S * self._rate):
+            self.speculated += 1
+            self._spec = self._pool.submit(self._early, np.concatenate(self._pending))
+
+    def _early(self, audio: np.ndarray) -> Recognition | None:
+        """The whole utterance so far on fresh state and a fresh search (the piecewise pass's
+        own are untouched)."""
+        try:
+            lp = self._model.utterance_log_probs(torch.from_numpy(audio)[None]).cpu()
+            return decode_utterance(lp, self._model.config, beam=self._beam, hints=self._hints)
+        except Exception:           # our bug: the stream's final stands
+            logger.exception("STT: an early final failed; the stream's final stands")
+            return None
+
     def finish(self) -> Future:
+        if self._done is None and self._spec is not None:
+            self._done, self.early_final = self._spec, True
         if self._done is None:
             self._done = Future()
             rest = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)

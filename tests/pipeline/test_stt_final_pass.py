@@ -159,3 +159,48 @@ def test_a_final_folder_that_is_not_a_final_pass_model_is_refused(folder):
     shutil.rmtree(folder / FINAL_DIR)
     with pytest.raises(EngineUnavailableError, match="final-pass model failed to load"):
         SSMSTTEngine(folder, decoder="greedy", final_pass=True)
+
+
+def _push_all(utt, pcm):
+    for i in range(0, len(pcm), 160):
+        fut = utt.push(pcm[i: i + 160])
+        if fut is not None:
+            utt.take(fut.result(timeout=30))
+
+
+def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
+    engine = SSMSTTEngine(folder)
+    try:
+        utt = engine.open(8000)
+        speech = _speech(1.0)
+        _push_all(utt, speech)
+        final_pass = utt._final_pass
+        assert final_pass.speculated == 0                      # no quiet yet
+        _push_all(utt, np.zeros(2400, np.int16))              # 300 ms of quiet: the VAD's stop timer
+        assert final_pass.speculated == 1
+        text = utt.finish_sync()
+        assert final_pass.early_final
+        heard = np.concatenate([speech, np.zeros(800, np.int16)])   # up to 100 ms into the quiet
+        audio = torch.from_numpy(heard.astype(np.float32) / 32768.0)[None]
+        want = decode_utterance(engine.final_model.utterance_log_probs(audio), engine.final_model.config,
+                                beam=engine.beam)
+        assert text == want.text != ""        # that audio decoded whole
+    finally:
+        engine.close()
+
+
+def test_speech_after_a_pause_discards_the_early_final(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        utt = engine.open(8000)
+        _push_all(utt, _speech(0.6))
+        _push_all(utt, np.zeros(1600, np.int16))              # a 200 ms pause: an early final starts
+        _push_all(utt, _speech(0.6))                          # the caller goes on
+        final_pass = utt._final_pass
+        assert final_pass.speculated == 1
+        assert utt.finish_sync() == "b" and not final_pass.early_final   # decoded at the end
+        noisy = engine.open(8000)                             # never quiet: never early
+        _push_all(noisy, _speech(1.0))
+        assert noisy.finish_sync() == "b" and noisy._final_pass.speculated == 0
+    finally:
+        engine.close()
