@@ -168,7 +168,8 @@ def _push_all(utt, pcm):
             utt.take(fut.result(timeout=30))
 
 
-def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
+def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder, monkeypatch):
+    monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 4)
     engine = SSMSTTEngine(folder)
     try:
         utt = engine.open(8000)
@@ -189,7 +190,8 @@ def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
         engine.close()
 
 
-def test_speech_after_a_pause_discards_the_early_final(folder):
+def test_speech_after_a_pause_discards_the_early_final(folder, monkeypatch):
+    monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 4)
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = engine.open(8000)
@@ -202,5 +204,17 @@ def test_speech_after_a_pause_discards_the_early_final(folder):
         noisy = engine.open(8000)                             # never quiet: never early
         _push_all(noisy, _speech(1.0))
         assert noisy.finish_sync() == "b" and noisy._final_pass.speculated == 0
+    finally:
+        engine.close()
+
+
+def test_early_finals_are_off_by_default(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        utt = engine.open(8000)
+        _push_all(utt, _speech(0.6))
+        _push_all(utt, np.zeros(2400, np.int16))
+        assert utt._final_pass.speculated == 0 and utt.finish_sync() == "b"
+        assert not utt._final_pass.early_final
     finally:
         engine.close()
