@@ -206,7 +206,8 @@ class _FinalPass:
     def add(self, x: np.ndarray) -> None:
         self._pending.append(x)
         self._pending_n += x.size
-        self._listen(x)
+        if SPECULATE_MAX:                  # early finals on: listen for the quiet after speech
+            self._listen(x)
         if self._pending_n >= FINAL_PIECE_S * self._rate:
             self._spec = None              # a long utterance: pieces, no early finals
             audio = np.concatenate(self._pending)
