@@ -95,3 +95,16 @@ def flite_speech(tmp_path_factory) -> Callable[[str, int], np.ndarray]:
         return pcm if native == rate_hz else soxr.resample(pcm, native, rate_hz)
 
     return speech
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test, as the engines run in production: with 2 threads on
+    these 2-core machines small steps run 5-40x slower (FACTS.md). A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -51,14 +51,7 @@ def _saying_h() -> STTModel:
     return model.eval()
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """As the engine runs in production: with 2 threads on these 2-core machines small steps
-    run 5-40x slower (FACTS.md), which made the 1 s final-latency bound below flaky."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tests/conftest.py
 
 
 @pytest.fixture

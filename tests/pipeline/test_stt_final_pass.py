@@ -44,12 +44,7 @@ def folder(tmp_path):
     return d
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tests/conftest.py
 
 
 def _speech(seconds: float = 1.2) -> np.ndarray:

@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
 from pipeline.engines.sphinx import SphinxBackend, SphinxPool
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, SSMRecognizerBackend, SSMSTTEngine
@@ -22,12 +21,7 @@ BACKENDS = ["ssm", "sphinx", "whisper"]
 STREAMING = {"ssm", "sphinx"}          # Whisper reads an utterance whole: no partials
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
