@@ -252,6 +252,12 @@ def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool)
         metrics.register_engine("ssm-stt", lambda: sum(r.workers_up for r in runners()),
                                 lambda: sum(r.restarts for r in runners()))
 
+        def finals() -> list:
+            return [e.final_proc for e in SSMSTTEngine.shared_engines() if e.final_proc is not None]
+
+        metrics.register_engine("ssm-stt-final", lambda: sum(f.workers_up for f in finals()),
+                                lambda: sum(f.restarts for f in finals()))
+
 
 def _prewarm_ssm_stt(config):
     """Load (and compile) the shared SSM recogniser before the first call; the config it runs with.
@@ -278,9 +284,12 @@ def _prewarm_ssm_stt(config):
         p = replace(p, stt_compile=False)
         config = replace(config, pipeline=p)
         SSMSTTEngine.shared(model_dir, p.stt_decoder, compile=False, runner=p.stt_runner)
-    log.info("SSM recognizer ready %s in %.1f s (step %s)",
+    engine = SSMSTTEngine.shared(model_dir, p.stt_decoder, compile=p.stt_compile, runner=p.stt_runner)
+    log.info("SSM recognizer ready %s in %.1f s (step %s%s)",
              "in a worker process" if p.stt_runner == "process" else "in the server process",
-             time.perf_counter() - t0, "compiled" if p.stt_compile else "eager")
+             time.perf_counter() - t0, "compiled" if p.stt_compile else "eager",
+             "; finals from the final pass " + ("in a worker process of its own" if engine.final_proc
+                                                 else "in a thread") if engine.has_final_pass else "")
     return config
 
 

@@ -224,7 +224,8 @@ def _silero_probe() -> Probe:
 
 def _recogniser_probe(model_dir: str | Path | None) -> Probe:
     """The recogniser's batched step as the runner takes it: a hop of frames (the Whisper encoder's
-    window re-encoded, then the SSM layers) for every stream, twice."""
+    window re-encoded, then the SSM layers) for every stream, twice; and, with a final pass, that
+    audio encoded whole once per stream (as each utterance is at its end)."""
     import torch
 
     from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, DEFAULT_STRIDE, SSMSTTEngine
@@ -237,15 +238,30 @@ def _recogniser_probe(model_dir: str | Path | None) -> Probe:
     samples = model.config.step_samples
     gen = torch.Generator().manual_seed(0)
 
+    final = _final_model(model_dir)
+
     def run(n: int) -> float:
         state = model.init_state(n)
         hops = 2
         with torch.no_grad():
             for _ in range(hops):
                 model.prefill(torch.randn(n, frames, samples, generator=gen) * 0.1, state)
+            if final is not None:   # each stream's audio once more, encoded whole by the final pass
+                for _ in range(n):
+                    final.piece_log_probs(torch.randn(1, hops * frames * samples, generator=gen) * 0.1)
         return hops * frames * samples / model.config.sample_rate_hz
 
     return run
+
+
+def _final_model(model_dir: str | Path | None) -> Any:
+    """The final pass's model beside the recogniser, if the folder has one (its own copy: the
+    server's lives in a worker process)."""
+    from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR
+    from ssm_engine.stt.recognizers import load_recognizer
+
+    folder = Path(model_dir or DEFAULT_MODEL_DIR) / FINAL_DIR
+    return load_recognizer(folder).eval() if (folder / "config.json").exists() else None
 
 
 def _voice_probe(voice_dir: str | Path | None) -> Probe:

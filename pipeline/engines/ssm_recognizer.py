@@ -27,7 +27,8 @@ waits of 5 ms p50 under 16 calls). ``decoder="greedy"`` turns it off.
 The final pass: a model folder with a ``final/`` model beside it (a recogniser trained on whole
 utterances, ``WhisperSTTConfig.features == "utterance"``) decodes each utterance's final from
 Whisper's encoding of the whole utterance at its end (one encoder pass over it, in the engine's
-final-pass thread) instead of the stream's sliding windows, which hear less of the utterance
+final-pass worker: a process of its own with ``runner="process"``, ``final_procs``, else a
+thread) instead of the stream's sliding windows, which hear less of the utterance
 around each frame; the stream then only makes the greedy partials (no beam search on the event
 loop). A long utterance is encoded in pieces while the caller speaks (every ``FINAL_PIECE_S``,
 cut at the quietest 20 ms of the last ``FINAL_CUT_SEARCH_S``, the SSM and the beam carried on
@@ -45,7 +46,10 @@ restarted, and an utterance whose stream it took with it waits for the replaceme
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
+import itertools
+import json
 import logging
 import threading
 import time
@@ -53,12 +57,14 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import soxr
 import torch
 
+from pipeline.engines.final_procs import FinalPassProcess
+from pipeline.engines.stt_loading import beam_search as _beam_search, load_final_model
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.options import SttDecoder, SttRunner
@@ -69,18 +75,14 @@ from ssm_engine.errors import RunnerClosedError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
-from ssm_engine.stt.lm import NGramLM
 from ssm_engine.stt.encoder_model import WhisperSTTModel
 from ssm_engine.stt.model import STTModel
+from ssm_engine.stt.final_pass import FinalPassDecoder, decode_whole
 from ssm_engine.stt.recognizers import load_recognizer
 from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
-from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.runner import StreamRunner
-from ssm_engine.state import StackState
-from ssm_engine.stt.decode import StreamingGreedyDecoder
-from ssm_engine.stt.stream import (RecognizerStream, as_float, beam_columns, decode_utterance,
-                                   search_result)
+from ssm_engine.stt.stream import (RecognizerStream, as_float)
 
 if TYPE_CHECKING:
     from pipeline.engines.remote_recognizer import RemoteRecognizerEngine, RemoteRecognizerUtterance
@@ -124,32 +126,6 @@ Runner = SttRunner
 """Where an engine steps the model (``pipeline.options.SttRunner``)."""
 
 
-@functools.lru_cache(maxsize=4)
-def _beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = None,
-                 kind: Literal["phones", "joint"] = "joint"
-                 ) -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
-    """One loaded LM + lexicon per file and settings for the process (read-only, shared): over
-    characters, or with ``lexicon_path`` (pronunciations) over phones (``kind`` "phones") or
-    both heads (``kind`` "joint")."""
-    try:
-        lm = NGramLM.load(lm_path)
-    except SSMEngineError as exc:
-        raise EngineUnavailableError(f"STT language model failed to load: {exc} (build it "
-                                     f"with `parley train stt-lm`)") from exc
-    if lexicon_path is None:
-        return CTCBeamSearch(lm, config)
-    try:
-        lexicon = Pronouncer.load(lexicon_path, words=lm.vocab)
-        if kind == "phones":
-            return PhoneBeamSearch(lm, lexicon, config)
-        search = JointSearch(lm, lexicon, config)
-        search.warm_grammars()          # ~0.4 s here, rather than in a caller's first name turn
-        return search
-    except (SSMEngineError, ValueError, OSError) as exc:
-        raise EngineUnavailableError(f"STT pronunciation lexicon {lexicon_path} failed to load: "
-                                     f"{exc}") from exc
-
-
 def _quiet_cut(audio: np.ndarray, rate_hz: int) -> int:
     """Where a piece of ``audio`` ends: the middle of its quietest 20 ms frame within the last
     ``FINAL_CUT_SEARCH_S`` (a pause between words, if there is one)."""
@@ -164,30 +140,31 @@ def _quiet_cut(audio: np.ndarray, rate_hz: int) -> int:
 
 
 class _FinalPass:
-    """One utterance's final pass, piece by piece, in the engine's final-pass thread(s): each
-    piece encoded whole, the SSM's state and the beam search carried on to the next. ``add`` (the
-    event loop, each push) queues audio and hands over a piece once ``FINAL_PIECE_S`` are queued;
-    ``finish`` hands over the rest. -> a Future of the final (``Recognition``), or of None when
-    the pass failed or heard nothing (the stream's final then stands). The pieces of one
-    utterance run one after another, in order, whichever thread takes them.
+    """One utterance's final pass, piece by piece, in the engine's final-pass worker (a process,
+    ``final_procs``, or a thread): each piece encoded whole, the SSM's state and the beam search
+    carried on to the next (``ssm_engine.stt.final_pass``). ``add`` (the event loop, each push)
+    queues audio and hands over a piece once ``FINAL_PIECE_S`` are queued; ``finish`` hands over
+    the rest. -> a Future of the final (``Recognition``), or of None when the pass failed or
+    heard nothing (the stream's final then stands). The pieces of one utterance run one after
+    another, in order.
 
     Early finals: once ``SPECULATE_QUIET_S`` of quiet follows speech (the caller may be done;
     the VAD waits its stop timer before the turn ends), the utterance so far is decoded at once,
     on fresh state, while the timer runs. If the utterance then ends with no more speech, that
     final is the final (what came after it was quiet); speech again discards it."""
 
+    _uids = itertools.count(1)
+
     def __init__(self, engine: SSMSTTEngine, hints: Hints) -> None:
-        assert engine.final_model is not None and engine._final_pool is not None
-        self._model, self._pool = engine.final_model, engine._final_pool
-        cfg = self._model.config
-        self._rate = cfg.sample_rate_hz
-        self._vocab = cfg.vocab_size
-        beam = engine.beam
-        self._search = (beam.stream(hints) if isinstance(beam, JointSearch)
-                        else beam.stream() if beam is not None else None)
-        self._cols = beam_columns(beam, cfg)
-        self._greedy = StreamingGreedyDecoder()
-        self._state: StackState | None = None
+        self._proc = engine.final_proc
+        self._pool = engine._final_pool
+        self._model = engine.final_model
+        assert self._proc is not None or (self._model is not None and self._pool is not None)
+        self._rate = engine.model.config.sample_rate_hz
+        self._beam, self._hints = engine.beam, hints
+        self._uid = next(self._uids)
+        self._decoder = (FinalPassDecoder(self._model, engine.beam, hints)
+                         if self._model is not None else None)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
         self._queue: deque[tuple[np.ndarray, bool]] = deque()
@@ -195,13 +172,17 @@ class _FinalPass:
         self._running = False
         self._failed = False
         self._done: Future | None = None
-        self.pieces = 0                    # pieces encoded so far (the thread's count)
-        self._beam, self._hints = beam, hints
+        self.pieces = 0                    # pieces handed over so far
         self._peak = 0.0                   # the loudest 20 ms so far (RMS)
         self._quiet = 0                    # samples of quiet since the last speech
         self._spec: Future | None = None   # the early final of the utterance so far
         self.speculated = 0                # early finals started
         self.early_final = False           # the final is an early one
+
+    @property
+    def decoded(self) -> int:
+        """Pieces decoded so far (in a process: handed over)."""
+        return self._decoder.pieces if self._decoder is not None else self.pieces
 
     def add(self, x: np.ndarray) -> None:
         self._pending.append(x)
@@ -230,14 +211,22 @@ class _FinalPass:
                 and self.pieces == 0 and not self._queue and self.speculated < SPECULATE_MAX
                 and self._pending_n < FINAL_PIECE_S * self._rate):
             self.speculated += 1
-            self._spec = self._pool.submit(self._early, np.concatenate(self._pending))
+            audio = np.concatenate(self._pending)
+            if self._proc is not None:
+                try:
+                    self._spec = _or_none(self._proc.whole(audio, self._hints), "an early final")
+                except EngineUnavailableError as exc:
+                    logger.warning("STT: no early final (%s)", exc)
+            else:
+                assert self._pool is not None
+                self._spec = self._pool.submit(self._early, audio)
 
     def _early(self, audio: np.ndarray) -> Recognition | None:
         """The whole utterance so far on fresh state and a fresh search (the piecewise pass's
         own are untouched)."""
+        assert self._model is not None
         try:
-            lp = self._model.utterance_log_probs(torch.from_numpy(audio)[None]).cpu()
-            return decode_utterance(lp, self._model.config, beam=self._beam, hints=self._hints)
+            return decode_whole(self._model, self._beam, self._hints, audio)
         except Exception:           # our bug: the stream's final stands
             logger.exception("STT: an early final failed; the stream's final stands")
             return None
@@ -245,17 +234,37 @@ class _FinalPass:
     def finish(self) -> Future:
         if self._done is None and self._spec is not None:
             self._done, self.early_final = self._spec, True
+            if self._proc is not None and self.pieces:
+                self._proc.drop(self._uid)
         if self._done is None:
-            self._done = Future()
             rest = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
             self._pending, self._pending_n = [], 0
-            self._submit(rest, last=True)
+            if self._proc is not None:
+                try:
+                    self._done = _or_none(self._proc.last(self._uid, rest, hints=(
+                        self._hints if not self.pieces else None)), "the final pass")
+                except EngineUnavailableError as exc:
+                    logger.warning("STT: the stream's final stands (%s)", exc)
+                    self._done = Future()
+                    self._done.set_result(None)
+            else:
+                self._done = Future()
+                self._submit(rest, last=True)
         return self._done
 
     def abort(self) -> None:
         self._failed = True                # pieces still queued are skipped
+        if self._proc is not None and self.pieces:
+            self._proc.drop(self._uid)
 
     def _submit(self, audio: np.ndarray, last: bool) -> None:
+        if self._proc is not None:         # a piece while the caller speaks (``finish``: the last)
+            self._proc.piece(self._uid, audio, hints=self._hints if not self.pieces else None)
+            self.pieces += 1
+            return
+        assert self._pool is not None
+        if not last:
+            self.pieces += 1
         with self._lock:
             self._queue.append((audio, last))
             if self._running:
@@ -273,23 +282,35 @@ class _FinalPass:
             self._run(audio, last)
 
     def _run(self, audio: np.ndarray, last: bool) -> None:
+        assert self._decoder is not None
         try:
-            if not self._failed and audio.size:
-                lp, self._state = self._model.piece_log_probs(torch.from_numpy(audio)[None], self._state)
-                lp = lp.cpu()
-                self._greedy.push(lp[:, : self._vocab])
-                if self._search is not None:
-                    self._search.push(lp[:, self._cols])
-                self.pieces += 1
+            if not self._failed:
+                self._decoder.piece(audio)
             if last:
                 assert self._done is not None
-                heard = self.pieces > 0 and not self._failed
-                self._done.set_result(search_result(self._search, self._greedy.text) if heard else None)
+                self._done.set_result(None if self._failed else self._decoder.result())
         except Exception:           # our bug: the stream's final is kept, the call goes on
             logger.exception("STT: the final pass failed; the stream's final stands")
             self._failed = True
             if last and self._done is not None and not self._done.done():
                 self._done.set_result(None)
+
+
+def _or_none(fut: Future, what: str) -> Future:
+    """``fut``'s result, or None (the stream's final stands) when it failed: one log line."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None:
+            logger.warning("STT: %s failed, the stream's final stands (%s)", what, f.exception())
+            out.set_result(None)
+        else:
+            out.set_result(f.result())
+
+    fut.add_done_callback(done)
+    return out
 
 
 class RecognizerUtterance:
@@ -313,16 +334,16 @@ class RecognizerUtterance:
         self._max_replay_samples = int(REPLAY_MAX_S * model_rate)
         self.replays = 0
         self._final: Recognition | None = None      # the final pass's, once taken
-        self._final_pass = _FinalPass(engine, hints) if engine.final_model is not None else None
+        self._final_pass = _FinalPass(engine, hints) if engine.has_final_pass else None
 
     @property
     def final_pass(self) -> bool:
         """True when this utterance's final comes from the engine's final pass."""
-        return self._engine.final_model is not None
+        return self._engine.has_final_pass
 
     def _new_stream(self) -> RecognizerStream:
         e = self._engine
-        beam = None if e.final_model is not None else e.beam   # the final pass searches instead
+        beam = None if e.has_final_pass else e.beam   # the final pass searches instead
         return RecognizerStream(e.runner, e.model.config, flush_s=e.flush_s, beam=beam, stride=e.stride,
                                 hints=self._hints)
 
@@ -508,17 +529,16 @@ class SSMSTTEngine:
                                              f"with `parley train stt`)") from exc
         self.model = model.eval().to(target)
         self.device = target
-        self.final_model: WhisperSTTModel | None = None
+        self.final_model: WhisperSTTModel | None = None   # the final pass in this process, or
+        self.final_proc: FinalPassProcess | None = None   # in a worker process (runner="process")
         self._final_pool: ThreadPoolExecutor | None = None
         final_dir = folder / FINAL_DIR
-        if final_pass or (final_pass is None and folder_of_model is not None
-                          and (final_dir / "config.json").exists()):
-            self.final_model = self._load_final(final_dir, target)
-            if self.final_model.config.phone_vocab_size != model.config.phone_vocab_size:
-                raise EngineUnavailableError(f"SSM STT: {final_dir} has "
-                                             f"{'no' if not self.final_model.config.phone_vocab_size else 'a'}"
-                                             f" phone head, the stream's model "
-                                             f"{'has' if model.config.phone_vocab_size else 'has not'}")
+        use_final = bool(final_pass or (final_pass is None and folder_of_model is not None
+                                        and (final_dir / "config.json").exists()))
+        if use_final and runner == "thread":
+            self.final_model = load_final_model(final_dir, target)
+            self._check_final(final_dir, self.final_model.config.phone_vocab_size,
+                              model.config.phone_vocab_size)
             # the pieces of every utterance of the process, one at a time (the beam searches
             # share the LM's and lexicon's caches, which the event loop used alone before)
             self._final_pool = ThreadPoolExecutor(1, thread_name_prefix="ssm-stt-final")
@@ -571,18 +591,40 @@ class SSMSTTEngine:
             self.runner.start()
         except SSMEngineError as exc:
             raise EngineUnavailableError(f"SSM STT runner failed to start: {exc}") from exc
+        if use_final and runner == "process":
+            self.final_proc = self._start_final(final_dir, decoder, lm_path, folder, beam_config)
+            self._check_final(final_dir, self.final_proc.phone_vocab_size,
+                              model.config.phone_vocab_size)
         self.load_s = time.perf_counter() - t0
 
+    @property
+    def has_final_pass(self) -> bool:
+        """Finals come from the final pass (in this process or a worker)."""
+        return self.final_model is not None or self.final_proc is not None
+
     @staticmethod
-    def _load_final(final_dir: Path, target: torch.device) -> WhisperSTTModel:
+    def _check_final(final_dir: Path, final_phones: int, stream_phones: int) -> None:
+        if bool(final_phones) != bool(stream_phones):
+            raise EngineUnavailableError(f"SSM STT: {final_dir} has {'a' if final_phones else 'no'} "
+                                         f"phone head, the stream's model "
+                                         f"{'has' if stream_phones else 'has not'}")
+
+    def _start_final(self, final_dir: Path, decoder: Decoder, lm_path: str | Path | None,
+                     folder: Path, beam_config: BeamConfig | None) -> FinalPassProcess:
+        """The final pass in its worker process, with the search this engine would run."""
+        lexicon = ""
+        if self.beam is not None and not isinstance(self.beam, CTCBeamSearch):
+            lexicon = str((folder / LEXICON_FILE).resolve())
+        kind = ("greedy" if self.beam is None else "phones" if decoder == "phone-beam" else "joint")
+        beam_json = json.dumps(dataclasses.asdict(beam_config or BeamConfig()))
+        proc = FinalPassProcess([str(final_dir.resolve()), str(Path(lm_path or folder / LM_FILE).resolve()),
+                                 lexicon, kind, beam_json])
         try:
-            final = load_recognizer(final_dir)
-        except SSMEngineError as exc:
-            raise EngineUnavailableError(f"SSM STT: the final-pass model failed to load: {exc}") from exc
-        if not isinstance(final, WhisperSTTModel) or final.config.features != "utterance":
-            raise EngineUnavailableError(f"SSM STT: {final_dir} is not a final-pass model (a "
-                                         f"recogniser trained on whole utterances)")
-        return final.eval().to(target)
+            proc.start()
+        except EngineUnavailableError as exc:
+            self.runner.stop()
+            raise EngineUnavailableError(f"SSM STT: the final pass did not start: {exc}") from exc
+        return proc
 
     @classmethod
     def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder = "beam", *,
@@ -618,6 +660,8 @@ class SSMSTTEngine:
 
     def close(self) -> None:
         self.runner.stop()
+        if self.final_proc is not None:
+            self.final_proc.stop()
         if self._final_pool is not None:
             self._final_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -4,7 +4,9 @@ from Whisper's encoding of the whole utterance at its end; the stream only makes
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
 import time
 
 import numpy as np
@@ -14,6 +16,7 @@ import torch
 from pipeline.engines import ssm_recognizer
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
 from pipeline.errors import EngineUnavailableError
+from ssm_engine.stt.hints import NO_HINTS, Hints
 from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel, save_whisper_stt
 from ssm_engine.stt.stream import decode_utterance
 from ssm_engine.stt.text import VOCAB
@@ -121,10 +124,10 @@ def test_a_long_utterance_is_encoded_in_pieces_while_the_caller_speaks(folder, m
                 utt.take(fut.result(timeout=30))
         final_pass = utt._final_pass
         deadline = time.monotonic() + 30
-        while final_pass.pieces < 3 and time.monotonic() < deadline:
+        while final_pass.decoded < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert final_pass.pieces >= 3       # encoded while the audio came, before the end
-        assert utt.finish_sync() == "b" and final_pass.pieces >= 4
+        assert final_pass.decoded >= 3      # encoded while the audio came, before the end
+        assert utt.finish_sync() == "b" and final_pass.decoded >= 4
     finally:
         engine.close()
 
@@ -211,5 +214,71 @@ def test_early_finals_are_off_by_default(folder):
         _push_all(utt, np.zeros(2400, np.int16))
         assert utt._final_pass.speculated == 0 and utt.finish_sync() == "b"
         assert not utt._final_pass.early_final
+    finally:
+        engine.close()
+
+
+# -- the final pass in a worker process (``parley serve``'s recogniser worker) -------------------
+def test_in_a_worker_process_the_final_is_the_same_as_in_a_thread(folder):
+    here = SSMSTTEngine(folder)                                # the joint beam over both heads
+    there = SSMSTTEngine(folder, runner="process")
+    try:
+        assert there.final_model is None and there.final_proc is not None
+        assert there.final_proc.pid != there.runner.pid
+        pcm = _speech(0.9)
+        hints = Hints(expect=frozenset({"yes_no"}))
+        for h in (NO_HINTS, hints):
+            a, b = here.open(8000, h), there.open(8000, h)
+            _push_all(a, pcm)
+            _push_all(b, pcm)
+            a.finish_sync()
+            b.finish_sync()
+            assert b.recognition == a.recognition and b.text != ""
+    finally:
+        here.close()
+        there.close()
+
+
+def test_in_a_worker_process_a_long_utterance_goes_in_pieces(folder, monkeypatch):
+    monkeypatch.setattr(ssm_recognizer, "FINAL_PIECE_S", 0.6)
+    monkeypatch.setattr(ssm_recognizer, "FINAL_CUT_SEARCH_S", 0.3)
+    engine = SSMSTTEngine(folder, decoder="greedy", runner="process")
+    try:
+        utt = engine.open(8000)
+        _push_all(utt, _speech(2.5))
+        assert utt._final_pass.pieces >= 3                     # handed over while the audio came
+        assert utt.finish_sync() == "b"
+    finally:
+        engine.close()
+
+
+def test_a_dead_final_pass_worker_keeps_the_streams_final_then_comes_back(folder, caplog):
+    engine = SSMSTTEngine(folder, decoder="greedy", runner="process")
+    try:
+        proc = engine.final_proc
+        utt = engine.open(8000)
+        _push_all(utt, _speech(0.6))
+        os.kill(proc.pid, signal.SIGKILL)
+        with caplog.at_level(logging.WARNING):
+            assert utt.finish_sync() == "h"                    # the stream's final stands
+        assert "the stream's final stands" in caplog.text
+        deadline = time.monotonic() + 60
+        while (proc.workers_up == 0 or proc.restarts == 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.restarts == 1
+        assert engine.transcribe(_speech(0.6), 8000) == "b"    # the replacement decodes again
+    finally:
+        engine.close()
+
+
+def test_in_a_worker_process_early_finals_work(folder, monkeypatch):
+    monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 4)
+    engine = SSMSTTEngine(folder, decoder="greedy", runner="process")
+    try:
+        utt = engine.open(8000)
+        _push_all(utt, _speech(1.0))
+        _push_all(utt, np.zeros(2400, np.int16))
+        assert utt._final_pass.speculated == 1
+        assert utt.finish_sync() == "b" and utt._final_pass.early_final
     finally:
         engine.close()
