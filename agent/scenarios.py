@@ -44,8 +44,8 @@ from agent.console import AgentConsole
 from agent.errors import AgentError, ScenarioError
 from agent.spec import AgentSpec, load_spec
 
-__all__ = ["Expect", "Scenario", "ScenarioResult", "Suite", "junit_xml", "load_scenarios",
-           "run_scenario", "run_suite"]
+__all__ = ["Expect", "Scenario", "ScenarioResult", "Suite", "goal_met", "has_goal", "judge", "junit_xml",
+           "load_scenarios", "run_scenario", "run_suite"]
 
 
 @dataclass(frozen=True)
@@ -236,12 +236,12 @@ def load_scenarios(path: str | os.PathLike, *, agent: str | os.PathLike | None =
     return Suite(p, spec, tuple(scenarios), tools)
 
 
-def _has_goal(expect: Expect) -> bool:
+def has_goal(expect: Expect) -> bool:
     """Whether the scenario names something to get done (slots, tools, a transfer)."""
     return bool(expect.slots or expect.tools or expect.transfer)
 
 
-def _goal_met(expect: Expect, slots: dict[str, str], events: list[dict[str, Any]]) -> bool:
+def goal_met(expect: Expect, slots: dict[str, str], events: list[dict[str, Any]]) -> bool:
     return not _goal_failures(expect, slots, events)
 
 
@@ -267,6 +267,25 @@ def _goal_failures(expect: Expect, slots: dict[str, str], events: list[dict[str,
         out.append(f"expected a transfer to {expect.transfer!r}; got "
                    f"{[t.get('handoff') for t in transfers] or 'none'}")
     return out
+
+
+def judge(expect: Expect, *, slots: dict[str, str], events: list[dict[str, Any]], said: list[str],
+          ended: bool, turns: int) -> list[str]:
+    """What a finished call did against what the scenario expects -> the failures (none: passed).
+    ``events``: the call's ``tool_call`` and ``transfer`` events (as records hold them); ``said``:
+    the agent's words; ``turns``: the caller's turns by the goal (or in all)."""
+    failures = _goal_failures(expect, slots, events)
+    if expect.ended is not None and ended is not expect.ended:
+        failures.append("expected the call to end; it did not" if expect.ended
+                        else "expected the call to go on; it ended")
+    words = " ".join(" ".join(said).lower().split())
+    failures += [f"never said {p!r}" for p in expect.said
+                 if " ".join(p.lower().split()) not in words]
+    failures += [f"said {p!r}" for p in expect.never_said
+                 if " ".join(p.lower().split()) in words]
+    if expect.max_turns is not None and turns > expect.max_turns:
+        failures.append(f"took {turns} turns; at most {expect.max_turns} allowed")
+    return failures
 
 
 async def run_scenario(suite: Suite, scenario: Scenario, *,
@@ -297,24 +316,13 @@ async def run_scenario(suite: Suite, scenario: Scenario, *,
             said += turn.said
             events += turn.events
             result.transcript += [f"agent: {t}" for t in turn.said]
-            if result.goal_turn is None and _has_goal(scenario.expect) \
-                    and _goal_met(scenario.expect, console.slots, events):
+            if result.goal_turn is None and has_goal(scenario.expect) \
+                    and goal_met(scenario.expect, console.slots, events):
                 result.goal_turn = result.turns
         ended = console.ended
         slots = dict(console.slots)
-    expect = scenario.expect
-    result.failures += _goal_failures(expect, slots, events)
-    if expect.ended is not None and ended is not expect.ended:
-        result.failures.append("expected the call to end; it did not" if expect.ended
-                               else "expected the call to go on; it ended")
-    words = " ".join(" ".join(said).lower().split())
-    result.failures += [f"never said {p!r}" for p in expect.said
-                        if " ".join(p.lower().split()) not in words]
-    result.failures += [f"said {p!r}" for p in expect.never_said
-                        if " ".join(p.lower().split()) in words]
-    if expect.max_turns is not None and (result.goal_turn or result.turns) > expect.max_turns:
-        result.failures.append(f"took {result.goal_turn or result.turns} turns; at most "
-                               f"{expect.max_turns} allowed")
+    result.failures += judge(scenario.expect, slots=slots, events=events, said=said, ended=ended,
+                             turns=result.goal_turn or result.turns)
     result.duration_s = time.perf_counter() - started
     return result
 
