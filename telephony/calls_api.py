@@ -79,16 +79,25 @@ class CallsApi:
             task.cancel()
         await asyncio.gather(*self._dialling, return_exceptions=True)
 
-    async def post(self, request: web.Request) -> web.Response:
+    def authorize(self, request: web.Request) -> web.Response | None:
+        """The refusal of a request without the API's bearer token (None: it has it). The
+        campaigns' routes ask this too: one token for every route that places calls."""
+        route = f"{request.method} {request.path}"
         if not self.token:
-            return _json_error(404, "POST /calls is off: start parley serve with --api-token (or PARLEY_API_TOKEN)")
+            return _json_error(404, f"{route} is off: start parley serve with --api-token (or PARLEY_API_TOKEN)")
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             if self._log_limit(f"token:{request.remote}"):
-                log.warning("refused POST /calls from %s: %s bearer token (further refusals from it are logged "
-                            "once a minute)", request.remote, "wrong" if given else "no")
+                log.warning("refused %s from %s: %s bearer token (further refusals from it are logged "
+                            "once a minute)", route, request.remote, "wrong" if given else "no")
             return web.json_response({"error": "a bearer token is needed: Authorization: Bearer TOKEN"}, status=401,
                                      headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    async def post(self, request: web.Request) -> web.Response:
+        unauthorized = self.authorize(request)
+        if unauthorized is not None:
+            return unauthorized
         try:
             body = await self._body(request)
             to, from_, params = self._fields(body)
