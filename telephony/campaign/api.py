@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -34,6 +33,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from pipeline.campaigns import CampaignState, CampaignStore
+from telephony.calls_api import read_json_object
 from telephony.campaign.book import open_campaign
 from telephony.campaign.config import CampaignConfig
 from telephony.campaign.contacts import is_target, normal_target, parse_contacts
@@ -132,21 +132,8 @@ class CampaignsApi:
         task.add_done_callback(ended)
 
     async def _body(self, request: web.Request) -> dict:
-        if (request.content_length or 0) > MAX_BODY_BYTES:
-            raise ValueError(f"the body is over {MAX_BODY_BYTES} bytes")
-        try:
-            async with asyncio.timeout(BODY_TIMEOUT_S):
-                raw = await request.content.read(MAX_BODY_BYTES + 1)
-        except TimeoutError:
-            raise ValueError(f"the body did not come within {BODY_TIMEOUT_S:.0f} s") from None
-        if len(raw) > MAX_BODY_BYTES:
-            raise ValueError(f"the body is over {MAX_BODY_BYTES} bytes")
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"the body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ValueError("the body is not a JSON object")
+        body = await read_json_object(request, MAX_BODY_BYTES, BODY_TIMEOUT_S,
+                                      '{"name": ..., "contacts": "to,timezone\\n...", ...}')
         unknown = sorted(set(body) - set(FIELDS))
         if unknown:
             raise ValueError(f"unknown field {unknown[0][:40]!r} (fields: {', '.join(FIELDS)})")
@@ -173,14 +160,22 @@ class CampaignsApi:
             raise ValueError("'from' is missing: calling phone numbers needs a number of the Twilio account")
         return config, contacts, frozenset(normal_target(d) for d in dnc), name
 
-    async def status(self, request: web.Request) -> web.Response:
+    async def _named(self, request: web.Request) -> tuple[web.Response | None, Any, str, Any]:
+        """The gate, then the campaign the path names (404 when there is none): refusal, store,
+        name, its row."""
         refusal, store = self._gate(request)
-        if refusal is not None:
-            return refusal
         name = request.match_info["name"]
+        if refusal is not None:
+            return refusal, None, name, None
         row = await asyncio.to_thread(store.campaign_get, name)
         if row is None:
-            return _error(404, f"no campaign {name[:64]!r}")
+            return _error(404, f"no campaign {name[:64]!r}"), None, name, None
+        return None, store, name, row
+
+    async def status(self, request: web.Request) -> web.Response:
+        refusal, store, name, row = await self._named(request)
+        if refusal is not None:
+            return refusal
         contacts = await asyncio.to_thread(store.campaign_contacts, name)
         outcomes = Counter(c.outcome or c.state.value for c in contacts)
         return web.json_response({"name": name, "state": row.state.value, "running_here": name in self.runners,
@@ -188,25 +183,18 @@ class CampaignsApi:
                                   "outcomes": dict(outcomes)})
 
     async def stop_one(self, request: web.Request) -> web.Response:
-        refusal, store = self._gate(request)
+        refusal, store, name, _ = await self._named(request)
         if refusal is not None:
             return refusal
-        name = request.match_info["name"]
-        if await asyncio.to_thread(store.campaign_get, name) is None:
-            return _error(404, f"no campaign {name[:64]!r}")
         await asyncio.to_thread(store.campaign_set_state, name, CampaignState.STOPPED)
         if name in self.runners:
             self.runners[name][0].stop()
         return web.json_response({"name": name, "state": "stopped"}, status=202)
 
     async def resume(self, request: web.Request) -> web.Response:
-        refusal, store = self._gate(request)
+        refusal, store, name, row = await self._named(request)
         if refusal is not None:
             return refusal
-        name = request.match_info["name"]
-        row = await asyncio.to_thread(store.campaign_get, name)
-        if row is None:
-            return _error(404, f"no campaign {name[:64]!r}")
         if name in self.runners:
             return _error(409, f"campaign {name!r} is running here already")
         agent = row.config.get("agent")
@@ -215,12 +203,9 @@ class CampaignsApi:
         return web.json_response({"name": name, "state": "running"}, status=202)
 
     async def results(self, request: web.Request) -> web.Response:
-        refusal, store = self._gate(request)
+        refusal, store, name, _ = await self._named(request)
         if refusal is not None:
             return refusal
-        name = request.match_info["name"]
-        if await asyncio.to_thread(store.campaign_get, name) is None:
-            return _error(404, f"no campaign {name[:64]!r}")
         rows = await asyncio.to_thread(campaign_results, self._results_store(store), name)
         if request.query.get("format", "json") == "csv":
             out = io.StringIO()
