@@ -26,6 +26,8 @@ examples:
   parley serve --sip-port 5060          # also answer SIP trunks (loopback callers by default;
                                         # without TWILIO_AUTH_TOKEN: SIP and the browser page only)
   parley dial sip:alice@198.51.100.7 --agent agent/examples/receptionist.yaml   # call out over SIP
+  parley campaign run contacts.csv --from +15550100 --public-url https://parley.example.com
+                                        # call a list of contacts (windows, caps, retries, resume)
   parley calls list                     # call records; parley calls show CALL_SID
   parley chat --agent agent/examples/receptionist.yaml   # talk to an agent in text (#1 presses 1)
   parley test agent/examples/receptionist.scenarios.yaml   # scenario tests (--junit FILE for CI)
@@ -61,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pipeline.say_cli import register_cli as register_say
     from ssm_engine.tts.cli import register_cli as register_tts
     from deploy.dial_cli import register_cli as register_dial
+    from deploy.campaign_cli import register_cli as register_campaign
     from deploy.serve_args import register_cli as register_serve
 
     parser = OneLineParser(
@@ -73,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_serve(sub)  # parley serve
     register_dial(sub)  # parley dial (an outbound SIP call)
+    register_campaign(sub)  # parley campaign (outbound campaigns)
     register_calls(sub)
     register_chat(sub)  # parley chat (an agent in text)
     register_test(sub)  # parley test (scenario tests for agents)

@@ -9,6 +9,8 @@ each call as Twilio would, against a real parley server.
         twilio.scenarios.append(Scenario(answer="busy"))  # how the next call goes (default: a person answers)
         ... parley places a call with api_base=twilio.base_url ...
         call = await twilio.next_call()               # a StandInCall, once it is over (call.report: what was heard)
+        twilio.scenario_for = lambda form: Scenario(answer="busy") if form["To"].endswith("7") else Scenario()
+        twilio.max_in_flight                          # the most calls it had going at once
 
 What it implements: ``POST /2010-04-01/Accounts/{AccountSid}/Calls.json`` (HTTP basic auth with the
 account SID and auth token: 401 otherwise, 404 for another account) taking To, From, Url (or Twiml),
@@ -24,6 +26,13 @@ as Twilio shapes them (``{"code", "message", "more_info", "status"}``). Then it 
    stream opened by the scripted Twilio caller (``harness.callers.twilio``) with the TwiML's
    ``<Parameter>``s as its customParameters; the answering-machine callback (``AnsweredBy``)
    ``amd_delay_s`` after the answer; and, when the caller hangs up, ``completed`` with CallDuration.
+   A scenario with ``stream=False`` is a short call without media: answered, the answering-machine
+   callback, then ``completed`` ``talk_s`` later (many calls, no agent running: campaigns' tests).
+
+``GET .../Calls/{CallSid}.json`` answers the call's current ``status`` and ``answered_by``; ``GET
+.../Calls.json?To=...`` lists the calls to a number, newest first. A status
+callback that parley does not answer (its process killed) is noted with HTTP status 0 and the call
+goes on, as Twilio's does.
 
 Every callback is signed as Twilio signs it (X-Twilio-Signature: HMAC-SHA1 of the URL and the
 sorted form, base64, keyed by the auth token); ``StandInCall.callbacks`` keeps what parley
@@ -39,6 +48,7 @@ import logging
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 from xml.etree import ElementTree
@@ -57,6 +67,7 @@ log = logging.getLogger(__name__)
 
 IO_TIMEOUT_S = 5.0
 Answer = Literal["human", "busy", "no-answer", "failed"]
+FINAL = ("completed", "busy", "no-answer", "failed")
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,8 @@ class Scenario:
     utterances: tuple[CallerUtterance, ...] = ()   # what the callee says (after the greeting)
     greeting_quiet_s: float = 5.0
     call_timeout_s: float = 30.0
+    stream: bool = True               # False: answered without opening a media stream
+    talk_s: float = 0.2               # with stream=False: answered to completed
 
 
 @dataclass
@@ -90,6 +103,8 @@ class StandInCall:
     stream_params: dict[str, str] = field(default_factory=dict)
     callbacks: list[tuple[str, str, int]] = field(default_factory=list)  # (kind, status or AnsweredBy, HTTP status)
     report: CallReport | None = None
+    status: str = "queued"
+    created: str = field(default_factory=lambda: time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime()))
     error: str | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -106,6 +121,9 @@ class TwilioRestStandIn:
         self.scenarios: deque[Scenario] = deque()
         self.calls: list[StandInCall] = []
         self.requests: list[int] = []   # the HTTP status each create request got, in order
+        self.scenario_for: Callable[[dict[str, str]], Scenario] | None = None   # before ``scenarios``
+        self.in_flight = 0              # calls created and not yet over
+        self.max_in_flight = 0
         self._finished: asyncio.Queue[StandInCall] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
         self._runner: web.AppRunner | None = None
@@ -117,6 +135,8 @@ class TwilioRestStandIn:
     async def start(self) -> int:
         app = web.Application()
         app.router.add_post("/2010-04-01/Accounts/{account}/Calls.json", self._create)
+        app.router.add_get("/2010-04-01/Accounts/{account}/Calls/{sid}.json", self._fetch)
+        app.router.add_get("/2010-04-01/Accounts/{account}/Calls.json", self._list)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
@@ -152,6 +172,10 @@ class TwilioRestStandIn:
                                   "more_info": f"https://www.twilio.com/docs/errors/{code}"},
                                  status=status, headers=headers)
 
+    @staticmethod
+    def _get_error(status: int, code: int, message: str) -> web.Response:
+        return web.json_response({"code": code, "message": message, "status": status}, status=status)
+
     def _authorized(self, request: web.Request) -> bool:
         token = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode("ascii")
         return hmac.compare_digest(request.headers.get("Authorization", "").encode(), f"Basic {token}".encode())
@@ -171,9 +195,14 @@ class TwilioRestStandIn:
                 return self._error(400, 21201 if name == "To" else 21603, f"A '{name}' phone number is required.")
         if not form.get("Url") and not form.get("Twiml"):
             return self._error(400, 21205, "Url or Twiml is required.")
-        call = StandInCall(sid="CA" + secrets.token_hex(16), form=form,
-                           scenario=self.scenarios.popleft() if self.scenarios else Scenario())
+        if self.scenario_for is not None:
+            scenario = self.scenario_for(form)
+        else:
+            scenario = self.scenarios.popleft() if self.scenarios else Scenario()
+        call = StandInCall(sid="CA" + secrets.token_hex(16), form=form, scenario=scenario)
         self.calls.append(call)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self.requests.append(201)
         task = asyncio.get_running_loop().create_task(self._play(call), name=f"stand-in-{call.sid}")
         self._tasks.add(task)
@@ -184,6 +213,26 @@ class TwilioRestStandIn:
             "status": "queued", "direction": "outbound-api", "api_version": "2010-04-01",
             "date_created": now, "date_updated": now, "start_time": None, "end_time": None, "duration": None,
             "uri": f"/2010-04-01/Accounts/{self.account_sid}/Calls/{call.sid}.json"}, status=201)
+
+    def _resource(self, call: StandInCall) -> dict[str, object]:
+        answered = call.status in ("in-progress", "completed") and call.scenario.answer == "human"
+        return {"sid": call.sid, "status": call.status, "to": call.form["To"], "from": call.form["From"],
+                "date_created": call.created, "answered_by": call.scenario.answered_by if answered else None}
+
+    async def _fetch(self, request: web.Request) -> web.Response:
+        if not self._authorized(request) or request.match_info["account"] != self.account_sid:
+            return self._get_error(401, 20003, "Authenticate")
+        call = next((c for c in self.calls if c.sid == request.match_info["sid"]), None)
+        if call is None:
+            return self._get_error(404, 20404, "The requested resource was not found")
+        return web.json_response(self._resource(call))
+
+    async def _list(self, request: web.Request) -> web.Response:
+        if not self._authorized(request) or request.match_info["account"] != self.account_sid:
+            return self._get_error(401, 20003, "Authenticate")
+        to = request.query.get("To")
+        calls = [self._resource(c) for c in reversed(self.calls) if to is None or c.form["To"] == to]
+        return web.json_response({"calls": calls, "page": 0, "page_size": len(calls)})
 
     # -- playing the call ----------------------------------------------------------------------
 
@@ -198,13 +247,19 @@ class TwilioRestStandIn:
 
     async def _status(self, http: aiohttp.ClientSession, call: StandInCall, event: str, status: str,
                       **extra: str) -> None:
+        if event == "completed" and call.status not in FINAL:
+            self.in_flight -= 1        # over once Twilio says so, before parley has heard it
+        call.status = status
         url = call.form.get("StatusCallback")
         if not url or event not in call.form.get("StatusCallbackEvent", "completed").split():
             return
         form = self._base_form(call, status) | {"CallbackSource": "call-progress-events",
                                                 "SequenceNumber": str(len(call.callbacks)),
                                                 "Timestamp": time.strftime("%a, %d %b %Y %H:%M:%S +0000"), **extra}
-        code, _ = await self._signed_post(http, url, form)
+        try:
+            code, _ = await self._signed_post(http, url, form)
+        except (aiohttp.ClientError, TimeoutError):
+            code = 0                   # nobody listening (parley killed): Twilio goes on with the call
         call.callbacks.append(("status", status, code))
 
     async def _play(self, call: StandInCall) -> None:
@@ -218,11 +273,17 @@ class TwilioRestStandIn:
                     extra = {"SipResponseCode": {"busy": "486", "no-answer": "487", "failed": "404"}[scenario.answer]}
                     await self._status(http, call, "completed", scenario.answer, CallDuration="0", **extra)
                     return
-                await self._answer(http, call)
+                if scenario.stream:
+                    await self._answer(http, call)
+                else:
+                    await self._talk(http, call)
         except (aiohttp.ClientError, TimeoutError, CallerError, ElementTree.ParseError) as exc:
             call.error = f"{type(exc).__name__}: {exc}"
             log.warning("[%s] stand-in call broke off: %s", call.sid, call.error)
         finally:
+            if call.status not in FINAL:   # broke off (or cancelled): over, as failed
+                call.status = "failed"
+                self.in_flight -= 1
             call.done.set()
             self._finished.put_nowait(call)
 
@@ -255,6 +316,17 @@ class TwilioRestStandIn:
                 await amd
         await self._status(http, call, "completed", "completed",
                            CallDuration=str(max(1, round(time.monotonic() - answered_at))))
+
+    async def _talk(self, http: aiohttp.ClientSession, call: StandInCall) -> None:
+        """Answered, no media: the answered and answering-machine callbacks, then completed."""
+        await self._status(http, call, "answered", "in-progress")
+        if call.form.get("MachineDetection") and call.form.get("AsyncAmdStatusCallback"):
+            try:
+                await self._amd(http, call)
+            except (aiohttp.ClientError, TimeoutError):
+                call.callbacks.append(("amd", call.scenario.answered_by, 0))
+        await asyncio.sleep(max(0.0, call.scenario.talk_s - call.scenario.amd_delay_s))
+        await self._status(http, call, "completed", "completed", CallDuration=str(max(1, round(call.scenario.talk_s))))
 
     async def _amd(self, http: aiohttp.ClientSession, call: StandInCall) -> None:
         await asyncio.sleep(call.scenario.amd_delay_s)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pipeline.campaigns import CampaignStore
 from pipeline.outbox import Outbox
 
 
@@ -116,9 +117,9 @@ class MemoryCallStore:
             return list(self._calls.values())
 
 
-class DurableCallStore(CallStore, Outbox, Protocol):
-    """A store that outlives the process (SQLite, PostgreSQL), with the webhooks' outbox beside
-    the records (``pipeline.outbox``)."""
+class DurableCallStore(CallStore, Outbox, CampaignStore, Protocol):
+    """A store that outlives the process (SQLite, PostgreSQL), with the webhooks' outbox
+    (``pipeline.outbox``) and the outbound campaigns (``pipeline.campaigns``) beside the records."""
 
     def list(self, limit: int | None = None) -> list[CallRecord]: ...
     def close(self) -> None: ...

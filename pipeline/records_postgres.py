@@ -20,7 +20,8 @@ The post-call webhooks' durable outbox (:class:`pipeline.outbox.Outbox`, migrati
 of the same database. Its calls are few (one event a call) and come from the webhook sender's
 worker thread, never the event loop: they go to the database at once, under the connection's
 lock, and a claim takes rows with ``FOR UPDATE SKIP LOCKED``, so servers sharing the database
-never hold one delivery at once.
+never hold one delivery at once. The outbound campaigns' state (:mod:`pipeline.campaigns`,
+migration 3) lives there too, written at once under the same lock.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import threading
 import time
 
+from pipeline.campaigns import CampaignTables, campaign_schema
 from pipeline.errors import PipelineError
 from pipeline.outbox import OUTBOX_COLUMNS, OutboxItem, OutboxItems
 from pipeline.records import CallRecord
@@ -77,6 +79,8 @@ MIGRATIONS = (
     CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox (next_at)
         WHERE delivered_at IS NULL AND failed_at IS NULL;
     """,
+    # 3: outbound campaigns and their contacts
+    campaign_schema(real="DOUBLE PRECISION"),
 )
 RETRY_S = 1.0
 MIGRATION_LOCK = int.from_bytes(b"parley")     # pg_advisory_xact_lock key
@@ -91,8 +95,10 @@ def is_postgres_url(where: str) -> bool:
     return where.startswith(("postgresql://", "postgres://"))
 
 
-class PostgresCallStore:
+class PostgresCallStore(CampaignTables):
     """A durable, thread-safe :class:`pipeline.records.CallStore` on PostgreSQL (psycopg 3)."""
+
+    _PH = "%s"
 
     def __init__(self, dsn: str, *, owner: str | None = None, connect_timeout_s: float = 5.0):
         try:
@@ -232,12 +238,13 @@ class PostgresCallStore:
     # --- Outbox (pipeline.outbox) -----------------------------------------------------------
 
     @contextlib.contextmanager
-    def _outbox(self):
+    def _outbox(self, what: str = "webhook outbox"):
+        """The connection, locked, for the outbox's (or the campaigns') statements."""
         with self._db_lock:
             try:
                 yield self._live()
             except self._psycopg.Error as exc:
-                raise PipelineError(f"PostgreSQL {self.dsn_shown}: webhook outbox: {_why(exc)}") from exc
+                raise PipelineError(f"PostgreSQL {self.dsn_shown}: {what}: {_why(exc)}") from exc
 
     def outbox_add(self, item: OutboxItem) -> bool:
         with self._outbox() as db:
@@ -281,6 +288,16 @@ class PostgresCallStore:
                              "WHERE delivery_id = %s", (delivery_id,)).fetchone()
         return None if row is None else dict(zip(("attempts", "next_at", "delivered_at", "failed_at",
                                                   "last_error"), row))
+
+    # --- Campaigns (pipeline.campaigns) ---------------------------------------------------------
+
+    def _campaign_db(self):
+        return self._outbox("campaigns")
+
+    @contextlib.contextmanager
+    def _campaign_tx(self):
+        with self._campaign_db() as db, db.transaction():
+            yield db
 
     # --- the writer thread ------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ whose owner on this host is gone: ``end_reason`` "server stopped", ``ended_at`` 
 
 Rows are written and read back by ``records_codec`` (shared with the PostgreSQL store): columns
 for what is searched or sorted, JSON for the rest. The same database holds the post-call webhooks'
-durable outbox (``webhook_outbox``, :class:`pipeline.outbox.Outbox`; schema 3).
+durable outbox (``webhook_outbox``, :class:`pipeline.outbox.Outbox`; schema 3) and the outbound
+campaigns' state (``campaigns``, ``campaign_contacts``, :mod:`pipeline.campaigns`; schema 4).
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ import logging
 import os
 import sqlite3
 import threading
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.campaigns import CampaignTables, campaign_schema
 from pipeline.errors import PipelineError
 from pipeline.outbox import OUTBOX_COLUMNS, OutboxItem, OutboxItems
 from pipeline.records import CallRecord
@@ -37,7 +41,7 @@ __all__ = ["SQLiteCallStore"]
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
     call_sid   TEXT PRIMARY KEY,
@@ -70,10 +74,10 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
 );
 CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox (next_at)
     WHERE delivered_at IS NULL AND failed_at IS NULL;
-"""
+""" + campaign_schema(real="REAL")
 
 
-class SQLiteCallStore:
+class SQLiteCallStore(CampaignTables):
     """A durable, thread-safe :class:`pipeline.records.CallStore`."""
 
     def __init__(self, path: str | os.PathLike, *, timeout_s: float = 5.0, owner: str | None = None):
@@ -212,6 +216,27 @@ class SQLiteCallStore:
             return self._db.execute(sql, args)
         except sqlite3.Error as exc:
             raise PipelineError(f"{self.path}: webhook outbox: {exc}") from exc
+
+    # --- Campaigns (pipeline.campaigns) ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _campaign_db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.Error as exc:
+                raise PipelineError(f"{self.path}: campaigns: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _campaign_tx(self) -> Iterator[sqlite3.Connection]:
+        with self._campaign_db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     # --- internals ------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from telephony.sip.dialer import resolve_destination
 from telephony.sip.server import new_call_id
 from telephony.twilio.outbound import OutboundCalls, TwilioDialRequest, is_phone_number, masked
 
-__all__ = ["AGENT_PARAM", "AgentLoader", "CallsApi", "MAX_BODY_BYTES"]
+__all__ = ["AGENT_PARAM", "AgentLoader", "CallsApi", "MAX_BODY_BYTES", "read_json_object"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,27 @@ AgentLoader = Callable[[str], Awaitable[str]]
 """Loads the agent a request names (once) and returns the key calls carry in ``AGENT_PARAM``,
 by which the server's agent factory picks it; ValueError (its message said to the client) when
 there is no such agent."""
+
+
+async def read_json_object(request: web.Request, max_bytes: int, timeout_s: float, shape: str) -> dict:
+    """A request's body, a JSON object of at most ``max_bytes`` come within ``timeout_s``; else
+    ValueError, one line for the client (``shape``: what the object should look like)."""
+    if (request.content_length or 0) > max_bytes:
+        raise ValueError(f"the body is over {max_bytes} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.content.read(max_bytes + 1)
+    except TimeoutError:
+        raise ValueError(f"the body did not come within {timeout_s:.0f} s") from None
+    if len(raw) > max_bytes:
+        raise ValueError(f"the body is over {max_bytes} bytes")
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ValueError(f"the body is not a JSON object: {shape}")
+    return body
 
 
 def _json_error(status: int, message: str) -> web.Response:
@@ -79,16 +100,25 @@ class CallsApi:
             task.cancel()
         await asyncio.gather(*self._dialling, return_exceptions=True)
 
-    async def post(self, request: web.Request) -> web.Response:
+    def authorize(self, request: web.Request) -> web.Response | None:
+        """The refusal of a request without the API's bearer token (None: it has it). The
+        campaigns' routes ask this too: one token for every route that places calls."""
+        route = f"{request.method} {request.path}"
         if not self.token:
-            return _json_error(404, "POST /calls is off: start parley serve with --api-token (or PARLEY_API_TOKEN)")
+            return _json_error(404, f"{route} is off: start parley serve with --api-token (or PARLEY_API_TOKEN)")
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             if self._log_limit(f"token:{request.remote}"):
-                log.warning("refused POST /calls from %s: %s bearer token (further refusals from it are logged "
-                            "once a minute)", request.remote, "wrong" if given else "no")
+                log.warning("refused %s from %s: %s bearer token (further refusals from it are logged "
+                            "once a minute)", route, request.remote, "wrong" if given else "no")
             return web.json_response({"error": "a bearer token is needed: Authorization: Bearer TOKEN"}, status=401,
                                      headers={"WWW-Authenticate": "Bearer"})
+        return None
+
+    async def post(self, request: web.Request) -> web.Response:
+        unauthorized = self.authorize(request)
+        if unauthorized is not None:
+            return unauthorized
         try:
             body = await self._body(request)
             to, from_, params = self._fields(body)
@@ -110,22 +140,8 @@ class CallsApi:
         return await self._dial_twilio(to, from_, params)
 
     async def _body(self, request: web.Request) -> dict:
-        if (request.content_length or 0) > MAX_BODY_BYTES:
-            raise ValueError(f"the body is over {MAX_BODY_BYTES} bytes")
-        try:
-            async with asyncio.timeout(BODY_TIMEOUT_S):
-                raw = await request.content.read(MAX_BODY_BYTES + 1)
-        except TimeoutError:
-            raise ValueError(f"the body did not come within {BODY_TIMEOUT_S:.0f} s") from None
-        if len(raw) > MAX_BODY_BYTES:
-            raise ValueError(f"the body is over {MAX_BODY_BYTES} bytes")
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"the body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ValueError('the body is not a JSON object: {"to": ..., "from": ..., "agent": ..., "params": {...}}')
-        return body
+        return await read_json_object(request, MAX_BODY_BYTES, BODY_TIMEOUT_S,
+                                      '{"to": ..., "from": ..., "agent": ..., "params": {...}}')
 
     @staticmethod
     def _fields(body: dict) -> tuple[str, str | None, dict[str, str]]:

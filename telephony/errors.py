@@ -10,6 +10,8 @@
      ├── SignatureError            a missing or invalid X-Twilio-Signature
      ├── ConfigError               an invalid setting (a pacer's lead, a jitter buffer's depth)
      ├── PlacementError            a call that cannot be placed: a bad number, Twilio refusing it
+     ├── CampaignError             an outbound campaign that cannot run (telephony.campaign)
+     │    └── ContactsError        a contacts file refused: every problem, one line each
      └── SipError                  everything SIP (tree in telephony.sip.errors)
 
 Foreign exceptions (json, binascii, websockets, aiohttp) are translated once, at
@@ -18,7 +20,8 @@ the boundary, with ``raise X from exc``.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HandshakeError", "PlacementError", "ProtocolError", "SignatureError", "TelephonyError"]
+__all__ = ["CampaignError", "ConfigError", "ContactsError", "HandshakeError", "PlacementError", "ProtocolError",
+           "SignatureError", "TelephonyError"]
 
 
 class TelephonyError(Exception):
@@ -43,8 +46,23 @@ class ConfigError(TelephonyError, ValueError):
 
 class PlacementError(TelephonyError):
     """A call that cannot be placed: a bad request, or Twilio refusing or not answering the
-    create-call request. ``status`` is Twilio's HTTP status (None: no answer, or never asked)."""
+    create-call request. ``status`` is Twilio's HTTP status (None: no answer, or never asked);
+    ``maybe_placed``: the request may have reached Twilio (it timed out), so the call may exist."""
 
-    def __init__(self, message: str, *, status: int | None = None):
+    def __init__(self, message: str, *, status: int | None = None, maybe_placed: bool = False):
         super().__init__(message)
         self.status = status
+        self.maybe_placed = maybe_placed
+
+
+class CampaignError(TelephonyError):
+    """An outbound campaign that cannot run: a bad setting, a name taken by other contacts."""
+
+
+class ContactsError(CampaignError):
+    """A contacts (or do-not-call) file refused before any call: ``problems`` holds one line
+    each, ``FILE:LINE: what is wrong``, every problem found, not only the first."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems

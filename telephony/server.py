@@ -5,6 +5,8 @@ Routes:
     GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
     POST /calls             place a call, Twilio or SIP (bearer token: ``api_token``; telephony.calls_api)
+    POST /campaigns         run an outbound campaign here; GET, stop, resume, results (same token;
+                            telephony.campaign.api)
     POST /twilio/dial-status  Twilio's status and answering-machine callbacks on calls we placed (signed)
     GET  /healthz           200 while taking calls, 503 once draining
     GET  /metrics           Prometheus text format: live calls, per-turn latencies and audio
@@ -63,6 +65,8 @@ from telephony.twilio.rest import TwilioCallControl, handoff_twiml
 from telephony.twilio.twiml import params_from_query, stream_twiml
 from telephony.twilio.outbound import OutboundCalls, TwilioDialer
 from telephony.calls_api import AgentLoader, CallsApi
+from telephony.campaign.api import CampaignsApi
+from telephony.campaign.placer import ServerPlacer
 from telephony.handoff import handoff_of
 from pipeline.frames import TransferCallFrame
 from pipeline.tracing import CallTracing
@@ -196,6 +200,11 @@ class CallServer:
             web.get("/favicon.ico", _no_icon),
         ])
         self.calls_api.register(self.app)
+        # outbound campaigns (POST /campaigns, same token), run here under this server's admission
+        self.campaigns_api = CampaignsApi(
+            store=self.store, authorize=self.calls_api.authorize, agents=agents,
+            placer=lambda key: ServerPlacer(self.outbound, lambda: self.sip, self.store, self.admission, agent_key=key))
+        self.campaigns_api.register(self.app)
         # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)
         self.webrtc = register_webrtc_routes(
             self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
@@ -241,6 +250,7 @@ class CallServer:
                           farewell=self.config.shutdown_farewell)
 
     async def stop(self) -> None:
+        await self.campaigns_api.stop()
         await self.calls_api.stop()
         if self._lag_task is not None:
             self._lag_task.cancel()

@@ -145,10 +145,12 @@ class TwilioDialer:
                 status, reply, retry_after = await self._post(form)
             except TimeoutError as exc:
                 raise PlacementError(f"{who}: Twilio did not answer in {self.timeout_s:g} s; not sent again, as "
-                                     "the call may have been placed") from exc
+                                     "the call may have been placed", maybe_placed=True) from exc
             except aiohttp.ClientConnectionError as exc:
                 if not isinstance(exc, aiohttp.ClientConnectorError) or attempt == self.max_attempts:
-                    raise PlacementError(f"{who}: Twilio could not be reached: {exc}") from exc
+                    # connected, then cut off: the request may have been taken
+                    raise PlacementError(f"{who}: Twilio could not be reached: {exc}",
+                                         maybe_placed=not isinstance(exc, aiohttp.ClientConnectorError)) from exc
                 status, reply, retry_after = 0, {"message": str(exc)}, None
             if 200 <= status < 300 and isinstance(reply.get("sid"), str):
                 return reply
@@ -172,6 +174,44 @@ class TwilioDialer:
             log.warning("%s: %s; try %d of %d in %.1f s", who, detail, attempt + 1, self.max_attempts, wait_s)
             await asyncio.sleep(wait_s)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def fetch(self, call_sid: str) -> dict[str, Any]:
+        """Twilio's resource for one call (``status``, ``answered_by``...); PlacementError when it
+        cannot be read. A campaign resumed after a crash asks how a call it placed went."""
+        return await self._get(f"{self.calls_url.removesuffix('.json')}/{call_sid}.json", f"call {call_sid}")
+
+    async def calls_to(self, to: str, since: float) -> list[dict[str, Any]]:
+        """The calls to ``to`` created at epoch second ``since`` or later (Twilio's list, filtered
+        by ``To``; its dates are RFC 2822). A campaign resumed after a crash between its claim and
+        Twilio's answer learns this way whether the call was placed."""
+        reply = await self._get(f"{self.calls_url}?{urlencode({'To': to, 'PageSize': '50'})}",
+                                f"calls to {masked(to)}")
+        calls = reply.get("calls")
+        if not isinstance(calls, list):
+            raise PlacementError(f"calls to {masked(to)}: Twilio's list has no 'calls'")
+        found = []
+        for call in calls:
+            try:
+                created = email.utils.parsedate_to_datetime(str(call.get("date_created"))).timestamp()
+            except (TypeError, ValueError):
+                continue
+            if created >= since - 1.0:   # its dates are whole seconds
+                found.append(call)
+        return found
+
+    async def _get(self, url: str, what: str) -> dict[str, Any]:
+        try:
+            async with aiohttp.ClientSession() as http, asyncio.timeout(self.timeout_s):
+                async with http.get(url, headers=self._headers) as resp:
+                    status, body = resp.status, await resp.read()
+            reply = json.loads(body) if body else {}
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PlacementError(f"{what}: Twilio could not be asked: {exc}") from exc
+        if not isinstance(reply, dict):
+            reply = {}
+        if status != 200:
+            raise PlacementError(f"{what}: Twilio answered {_detail(status, reply)}", status=status)
+        return reply
 
     async def _post(self, form: dict[str, str]) -> tuple[int, dict[str, Any], float | None]:
         async with aiohttp.ClientSession() as http, asyncio.timeout(self.timeout_s):
