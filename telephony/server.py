@@ -4,6 +4,8 @@ Routes:
     POST /twilio/voice      Twilio's voice webhook; answers TwiML <Connect><Stream> (signed)
     GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
+    GET  /ui/calls[/{sid}]  the call pages: the list, one call's timeline (telephony.timeline:
+                            behind ``api_token``; without one, open on a loopback address only)
     POST /calls             place a call, Twilio or SIP (bearer token: ``api_token``; telephony.calls_api)
     POST /twilio/dial-status  Twilio's status and answering-machine callbacks on calls we placed (signed)
     GET  /healthz           200 while taking calls, 503 once draining
@@ -64,6 +66,7 @@ from telephony.twilio.twiml import params_from_query, stream_twiml
 from telephony.twilio.outbound import OutboundCalls, TwilioDialer
 from telephony.calls_api import AgentLoader, CallsApi
 from telephony.handoff import handoff_of
+from telephony.timeline import CallPages, page_access
 from pipeline.frames import TransferCallFrame
 from pipeline.tracing import CallTracing
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
@@ -196,6 +199,11 @@ class CallServer:
             web.get("/favicon.ico", _no_icon),
         ])
         self.calls_api.register(self.app)
+        # the call pages (/ui/calls): the API token, else this machine only, else off
+        self.call_pages = CallPages(self.store, page_access(config.api_token, config.host),
+                                    recordings_dir=config.pipeline.recordings_dir,
+                                    secure_cookie=(config.public_url or "").startswith("https://"))
+        self.call_pages.register(self.app)
         # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)
         self.webrtc = register_webrtc_routes(
             self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
@@ -231,6 +239,7 @@ class CallServer:
         addresses = self._runner.addresses  # read the bound port back (port 0)
         self.port = int(addresses[0][1]) if addresses else self.config.port
         log.info("parley listening on http://%s:%d", self.config.host, self.port)
+        self.call_pages.log_mode(self.config.host)
         self._lag_task = asyncio.get_running_loop().create_task(self.loop_lag.run(), name="loop-lag")
         return self.port
 
