@@ -187,27 +187,32 @@ function showRecording(call, recording) {
   const player = $("player");
   player.src = recording.url;
   parleyCall.offset = recording.offset_s;
-  if (recording.waveform) drawWaveform(recording.waveform);
-  $("waveform").addEventListener("click", (event) => {
+  if (recording.waveform) {
+    $("waveform").hidden = false;
+    drawWaveform(recording.waveform, recording.offset_s);
+  }
+  $("waveform").addEventListener("click", (event) => {  // on the call's clock, as the axis below
     const box = event.currentTarget.getBoundingClientRect();
-    const duration = recording.waveform ? recording.waveform.duration_s : player.duration;
-    if (duration) seekPlayer(((event.clientX - box.left) / box.width) * duration);
+    seek(((event.clientX - box.left) / box.width) * parleyCall.duration);
   });
   player.addEventListener("timeupdate", () => markPlaying(player.currentTime + recording.offset_s));
 }
 
-function drawWaveform(waveform) {
+// The caller above the line, the agent below, placed on the call's clock like the axis below it
+// (the recording's second 0 is at offset_s).
+function drawWaveform(waveform, offset) {
   const canvas = $("waveform");
   const ctx = canvas.getContext("2d");
   const mid = canvas.height / 2;
   const colors = { caller: "#2a6fdb", agent: "#0a7a33" };
+  const scale = canvas.width / parleyCall.duration;
   for (const [name, sign] of [["caller", -1], ["agent", 1]]) {
     const peaks = waveform.channels[name] || [];
     ctx.fillStyle = colors[name];
-    const width = canvas.width / Math.max(1, peaks.length);
+    const step = waveform.duration_s / Math.max(1, peaks.length);
     peaks.forEach((peak, i) => {
       const h = Math.max(0.5, Math.min(1, peak) * (mid - 2));
-      ctx.fillRect(i * width, sign < 0 ? mid - h : mid, Math.max(1, width - 0.2), h);
+      ctx.fillRect((offset + i * step) * scale, sign < 0 ? mid - h : mid, Math.max(1, step * scale - 0.2), h);
     });
   }
   ctx.fillStyle = "#99a";
@@ -330,7 +335,8 @@ function showTurns(call) {
 
 function markPlaying(callSeconds) {
   const cursor = $("cursor");
-  if (cursor) cursor.style.left = percent(callSeconds);
+  // the axis box: the lanes' 4rem of names, then the call's length over the rest
+  if (cursor) cursor.style.left = `calc(4rem + (100% - 4rem) * ${Math.max(0, callSeconds) / parleyCall.duration})`;
   let current = null;
   for (const turn of parleyCall.turns) if (turn.start !== null && turn.start <= callSeconds) current = turn.turn;
   for (const row of document.querySelectorAll("#turns tr.turn")) {
