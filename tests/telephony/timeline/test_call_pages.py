@@ -9,9 +9,14 @@ import logging
 import aiohttp
 import pytest
 
+from agent.echo import EchoAgentProcessor
+from pipeline.records import CallRecord, TurnRecord
+from pipeline.records_sqlite import SQLiteCallStore
+from pipeline.redaction import RedactingCallStore, Redactor
+from telephony.server import CallServer, ServerConfig
 from telephony.timeline.access import COOKIE, is_loopback
 
-from .conftest import API_TOKEN, XSS, make_server
+from .conftest import API_TOKEN, XSS, make_server, sample_records
 
 BEARER = {"Authorization": f"Bearer {API_TOKEN}"}
 
@@ -199,3 +204,30 @@ async def test_record_text_never_reaches_the_html(ui_server):
             assert sink not in script, sink
     call = await get_json(ui_server, "/ui/api/calls/CA-live")
     assert call["turns"][0]["user_text"] == XSS   # as the store has it: the browser test shows it as text
+
+
+async def test_the_pages_read_the_durable_store_and_show_what_it_masked(tmp_path):
+    """Over the SQLite store ``parley serve`` keeps, behind the redaction it writes through: the
+    turns' times survive the round trip, and a card number the caller said is shown masked."""
+    inner = SQLiteCallStore(tmp_path / "calls.db")
+    store = RedactingCallStore(inner, Redactor())
+    live = CallRecord(call_sid="CA-card", transport="twilio", started_at=1_796_500_000.0)
+    live.turns.append(TurnRecord(turn=1, user_text="my card is 4111 1111 1111 1111",
+                                 at_s={"speech_start": 1.25, "speech_end": 3.5}))
+    for record in [*sample_records(tmp_path), live]:
+        store.open(record)
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, twilio=False, api_token=API_TOKEN),
+                        agent_factory=lambda _info: EchoAgentProcessor(), store=store)
+    await server.start()
+    try:
+        assert (await listed(server))[:2] == ["CA-card", "CA-live"]
+        call = await get_json(server, "/ui/api/calls/CA-card")
+        assert call["turns"][0]["user_text"] == "my card is **** **** **** 1111"
+        assert live.turns[0].user_text.endswith("4111 1111 1111 1111")   # the live record: not what is shown
+        assert call["turns"][0]["at_s"] == {"speech_start": 1.25, "speech_end": 3.5}
+        transfer = await get_json(server, "/ui/api/calls/CA-transfer")
+        assert transfer["marks_s"] == {"greeting_start": 0.4, "greeting_end": 1.9, "recording_start": 0.1}
+        assert transfer["recording"] == {"available": False, "why": "this server keeps no recordings (--recordings)"}
+    finally:
+        await server.stop()
+        inner.close()
