@@ -47,10 +47,7 @@ function setStatus(text, state = "") {
 
 async function getJson(url) {
   const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-  if (response.status === 401) {
-    location.reload(); // the server answers the page itself with its login form
-    throw new Error("not logged in");
-  }
+  if (response.status === 401) throw new Error("not logged in: reload the page to log in");
   const body = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(body.error || `${response.status} ${response.statusText}`);
   return body;
