@@ -37,7 +37,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-token", default=None, metavar="TOKEN",
                    help="turn on POST /calls (place a call: docs/operations.md) for clients that send "
                    "Authorization: Bearer TOKEN (at least 16 characters); default $PARLEY_API_TOKEN (the "
-                   "environment keeps it out of the process list); without one POST /calls is off")
+                   "environment keeps it out of the process list); without one POST /calls is off. The same token "
+                   "opens the call pages at /ui/calls (docs/call-pages.md), which without one are open on a "
+                   "loopback --host only")
     p.add_argument("--insecure-dev", action="store_true",
                    help="do not check X-Twilio-Signature (local work only; logged loudly)")
     p.add_argument("--vad", choices=get_args(VadKind), default="silero",

@@ -26,6 +26,7 @@ from pipecat.frames.frames import (
     TranscriptionFrame,
     TTSAudioRawFrame,
     UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
@@ -50,6 +51,7 @@ class TurnLatency:
     events: list[dict] = field(default_factory=list)  # AgentEventFrames during the turn
     event_at_s: list[float] = field(default_factory=list)  # when each of ``events`` came (monotonic)
     interruption_s: float | None = None  # the caller's first barge-in while this turn was the last
+    speech_start_s: float | None = None  # the caller's speech began (the turn's first VAD start, less start_secs)
 
     def latency_ms(self) -> dict[str, float | None]:
         return {
@@ -66,6 +68,7 @@ class TurnLatency:
         d.pop("at")
         d.pop("event_at_s")
         d.pop("interruption_s")
+        d.pop("speech_start_s")
         d["latency_ms"] = self.latency_ms()
         return d
 
@@ -94,6 +97,7 @@ class LatencyObserver(BaseObserver):
         self._seen: set[int] = set()
         self._last_vad_stop_s: float | None = None
         self._last_vad_stop_secs = 0.0
+        self._speech_start_s: float | None = None  # the first VAD start since the last turn opened
         self._pending_text: list[str] = []
         self._pending_final_s: float | None = None
         self.turns: list[TurnLatency] = []
@@ -127,7 +131,7 @@ class LatencyObserver(BaseObserver):
             return
         if isinstance(
             frame,
-            (VADUserStoppedSpeakingFrame, TranscriptionFrame, UserStoppedSpeakingFrame,
+            (VADUserStartedSpeakingFrame, VADUserStoppedSpeakingFrame, TranscriptionFrame, UserStoppedSpeakingFrame,
              LLMTextFrame, TTSAudioRawFrame, InterruptionFrame),
         ):
             self._seen.add(frame.id)
@@ -136,7 +140,10 @@ class LatencyObserver(BaseObserver):
         else:
             return
         now = self._clock()
-        if isinstance(frame, VADUserStoppedSpeakingFrame):
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            if self._speech_start_s is None:
+                self._speech_start_s = now - frame.start_secs
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._last_vad_stop_s = now
             self._last_vad_stop_secs = frame.stop_secs
         elif isinstance(frame, TranscriptionFrame):
@@ -164,6 +171,8 @@ class LatencyObserver(BaseObserver):
         vad_stop = self._last_vad_stop_s if self._last_vad_stop_s is not None else now
         turn = TurnLatency(turn=len(self.turns) + 1, end_of_speech_s=vad_stop - self._last_vad_stop_secs)
         turn.at["vad_stop"] = vad_stop
+        turn.speech_start_s = self._speech_start_s
+        self._speech_start_s = None
         turn.user_text = " ".join(t for t in self._pending_text if t).strip()
         if self._pending_final_s is not None:
             turn.at["stt_final"] = self._pending_final_s

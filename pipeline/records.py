@@ -28,6 +28,10 @@ class TurnRecord:
     interrupted: bool = False
     tool_calls: list[dict] = field(default_factory=list)   # AgentEventFrame("tool_call").data
     events: list[dict] = field(default_factory=list)       # other agent events: slot, transfer, ...
+    # when things happened, in seconds after the call's ``started_at`` (what is known):
+    # speech_start and speech_end (the caller's speech, by the VAD), agent_start and agent_end (the agent's audio, to
+    # where the caller heard it), barge_in (the caller cut in while this was the last turn)
+    at_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +57,9 @@ class CallRecord:
     # when a machine answered, whether the whole voicemail message was spoken (None: not screened)
     answered_by: str | None = None
     voicemail_left: bool | None = None
+    # call-wide moments, in seconds after ``started_at``: greeting_start, greeting_end (to where
+    # the caller heard it) and recording_start (where the recording's second 0 is)
+    marks_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -80,6 +87,7 @@ class CallRecord:
             "dial": dict(self.dial),
             "answered_by": self.answered_by,
             "voicemail_left": self.voicemail_left,
+            "marks_s": dict(self.marks_s),
         }
 
 
@@ -87,7 +95,7 @@ class CallStore(Protocol):
     def open(self, record: CallRecord) -> None: ...
     def update(self, record: CallRecord) -> None: ...
     def get(self, call_sid: str) -> CallRecord | None: ...
-    def list(self) -> list[CallRecord]: ...
+    def list(self, limit: int | None = None) -> list[CallRecord]: ...
 
 
 class MemoryCallStore:
@@ -112,9 +120,11 @@ class MemoryCallStore:
         with self._lock:
             return self._calls.get(call_sid)
 
-    def list(self) -> list[CallRecord]:
+    def list(self, limit: int | None = None) -> list[CallRecord]:
+        """Calls in the order they were opened; with ``limit``, only the most recent ones."""
         with self._lock:
-            return list(self._calls.values())
+            calls = list(self._calls.values())
+        return calls if limit is None else calls[max(0, len(calls) - limit):]
 
 
 class DurableCallStore(CallStore, Outbox, CampaignStore, Protocol):

@@ -43,6 +43,9 @@ class CallBook:
         self._on_turn_extra = on_turn
         self.latency: LatencyObserver | None = None
         self._live = False
+        # the monotonic clock's reading at the record's started_at: turns are placed on the call's
+        # timeline (TurnRecord.at_s, CallRecord.marks_s) as seconds after it
+        self._started_mono_s = time.monotonic() - (time.time() - record.started_at)
         # the call's trace (a no-op unless the server exports traces)
         self.trace: CallTrace = metrics.tracing.call(record.call_sid, record.transport)
         store.open(record)
@@ -81,6 +84,10 @@ class CallBook:
         self.trace.end(self.record, latency.turns if latency is not None else (),
                        latency.events_before_first_turn if latency is not None else ())
 
+    def seconds(self, monotonic_s: float) -> float:
+        """A monotonic reading as seconds after the call's ``started_at`` (ms resolution)."""
+        return round(monotonic_s - self._started_mono_s, 3)
+
     def sync(self) -> None:
         """Bring the record up to date and store it."""
         record = self.record
@@ -92,6 +99,11 @@ class CallBook:
             rec.interrupted = t.interrupted
             rec.tool_calls = [e["data"] for e in t.events if e["kind"] == "tool_call"]
             rec.events = [e for e in t.events if e["kind"] != "tool_call"]
+            rec.at_s = {"speech_end": self.seconds(t.end_of_speech_s)}
+            if t.speech_start_s is not None:
+                rec.at_s["speech_start"] = self.seconds(t.speech_start_s)
+            if t.interruption_s is not None:
+                rec.at_s["barge_in"] = self.seconds(t.interruption_s)
         # an utterance belongs to the last turn whose speech ended before it began (0: the greeting)
         starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
         greeting: list[Utterance] = []
@@ -101,10 +113,23 @@ class CallBook:
             (greeting if owner == 0 else by_turn.setdefault(owner, [])).append(utt)
         record.greeting = " ".join(u.text for u in greeting if u.text)
         record.greeting_heard = " ".join(h for h in (u.heard_text() for u in greeting) if h)
+        record.marks_s.update(self._spoken("greeting", greeting))
         for number, utts in by_turn.items():
             rec = record.turn(number)
             rec.agent_text = " ".join(u.text for u in utts if u.text)
             rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
             rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
+            rec.at_s.update(self._spoken("agent", utts))
         record.stats = self._stats()
         self.store.update(record)
+
+    def _spoken(self, name: str, utts: list[Utterance]) -> dict[str, float]:
+        """``{name}_start``: when the first of ``utts`` began playing; ``{name}_end``: where the
+        caller's hearing of the last one ended (none while nothing was heard)."""
+        if not utts:
+            return {}
+        marks = {f"{name}_start": self.seconds(min(u.began_at_s for u in utts))}
+        heard = [u.began_at_s + u.heard_ms / 1000.0 for u in utts if u.heard_ms > 0]
+        if heard:
+            marks[f"{name}_end"] = self.seconds(max(heard))
+        return marks

@@ -4,6 +4,8 @@ Routes:
     POST /twilio/voice      Twilio's voice webhook; answers TwiML <Connect><Stream> (signed)
     GET  /twilio/stream     the Media Streams WebSocket (upgrade signed like Twilio signs it)
     GET  /calls/{sid}       a call's record as JSON (signed, same token)
+    GET  /ui/calls[/{sid}]  the call pages: the list, one call's timeline (telephony.timeline:
+                            behind ``api_token``; without one, open on a loopback address only)
     POST /calls             place a call, Twilio or SIP (bearer token: ``api_token``; telephony.calls_api)
     POST /campaigns         run an outbound campaign here; GET, stop, resume, results (same token;
                             telephony.campaign.api)
@@ -68,6 +70,7 @@ from telephony.calls_api import AgentLoader, CallsApi
 from telephony.campaign.api import CampaignsApi
 from telephony.campaign.placer import ServerPlacer
 from telephony.handoff import handoff_of
+from telephony.timeline import CallPages, page_access
 from pipeline.frames import TransferCallFrame
 from pipeline.tracing import CallTracing
 from telephony.webrtc import WebRTCConfig, register_webrtc_routes
@@ -205,6 +208,11 @@ class CallServer:
             store=self.store, authorize=self.calls_api.authorize, agents=agents,
             placer=lambda key: ServerPlacer(self.outbound, lambda: self.sip, self.store, self.admission, agent_key=key))
         self.campaigns_api.register(self.app)
+        # the call pages (/ui/calls): the API token, else this machine only, else off
+        self.call_pages = CallPages(self.store, page_access(config.api_token, config.host),
+                                    recordings_dir=config.pipeline.recordings_dir,
+                                    secure_cookie=(config.public_url or "").startswith("https://"))
+        self.call_pages.register(self.app)
         # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)
         self.webrtc = register_webrtc_routes(
             self.app, agent_factory=self.agent_factory, pipeline_config=config.pipeline, store=self.store,
@@ -240,6 +248,7 @@ class CallServer:
         addresses = self._runner.addresses  # read the bound port back (port 0)
         self.port = int(addresses[0][1]) if addresses else self.config.port
         log.info("parley listening on http://%s:%d", self.config.host, self.port)
+        self.call_pages.log_mode(self.config.host)
         self._lag_task = asyncio.get_running_loop().create_task(self.loop_lag.run(), name="loop-lag")
         return self.port
 

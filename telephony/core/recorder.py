@@ -121,6 +121,11 @@ class CallRecorder:
                    clock=clock)
 
     @property
+    def started_at_s(self) -> float | None:
+        """The monotonic time of the recording's first sample (None before the caller's first frame)."""
+        return self._t0
+
+    @property
     def seconds(self) -> float:
         return self._now / self.sample_rate_hz
 

@@ -174,6 +174,8 @@ class CallSupervisor:
         end (and its webhook) points at a finished file."""
         if self.recorder is None:
             return
+        if self.recorder.started_at_s is not None:  # the recording's second 0 on the call's timeline
+            self.record.marks_s["recording_start"] = self.book.seconds(self.recorder.started_at_s)
         done = self.recorder.close()
         if not await asyncio.to_thread(done.wait, RECORDING_CLOSE_S):
             log.warning("[%s] the recording %s took over %.0f s to close", self.call_id, self.recorder.path,

@@ -6,18 +6,12 @@ Skipped (with the reason) where Chromium or Playwright is missing; CI installs b
 
 from __future__ import annotations
 
-import shutil
-
 import jiwer
-import pytest
 
+from ..chromium import CHROMIUM, async_api, needs_chromium
 from .conftest import SAID, assert_caller_hung_up
 
-async_api = pytest.importorskip("playwright.async_api",
-                                reason="playwright is not installed (pip install playwright)")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (scripts/install-system-deps installs it)")
+pytestmark = needs_chromium
 
 PAGE_TIMEOUT_MS = 25_000
 
