@@ -6,7 +6,7 @@ runs the beam search over it: tens of milliseconds of CPU per utterance, most of
 Python's GIL. In a thread of the server process it competed with the event loop of every call;
 here it has a process (and a GIL) of its own, as the stream's model has (``runner_procs``).
 
-    proc = FinalPassProcess(["models/stt/final", "models/stt/lm.arpa.gz", "", "joint", "{}"])
+    proc = FinalPassProcess(["models/stt/final", "models/stt/lm.arpa.gz", "", "joint", "{}", ""])
     proc.start()                                  # the child loads the model and the LM
     proc.piece(uid, audio, hints=hints)           # a piece while the caller speaks (no reply)
     fut = proc.last(uid, rest)                    # -> Future of the final (Recognition | None)
@@ -86,8 +86,8 @@ def decode_recognition(d: dict[str, Any] | None) -> Recognition | None:
 class FinalPassProcess(ChildClient):
     """The final pass's model and search in a child process (see the module docstring).
     ``args``: the final model's folder, the LM's path, the lexicon's path ("" for none), the
-    search's kind ("joint", "phones", or "greedy": no search) and the BeamConfig's fields as
-    JSON."""
+    search's kind ("joint", "phones", or "greedy": no search), the BeamConfig's fields as JSON and
+    the JointConfig's ("": the defaults)."""
 
     unavailable = EngineUnavailableError
     closed_word = "stopped"
@@ -154,7 +154,8 @@ def _pcm(audio: np.ndarray) -> bytes:
 # ---- the child ------------------------------------------------------------------------------
 
 
-def _load(folder: str, lm_path: str, lexicon: str, kind: str, beam_json: str):  # noqa: ANN202
+def _load(folder: str, lm_path: str, lexicon: str, kind: str, beam_json: str,  # noqa: ANN202
+          joint_json: str = ""):
     """The final model and its search, as the server's engine builds them."""
     from pathlib import Path
 
@@ -162,13 +163,15 @@ def _load(folder: str, lm_path: str, lexicon: str, kind: str, beam_json: str):  
 
     from pipeline.engines.stt_loading import beam_search, load_final_model
     from ssm_engine.stt.beam import BeamConfig
+    from ssm_engine.stt.joint import JointConfig
 
     model = load_final_model(Path(folder), torch.device("cpu"))
     beam = None
     if kind != "greedy":
         beam = beam_search(Path(lm_path), BeamConfig(**json.loads(beam_json)),
                             Path(lexicon) if lexicon else None,
-                            "phones" if kind == "phones" else "joint")
+                            "phones" if kind == "phones" else "joint",
+                            JointConfig(**json.loads(joint_json)) if joint_json else None)
     return model, beam
 
 

@@ -64,7 +64,7 @@ import soxr
 import torch
 
 from pipeline.engines.final_procs import FinalPassProcess
-from pipeline.engines.stt_loading import beam_search as _beam_search, load_final_model
+from pipeline.engines.stt_loading import beam_search as _beam_search, load_final_model, search_weights
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.options import SttDecoder, SttRunner
@@ -535,6 +535,8 @@ class SSMSTTEngine:
         final_dir = folder / FINAL_DIR
         use_final = bool(final_pass or (final_pass is None and folder_of_model is not None
                                         and (final_dir / "config.json").exists()))
+        # the final pass's own rescoring weights, if its folder chose some (stt_loading.SEARCH_FILE)
+        self.joint_weights = search_weights(final_dir) if use_final else None
         if use_final and runner == "thread":
             self.final_model = load_final_model(final_dir, target)
             self._check_final(final_dir, self.final_model.config.phone_vocab_size,
@@ -554,7 +556,8 @@ class SSMSTTEngine:
                                                  f"searches over characters instead)")
             self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
                                      beam_config or BeamConfig(), lexicon,
-                                     "phones" if decoder == "phone-beam" else "joint")
+                                     "phones" if decoder == "phone-beam" else "joint",
+                                     self.joint_weights)
         self.flush_s = flush_s
         # a recogniser on Whisper's encoder steps whole hops: the stride is rounded up to them
         block = getattr(model.config, "hop_frames", 1)
@@ -617,8 +620,9 @@ class SSMSTTEngine:
             lexicon = str((folder / LEXICON_FILE).resolve())
         kind = ("greedy" if self.beam is None else "phones" if decoder == "phone-beam" else "joint")
         beam_json = json.dumps(dataclasses.asdict(beam_config or BeamConfig()))
+        joint_json = json.dumps(dataclasses.asdict(self.joint_weights)) if self.joint_weights else ""
         proc = FinalPassProcess([str(final_dir.resolve()), str(Path(lm_path or folder / LM_FILE).resolve()),
-                                 lexicon, kind, beam_json])
+                                 lexicon, kind, beam_json, joint_json])
         try:
             proc.start()
         except EngineUnavailableError as exc:

@@ -4,7 +4,9 @@ pass's model. Shared by the engine (``ssm_recognizer``) and its final-pass worke
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -14,22 +16,26 @@ from pipeline.errors import EngineUnavailableError
 from ssm_engine import SSMEngineError
 from ssm_engine.stt.beam import BeamConfig, CTCBeamSearch
 from ssm_engine.stt.encoder_model import WhisperSTTModel
-from ssm_engine.stt.joint import JointSearch
+from ssm_engine.stt.joint import JointConfig, JointSearch
 from ssm_engine.stt.lm import NGramLM
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
 from ssm_engine.stt.phones import Pronouncer
 from ssm_engine.stt.recognizers import load_recognizer
 
-__all__ = ["beam_search", "load_final_model"]
+__all__ = ["SEARCH_FILE", "beam_search", "load_final_model", "search_weights"]
+
+SEARCH_FILE = "search.json"
+"""Beside a final-pass model: the joint search's rescoring weights chosen for it
+(``{"joint": {"lm_weight": ..., ...}}``, ``JointConfig``'s fields; absent: the defaults)."""
 
 
 @functools.lru_cache(maxsize=4)
 def beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = None,
-                 kind: Literal["phones", "joint"] = "joint"
+                 kind: Literal["phones", "joint"] = "joint", joint: JointConfig | None = None
                  ) -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
     """One loaded LM + lexicon per file and settings for the process (read-only, shared): over
     characters, or with ``lexicon_path`` (pronunciations) over phones (``kind`` "phones") or
-    both heads (``kind`` "joint")."""
+    both heads (``kind`` "joint", rescored with ``joint``: default ``JointConfig()``)."""
     try:
         lm = NGramLM.load(lm_path)
     except SSMEngineError as exc:
@@ -41,7 +47,7 @@ def beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = N
         lexicon = Pronouncer.load(lexicon_path, words=lm.vocab)
         if kind == "phones":
             return PhoneBeamSearch(lm, lexicon, config)
-        search = JointSearch(lm, lexicon, config)
+        search = JointSearch(lm, lexicon, config, joint)
         search.warm_grammars()          # ~0.4 s here, rather than in a caller's first name turn
         return search
     except (SSMEngineError, ValueError, OSError) as exc:
@@ -59,3 +65,15 @@ def load_final_model(final_dir: Path, target: torch.device) -> WhisperSTTModel:
         raise EngineUnavailableError(f"SSM STT: {final_dir} is not a final-pass model (a "
                                      f"recogniser trained on whole utterances)")
     return final.eval().to(target)
+
+
+def search_weights(model_dir: Path) -> JointConfig | None:
+    """The rescoring weights a model folder's ``SEARCH_FILE`` chose (None: no file)."""
+    path = model_dir / SEARCH_FILE
+    if not path.exists():
+        return None
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))["joint"]
+        return dataclasses.replace(JointConfig(), **fields)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EngineUnavailableError(f"SSM STT: {path} is not a search file ({exc})") from exc

@@ -17,6 +17,7 @@ from pipeline.engines import ssm_recognizer
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
 from pipeline.errors import EngineUnavailableError
 from ssm_engine.stt.hints import NO_HINTS, Hints
+from ssm_engine.stt.joint import JointConfig
 from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel, save_whisper_stt
 from ssm_engine.stt.stream import decode_utterance
 from ssm_engine.stt.text import VOCAB
@@ -282,3 +283,37 @@ def test_in_a_worker_process_early_finals_work(folder, monkeypatch):
         assert utt.finish_sync() == "b" and utt._final_pass.early_final
     finally:
         engine.close()
+
+
+def test_the_final_pass_rescores_with_the_weights_its_folder_chose(folder):
+    (folder / FINAL_DIR / "search.json").write_text('{"joint": {"lm_weight": 0.5, "word_bonus": 2.0, '
+                                                    '"char_weight": 0.3}}')
+    here = SSMSTTEngine(folder)
+    there = SSMSTTEngine(folder, runner="process")
+    try:
+        config = here.beam.config
+        assert (config.lm_weight, config.word_bonus, config.char_weight) == (0.5, 2.0, 0.3)
+        assert config.phone_weight == JointConfig().phone_weight          # the rest as default
+        pcm = _speech(0.9)
+        heard = []
+        for engine in (here, there):
+            utt = engine.open(8000)
+            _push_all(utt, pcm)
+            utt.finish_sync()
+            heard.append(utt.recognition)
+        assert heard[1] == heard[0]                          # the worker's search: the same weights
+    finally:
+        here.close()
+        there.close()
+    (folder / FINAL_DIR / "search.json").unlink()
+    default = SSMSTTEngine(folder)
+    try:
+        utt = default.open(8000)
+        _push_all(utt, pcm)
+        utt.finish_sync()
+        assert utt.recognition != heard[0]                   # which other weights score otherwise
+    finally:
+        default.close()
+    (folder / FINAL_DIR / "search.json").write_text('{"joint": {"lm_wieght": 0.5}}')   # misspelt
+    with pytest.raises(EngineUnavailableError, match="search.json is not a search file"):
+        SSMSTTEngine(folder)
