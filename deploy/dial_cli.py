@@ -164,16 +164,19 @@ def _run(args: argparse.Namespace) -> int:
         result = asyncio.run(_dial(args, request, dest_ip, agent_factory, pipeline, store, plans))
     finally:
         store.close()
-    return _report(result)
+    return _report(result, credentials=args.auth_user is not None)
 
 
-def _report(result) -> int:
-    """How the call went: one JSON line on stdout, one line on stderr unless answered; the exit status."""
+def _report(result, *, credentials: bool = True) -> int:
+    """How the call went: one JSON line on stdout, one line on stderr unless answered; the exit
+    status. A digest challenge left unanswered says whose credentials failed, or how to give them."""
     print(result.to_json(), flush=True)
     outcome = result.outcome.value
     if outcome == "answered" and not (result.end_reason or "").startswith("error:"):
         return 0
     why = f"{result.status} {result.reason}" if result.status else result.reason
+    if result.status in (401, 407) and result.end_reason:
+        why += f": {result.end_reason}" + ("" if credentials else ": give --auth-user and $PARLEY_TRUNK_PASSWORD")
     print(f"parley dial: {outcome}: {why or result.end_reason}", file=sys.stderr)
     return 1 if outcome in NOT_ANSWERED else 2
 

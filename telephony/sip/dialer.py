@@ -16,7 +16,9 @@ The INVITE client transaction over UDP (RFC 3261 17.1.1): retransmitted from T1 
 A) until a provisional answer; no answer at all in ``invite_timeout_s`` (Timer B, 64*T1) is
 ``timeout``. 180/183 are ``ringing``; a 183 with SDP is early media: its answer is taken and RTP
 received (counted, not handed to the agent, which starts at the answer). A 401/407 is ACKed and
-the INVITE sent once more with digest credentials and CSeq+1. Nobody answering in
+the INVITE sent once more with digest credentials (Authorization, or Proxy-Authorization for a
+407) and CSeq+1; a second challenge is ``failed``, its end reason saying whose credentials were
+refused (or that none were configured). Nobody answering in
 ``ring_timeout_s`` gets a CANCEL (sent only once something provisional came, RFC 3261 9.1) and
 the 487 is ACKed: ``no-answer``. Other finals are ACKed and become outcomes: 486/600 ``busy``,
 480/408 ``no-answer``, 603 ``declined``, the rest ``failed`` with their code. A 200 is ACKed (to
@@ -261,9 +263,18 @@ class DialedCall(SipCall):
         if final.status >= 300:
             self._ack_failure(final)
             self.outcome = self._failure_outcome(final.status)
-            self.end_reason = self.end_reason or f"{self.outcome.value} ({final.status} {final.reason})".rstrip()
+            self.end_reason = self.end_reason or self._refusal(final)
             return False
         return self._accept(final)
+
+    def _refusal(self, final: SipResponse) -> str:
+        """Why a final refusal ended the call; a digest challenge says whose credentials failed."""
+        where = "the trunk" if self.request.trunk else "the far end"
+        if final.status in (401, 407) and self.request.auth_user is None:
+            return f"{where} asks for digest credentials"
+        if final.status in (401, 407) and "challenged" in self.history:
+            return f"{where} refused the credentials of user {self.request.auth_user!r}"
+        return f"{self.outcome.value if self.outcome else 'failed'} ({final.status} {final.reason})".rstrip()
 
     def _failure_outcome(self, status: int) -> DialOutcome:
         if status == 487 and self._cancel is not None:

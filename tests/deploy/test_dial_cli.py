@@ -4,7 +4,9 @@ outcome as one JSON line and says with its exit status how the call went; bad in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -12,17 +14,18 @@ from pathlib import Path
 import pytest
 
 from deploy.cli import main
-from tests.telephony.sip.conftest import RtpSink, callee
+from tests.telephony.sip.conftest import KAMAILIO_MODULES, RtpSink, callee, free_udp_port, kamailio
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed (apt-get install sip-tester)")
 
 
-async def parley_dial(*argv: str, db: Path, timeout_s: float = 60.0) -> tuple[int, str, str]:
+async def parley_dial(*argv: str, db: Path, timeout_s: float = 60.0,
+                      env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "deploy.cli", "dial", *argv, "--db", str(db), cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        env=os.environ | (env or {}), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     async with asyncio.timeout(timeout_s):
         out, err = await proc.communicate()
     return proc.returncode or 0, out.decode(), err.decode()
@@ -119,3 +122,94 @@ async def test_a_spec_with_voicemail_leaves_the_message_filled_from_the_params(t
     record = json.loads((await shown.communicate())[0])
     assert record["answered_by"] == "machine" and record["voicemail_left"] is True
     assert record["greeting"].lower().startswith("hi dana this is acme")
+
+
+AUTH_PROXY_CFG = """#!KAMAILIO
+debug=2
+log_stderror=yes
+children=1
+auto_aliases=no
+listen=udp:127.0.0.1:{port}
+mpath="{modules}"
+loadmodule "pv.so"
+loadmodule "sl.so"
+loadmodule "rr.so"
+loadmodule "siputils.so"
+loadmodule "textops.so"
+loadmodule "xlog.so"
+loadmodule "auth.so"
+
+request_route {{
+    if (has_totag()) {{
+        if (loose_route()) {{
+            forward();
+            exit;
+        }}
+        if ($sp != {target}) {{  # the callee (sipp) sends its BYE here with no Route: to its Request-URI
+            $du = "sip:127.0.0.1:{target}";
+        }}
+        forward();
+        exit;
+    }}
+    if (is_method("INVITE")) {{
+        if (!pv_proxy_authenticate("proxy.test", "trunk-pw", "0") || $au != "parley") {{
+            xlog("L_NOTICE", "CHALLENGE $rm $ru user=$au\\n");
+            proxy_challenge("proxy.test", "1");
+            exit;
+        }}
+        xlog("L_NOTICE", "AUTHENTICATED $au\\n");
+        consume_credentials();
+        record_route();
+    }}
+    $du = "sip:127.0.0.1:{target}";
+    forward();
+}}
+"""
+
+
+@contextlib.asynccontextmanager
+async def auth_proxy(target_port: int, workdir: Path):
+    """A real Kamailio in front of ``target_port`` that asks INVITEs for proxy digest credentials
+    (407, qop=auth; user parley, password trunk-pw) and forwards those that carry them."""
+    port = free_udp_port()
+    config = AUTH_PROXY_CFG.format(port=port, target=target_port, modules=f"{KAMAILIO_MODULES}/")
+    async with kamailio(config, workdir, needs=("auth.so",)) as log_path:
+        yield port, log_path
+
+
+async def test_an_outbound_proxy_asking_407_gets_proxy_authorization_and_the_call_connects(tmp_path):
+    """The trunk (Kamailio's auth module) challenges with 407 Proxy-Authenticate; parley answers
+    with Proxy-Authorization (its password from $PARLEY_TRUNK_PASSWORD) and the callee behind the
+    trunk answers."""
+    async with callee("callee_answers.xml", tmp_path) as peer, auth_proxy(peer.port, tmp_path / "proxy") as (port, log):
+        code, out, err = await parley_dial("sip:+15550100@carrier.invalid", "--trunk", f"127.0.0.1:{port}",
+                                           "--auth-user", "parley", *ECHO, db=tmp_path / "calls.db",
+                                           env={"PARLEY_TRUNK_PASSWORD": "trunk-pw"})
+        sipp = await peer.result()
+        proxy_log = log.read_text(errors="replace")
+    assert code == 0, err[-2000:]
+    assert sipp.returncode == 0, sipp.stderr[-2000:] + proxy_log[-3000:]
+    result = json.loads(out)
+    assert result["outcome"] == "answered" and result["end_reason"] == "callee hung up (BYE)"
+    assert result["history"][:4] == ["inviting", "challenged", "inviting", "ringing"]
+    assert proxy_log.count("CHALLENGE INVITE") == 1 and "AUTHENTICATED parley" in proxy_log
+
+
+@pytest.mark.parametrize("auth, message", [
+    (("--auth-user", "parley"), "parley dial: failed: 407 Proxy Authentication Required: the trunk refused "
+                                "the credentials of user 'parley'"),
+    ((), "parley dial: failed: 407 Proxy Authentication Required: the trunk asks for digest credentials: "
+         "give --auth-user and $PARLEY_TRUNK_PASSWORD"),
+])
+async def test_refused_or_missing_proxy_credentials_are_one_line_and_exit_2(auth, message, tmp_path):
+    async with callee("callee_answers.xml", tmp_path) as peer, auth_proxy(peer.port, tmp_path / "proxy") as (port, log):
+        code, out, err = await parley_dial("sip:+15550100@carrier.invalid", "--trunk", f"127.0.0.1:{port}",
+                                           *auth, *ECHO, db=tmp_path / "calls.db",
+                                           env={"PARLEY_TRUNK_PASSWORD": "wrong"})
+        proxy_log = log.read_text(errors="replace")
+    assert code == 2
+    result = json.loads(out)
+    assert (result["outcome"], result["status"]) == ("failed", 407)
+    assert result["history"] == (["inviting", "challenged", "inviting", "ended"] if auth else ["inviting", "ended"])
+    assert err == message + "\n"
+    assert "AUTHENTICATED" not in proxy_log and proxy_log.count("CHALLENGE INVITE") == (2 if auth else 1)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -124,16 +126,20 @@ class Callee:
 
 
 @contextlib.asynccontextmanager
-async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9) -> AsyncIterator[Callee]:
+async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9, calls: int = 1, timeout_s: int = 20,
+                 message_log: Path | None = None) -> AsyncIterator[Callee]:
     """sipp as the callee (a UAS running ``scenario``) on a free loopback port until the block
-    ends. The SDP it answers with names ``rtp_port`` for its audio."""
+    ends. The SDP it answers with names ``rtp_port`` for its audio. sipp exits once ``calls``
+    calls have run the scenario; ``message_log``: every message it sent and received, timed."""
     (workdir / "pcap").mkdir(parents=True, exist_ok=True)
     for pcap in PCAP_DIR.glob("*.pcap"):
         shutil.copy(pcap, workdir / "pcap" / pcap.name)
     port = free_udp_port()
     args = ["sipp", "-sf", str(SCENARIOS / scenario), "-i", "127.0.0.1", "-p", str(port), "-mp", str(free_udp_port()),
-            "-m", "1", "-nostdin", "-timeout", "20s", "-timeout_error", "-trace_err",
+            "-m", str(calls), "-nostdin", "-timeout", f"{timeout_s}s", "-timeout_error", "-trace_err",
             "-error_file", str(workdir / "sipp_errors.log"), "-key", "rtp_port", str(rtp_port)]
+    if message_log is not None:
+        args += ["-trace_msg", "-message_file", str(message_log)]
     proc = await asyncio.create_subprocess_exec(*args, cwd=workdir, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
@@ -143,6 +149,34 @@ async def callee(scenario: str, workdir: Path, *, rtp_port: int = 9) -> AsyncIte
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    """One message in sipp's ``-trace_msg`` log: when, which way (sipp ``sent`` or ``received``), what."""
+
+    at: datetime
+    sent: bool
+    message: SipRequest | SipResponse
+
+
+_LOG_HEAD = re.compile(r"^-{20,} (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)$", re.MULTILINE)
+
+
+def sipp_messages(path: Path) -> list[LoggedMessage]:
+    """The messages of a sipp ``-message_file``, in order."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    heads = list(_LOG_HEAD.finditer(text))
+    out = []
+    for head, nxt in zip(heads, heads[1:] + [None]):
+        block = text[head.end():nxt.start() if nxt is not None else len(text)].lstrip("\n")
+        direction, _, raw = block.partition("\n")
+        raw = raw.lstrip("\n").rstrip("\n")
+        head_part, sep, body = raw.partition("\n\n")
+        wire = head_part.replace("\n", "\r\n") + "\r\n\r\n" + (body.replace("\n", "\r\n") + "\r\n" if body else "")
+        out.append(LoggedMessage(datetime.strptime(head[1], "%Y-%m-%d %H:%M:%S.%f"), "sent" in direction,
+                                 parse_message(wire.encode())))
+    return out
 
 
 async def _bound(port: int, proc: asyncio.subprocess.Process, timeout_s: float = 5.0) -> None:
