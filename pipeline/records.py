@@ -52,6 +52,9 @@ class CallRecord:
     # when a machine answered, whether the whole voicemail message was spoken (None: not screened)
     answered_by: str | None = None
     voicemail_left: bool | None = None
+    # a warm transfer: mode, target, outcome (joined, no-answer, failed), detail, held_s (how
+    # long the caller heard hold audio); empty when the call had none
+    transfer: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -79,6 +82,7 @@ class CallRecord:
             "dial": dict(self.dial),
             "answered_by": self.answered_by,
             "voicemail_left": self.voicemail_left,
+            "transfer": dict(self.transfer),
         }
 
 

@@ -27,6 +27,7 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,9 @@ class RtpSession(asyncio.DatagramProtocol):
         self._sending = False
         self._held: deque[RtpPacket] = deque(maxlen=MAX_HELD)
         self.last_packet_s: float | None = None   # monotonic time of the caller's last packet
+        # set: the caller's decoded audio goes here instead of the queue (a warm transfer's hold,
+        # where nobody listens, and its bridge, where the other leg does); keys still queue
+        self.tap: Callable[[bytes], None] | None = None
         self._update_allowed(media)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -202,6 +206,9 @@ class RtpSession(asyncio.DatagramProtocol):
         self._enqueue(DtmfIn(digit))
 
     def _enqueue(self, item: AudioIn | DtmfIn) -> None:
+        if self.tap is not None and isinstance(item, AudioIn):
+            self.tap(item.pcm)
+            return
         try:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
