@@ -10,7 +10,9 @@ user message is the transcript) and keypresses as ``InputDTMFFrame``; each answe
 Other actions become frames too: a transfer pushes ``TransferCallFrame`` upstream (after the
 transfer message), ending pushes ``EndWorkerFrame`` upstream (after the farewell, so it plays),
 filled slots, tool calls, transfers and hang-ups go downstream as ``AgentEventFrame`` for the
-call record. After every step the conversation's expectation of the caller's next words goes
+call record. A warm transfer's frame carries the summary for the person; until the transport's
+``TransferOutcomeFrame`` the caller is on hold (no silence prompts), then the agent is done
+(joined) or offers a message (nobody answered). After every step the conversation's expectation of the caller's next words goes
 upstream to the recogniser as a ``RecognitionHintsFrame`` (when it changed), and the
 recogniser's ``RecognitionFrame`` (a final's confidence and alternatives) is handed to the
 conversation with the turn it belongs to. Tool calls run in a task, with a deadline, while frames keep flowing; caller input

@@ -3,11 +3,14 @@
 States: ``ringing`` (180 sent, CANCEL possible) -> ``answered`` (200 + SDP sent, retransmitted
 until ACK, pipeline running) -> ``ended``. ``history`` keeps every step (``ringing``,
 ``answered``, ``acked``, ``hold``, ``resumed``, ``refer-sent``, ``transferred``, ``bye-received``,
-``bye-sent``, ``cancelled``, ``ended``) so tests can assert the whole exchange.
+``bye-sent``, ``cancelled``, ``ended``; a warm transfer adds ``warm-transfer``,
+``transfer-answered``, ``transfer-briefing`` and ``transfer-joined`` or ``transfer-no-answer`` /
+``transfer-failed``) so tests can assert the whole exchange.
 
 The call's life (the agent, the pipeline, the one catch-all, the record) is the
 :class:`~telephony.core.supervisor.CallSupervisor`'s; this edge answers (ringing, CANCEL), hangs
-up (BYE when answered, 487 while ringing), transfers (REFER), and closes (BYE if none went
+up (BYE when answered, 487 while ringing), transfers (REFER; a warm transfer is
+:mod:`telephony.sip.warm`'s, and a joined call stays up until either leg hangs up), and closes (BYE if none went
 either way, RTP closed). It talks to the user agent through :class:`~telephony.sip.endpoint.SipEndpoint`.
 """
 

@@ -2,7 +2,8 @@
 
 In: decoded 20 ms packets become ``InputAudioRawFrame`` (8 kHz), RFC 4733 key presses become
 ``InputDTMFFrame``. A ``TransferCallFrame`` that the agent pushes upstream reaches the input
-transport and is handed to the call (``on_transfer``: a SIP REFER).
+transport and is handed to the call (``on_transfer``: a SIP REFER, or a warm transfer that steers
+the output below).
 
 Out: agent audio leaves as 20 ms RTP packets paced on an absolute clock
 (:class:`~telephony.pacer.OutputPacer`: each packet's slot is 20 ms after the last, we send it

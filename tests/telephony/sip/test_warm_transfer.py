@@ -199,24 +199,40 @@ async def call_in(server: SipServer, caller_sip: UdpPeer, caller_rtp: RtpEnd) ->
     return ok
 
 
-@pytest.fixture
-async def warm_server(make_sip_server):
-    """A SIP server whose agent is the embedded one; ``make(target, timeout_s)`` sets its spec."""
-    server: SipServer = await make_sip_server()
+async def press_zero(server: SipServer, caller_sip: UdpPeer, caller_rtp: RtpEnd, moments: dict[str, float],
+                     tasks: list[asyncio.Task]):
+    """The caller calls in and, a second later, presses 0 (the menu's transfer); the call's steps
+    are timed into ``moments`` from then on. Returns the caller's 200 and parley's call."""
+    ok = await call_in(server, caller_sip, caller_rtp)
+    await wait_for(lambda: ok.call_id in server.live)
+    call = server.live[ok.call_id]
+    tasks.append(asyncio.create_task(watch(call, moments)))
+    await asyncio.sleep(1.0)
+    caller_rtp.press("0")
+    return ok, call
 
-    def make(target: str, timeout_s: float) -> SipServer:
+
+@dataclass
+class WarmLine:
+    """A SIP server whose agent is the embedded one; ``line(target, timeout_s)`` sets its spec
+    (the desk's hand-off) and returns the server; ``agents`` are the agents it made."""
+
+    server: SipServer
+    agents: list[EmbeddedAgentProcessor] = field(default_factory=list)
+
+    def __call__(self, target: str, timeout_s: float) -> SipServer:
         spec = parse_spec(SPEC.format(target=target, timeout_s=timeout_s))
 
         def factory(info):
-            AGENTS.append(EmbeddedAgentProcessor(spec, call_sid=info.call_sid))
-            return AGENTS[-1]
-        server.agent_factory = factory
-        return server
-    AGENTS.clear()
-    return make
+            self.agents.append(EmbeddedAgentProcessor(spec, call_sid=info.call_sid))
+            return self.agents[-1]
+        self.server.agent_factory = factory
+        return self.server
 
 
-AGENTS: list[EmbeddedAgentProcessor] = []
+@pytest.fixture
+async def warm_server(make_sip_server) -> WarmLine:
+    return WarmLine(await make_sip_server())
 
 
 def announced_until(heard: list[Heard], start_s: float, first_hold_s: float) -> float:
@@ -249,12 +265,7 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
     moments: dict[str, float] = {}
     tasks = [asyncio.create_task(t) for t in (person.serve(answer_after_s=2.0), person_rtp.run(), caller_rtp.run())]
     try:
-        ok = await call_in(server, caller_sip, caller_rtp)
-        await wait_for(lambda: ok.call_id in server.live)
-        call = server.live[ok.call_id]
-        tasks.append(asyncio.create_task(watch(call, moments)))
-        await asyncio.sleep(1.0)
-        caller_rtp.press("0")
+        ok, call = await press_zero(server, caller_sip, caller_rtp, moments, tasks)
         await wait_for(lambda: "warm-transfer" in moments, 5.0)
         caller_rtp.sending_tone = True     # the caller talks all through the hold: only the person may hear it, and only once joined
         await wait_for(lambda: "transfer-joined" in moments, 30.0)
@@ -323,12 +334,7 @@ async def test_nobody_answers_so_the_caller_gets_the_agent_back(warm_server, tmp
     try:
         async with callee(desk_scenario, tmp_path) as desk:   # rings out (expects our CANCEL), or busy
             server = warm_server(desk.uri, 2)
-            ok = await call_in(server, caller_sip, caller_rtp)
-            await wait_for(lambda: ok.call_id in server.live)
-            call = server.live[ok.call_id]
-            tasks.append(asyncio.create_task(watch(call, moments)))
-            await asyncio.sleep(1.0)
-            caller_rtp.press("0")
+            ok, call = await press_zero(server, caller_sip, caller_rtp, moments, tasks)
             await wait_for(lambda: "transfer-no-answer" in moments, 10.0)
             desk_result = await desk.result()
             assert desk_result.returncode == 0, desk_result.stdout[-2000:] + desk_result.stderr[-2000:]
@@ -356,7 +362,7 @@ async def test_nobody_answers_so_the_caller_gets_the_agent_back(warm_server, tmp
     assert len(speech) > 50, len(speech)
     assert record.transfer["outcome"] == "no-answer"
     assert record.transfer["detail"].startswith("no-answer (487" if rings_s else "busy (486")
-    [agent] = AGENTS     # it offered to take a message, and a "yes" now starts the message task
+    [agent] = warm_server.agents     # it offered to take a message, and a "yes" now starts the message task
     assert agent.conversation.last_said == ("Sorry, nobody is available to take your call right now. "
                                             "Would you like to leave a message?")
     assert [a for a in agent.conversation.hear("yes please") if getattr(a, "text", "") == "What is your message?"]
