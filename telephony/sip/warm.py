@@ -51,6 +51,7 @@ PACKET_S: Final = 0.02
 AGENT_GAP_S: Final = 0.06     # the agent sent the caller nothing this long: hold audio fills in
 LAST_WORDS_S: Final = 10.0     # the longest wait for the agent's words to the caller to play out
 SUMMARY_S: Final = 45.0        # the longest a summary may take to play to the person
+LEG_CLOSE_S: Final = 5.0      # the longest wait for the person's leg to end (its CANCEL or BYE answered)
 _NOBODY: Final = {DialOutcome.NO_ANSWER, DialOutcome.BUSY, DialOutcome.DECLINED}
 
 
@@ -97,6 +98,7 @@ class WarmTransfer:
         self.result: DialResult | None = None
         self._joined = False
         self._holding = False
+        self._closed = False
         self._dial_task: asyncio.Task | None = None
         self._hold_task: asyncio.Task | None = None
         self._started_s = time.monotonic()
@@ -193,6 +195,8 @@ class WarmTransfer:
 
     async def _give_back(self, outcome: TransferOutcome, detail: str) -> None:
         """Nobody took the call: the caller is the agent's again, and the agent is told."""
+        if self._closed:     # the caller left first: the leg ended because we hung it up
+            return
         self._stop_hold()
         self.call.session.tap = None
         self._record(outcome, detail)
@@ -250,15 +254,17 @@ class WarmTransfer:
         return f"warm transfer to {self.frame.target}: joined; the {by} hung up"
 
     async def close(self, reason: str) -> None:
+        self._closed = True
         self._stop_hold()
         if not self._joined and self.call.record.transfer.get("outcome") is None:
             self._record("failed", f"the call ended on hold: {reason}")
         leg, task = self.leg, self._dial_task
-        if leg is not None and leg.state is not CallState.ENDED:
+        if task is None:
+            return
+        if leg is None:        # not yet placed: it never will be
+            task.cancel()
+        elif leg.state is not CallState.ENDED:
             await leg.hang_up(f"caller's call ended: {reason}")
-        if task is not None:
-            try:
-                async with asyncio.timeout(5.0):
-                    await asyncio.shield(task)
-            except (TimeoutError, DialError):
-                pass
+        await asyncio.wait([task], timeout=LEG_CLOSE_S)
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.warning("[%s] the person's leg failed: %s", self.call.call_id, task.exception())

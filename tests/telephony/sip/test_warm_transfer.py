@@ -152,7 +152,7 @@ class Person:
     def uri(self) -> str:
         return f"sip:desk@127.0.0.1:{self.sip.port}"
 
-    async def serve(self, answer_after_s: float) -> None:
+    async def serve(self, answer_after_s: float, hang_up_after_s: float | None = None) -> None:
         while True:
             data, addr = await self.sip.queue.get()
             msg = parse_message(data)
@@ -166,6 +166,9 @@ class Person:
                 self._send(self.ok, addr)
                 self.answered_at_s = time.monotonic()
                 self.rtp.sending_tone = self.tone_on_answer
+                if hang_up_after_s is not None:
+                    await asyncio.sleep(hang_up_after_s)
+                    self._send(self._bye(), addr)
             elif isinstance(msg, SipRequest) and msg.method == "BYE":
                 self._send(response_to(msg, 200), addr)
                 self.bye_received.set()
@@ -178,13 +181,16 @@ class Person:
         assert self.sip.transport is not None
         self.sip.transport.sendto(bytes(msg), addr)
 
-    def hang_up(self, server: SipServer) -> None:
+    def _bye(self) -> SipRequest:
         assert self.invite is not None and self.ok is not None
         contact = NameAddr.parse(self.invite.header("contact") or "").uri
-        self.sip.send(SipRequest(method="BYE", uri=contact, headers=(
+        return SipRequest(method="BYE", uri=contact, headers=(
             ("Via", f"SIP/2.0/UDP 127.0.0.1:{self.sip.port};branch={branch()}"), ("Max-Forwards", "70"),
             ("From", self.ok.header("to") or ""), ("To", self.invite.header("from") or ""),
-            ("Call-ID", self.invite.call_id), ("CSeq", "1 BYE"))), server)
+            ("Call-ID", self.invite.call_id), ("CSeq", "1 BYE")))
+
+    def hang_up(self, server: SipServer) -> None:
+        self.sip.send(self._bye(), server)
 
 
 async def call_in(server: SipServer, caller_sip: UdpPeer, caller_rtp: RtpEnd) -> SipResponse:
@@ -198,6 +204,17 @@ async def call_in(server: SipServer, caller_sip: UdpPeer, caller_rtp: RtpEnd) ->
     caller_sip.send(in_dialog("ACK", ok, 1, caller_sip.port), server)
     caller_rtp.remote = ("127.0.0.1", audio_port(ok.body))
     return ok
+
+
+async def close_all(tasks: list[asyncio.Task], peers, rtps) -> None:
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for p in peers:
+        p.close()
+    for r in rtps:
+        assert r.transport is not None
+        r.transport.close()
 
 
 async def press_zero(server: SipServer, caller_sip: UdpPeer, caller_rtp: RtpEnd, moments: dict[str, float],
@@ -283,14 +300,7 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
                 await person.bye_received.wait()
         await wait_for(lambda: ok.call_id not in server.live and not server.live, 5.0)
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for p in (person_sip, caller_sip):
-            p.close()
-        for r in (person_rtp, caller_rtp):
-            assert r.transport is not None
-            r.transport.close()
+        await close_all(tasks, (person_sip, caller_sip), (person_rtp, caller_rtp))
 
     start, joined = moments["warm-transfer"], moments["transfer-joined"]
     assert person.answered_at_s is not None and start < person.answered_at_s < moments["transfer-briefing"] < joined
@@ -346,12 +356,7 @@ async def test_nobody_answers_so_the_caller_gets_the_agent_back(warm_server, tmp
             caller_sip.send(in_dialog("BYE", ok, 2, caller_sip.port), server)
             await wait_for(lambda: ok.call_id not in server.live, 5.0)
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        caller_sip.close()
-        assert caller_rtp.transport is not None
-        caller_rtp.transport.close()
+        await close_all(tasks, (caller_sip,), (caller_rtp,))
 
     start = moments["warm-transfer"]
     assert rings_s - 0.05 <= back - start < rings_s + 2.0   # the ring timeout (steps timed to 10 ms), or at once
@@ -392,14 +397,7 @@ async def test_an_outbound_call_is_warm_transferred_too(warm_server):
             await customer.bye_received.wait()
         result = await asyncio.wait_for(dial, 5.0)
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for p in peers:
-            p.close()
-        for r in (customer_rtp, desk_rtp):
-            assert r.transport is not None
-            r.transport.close()
+        await close_all(tasks, peers, (customer_rtp, desk_rtp))
     assert result.outcome is DialOutcome.ANSWERED
     assert result.end_reason == f"warm transfer to {desk.uri}: joined; the person hung up"
     assert "transfer-joined" in result.history and result.history[-2:] == ("bye-sent", "ended")
@@ -414,3 +412,52 @@ async def test_an_outbound_call_is_warm_transferred_too(warm_server):
 def dial_call_id(customer: Person) -> str:
     assert customer.invite is not None
     return customer.invite.call_id
+
+
+async def test_the_person_hanging_up_during_the_summary_gives_the_caller_back(warm_server):
+    person_sip, caller_sip = await UdpPeer.open(), await UdpPeer.open()
+    person_rtp, caller_rtp = await rtp_end(PERSON_HZ), await rtp_end(CALLER_HZ)
+    person = Person(person_sip, person_rtp)
+    server = warm_server(person.uri, 10)
+    moments: dict[str, float] = {}
+    tasks = [asyncio.create_task(t) for t in (person.serve(answer_after_s=0.5, hang_up_after_s=2.5),
+                                               person_rtp.run(), caller_rtp.run())]
+    try:
+        ok, call = await press_zero(server, caller_sip, caller_rtp, moments, tasks)
+        await wait_for(lambda: "transfer-failed" in call.history, 15.0)
+        await wait_for(lambda: call.warm is None and call.pipeline_running, 2.0)
+        caller_sip.send(in_dialog("BYE", ok, 2, caller_sip.port), server)
+        await wait_for(lambda: not server.live, 5.0)
+    finally:
+        await close_all(tasks, (person_sip, caller_sip), (person_rtp, caller_rtp))
+    assert "transfer-briefing" in call.history and "transfer-joined" not in call.history
+    record = server.store.get(ok.call_id)
+    assert record is not None
+    assert (record.transfer["outcome"], record.transfer["detail"]) == ("failed", "the person hung up during the summary")
+    [agent] = warm_server.agents
+    assert agent.conversation.last_said.endswith("Would you like to leave a message?")
+    assert not [h for h in caller_rtp.heard if h.rms > 1000 and share_at(h.pcm, PERSON_HZ) > 0.8]  # never bridged
+
+
+async def test_the_caller_hanging_up_on_hold_cancels_the_persons_leg(warm_server, tmp_path):
+    caller_sip, caller_rtp = await UdpPeer.open(), await rtp_end(CALLER_HZ)
+    moments: dict[str, float] = {}
+    tasks = [asyncio.create_task(caller_rtp.run())]
+    try:
+        async with callee("callee_rings_out.xml", tmp_path) as desk:   # rings; passes only if CANCELed
+            server = warm_server(desk.uri, 15)
+            ok, call = await press_zero(server, caller_sip, caller_rtp, moments, tasks)
+            await wait_for(lambda: len(server.live) == 2, 5.0)          # the desk's leg is ringing
+            await asyncio.sleep(0.5)
+            caller_sip.send(in_dialog("BYE", ok, 2, caller_sip.port), server)
+            desk_result = await desk.result(10.0)
+            assert desk_result.returncode == 0, desk_result.stdout[-2000:] + desk_result.stderr[-2000:]
+            await wait_for(lambda: not server.live, 5.0)
+    finally:
+        await close_all(tasks, (caller_sip,), (caller_rtp,))
+    record = server.store.get(ok.call_id)
+    assert record is not None and record.end_reason == "caller hung up (BYE)"
+    assert record.transfer["outcome"] == "failed"
+    assert record.transfer["detail"] == "the call ended on hold: caller hung up (BYE)"
+    [leg] = [r for r in server.store.list() if r.params.get("transfer_of") == ok.call_id]
+    assert leg.end_reason == "caller's call ended: caller hung up (BYE)"
