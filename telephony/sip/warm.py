@@ -34,8 +34,10 @@ from typing import Final
 
 import numpy as np
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+from pipecat.processors.frame_processor import FrameProcessor
 
 from pipeline.audio.hold import HoldLoop
+from pipeline.builder import PipelineConfig
 from pipeline.frames import TransferCallFrame, TransferOutcome, TransferOutcomeFrame
 from telephony.sip.call import CallState, SipCall
 from telephony.sip.dialer import DialedCall, DialOutcome, DialRequest, DialResult
@@ -67,7 +69,7 @@ class PersonLeg(DialedCall):
         self.gone = asyncio.Event()
         self.session.tap = lambda pcm: None  # the person is heard by nobody until the bridge
 
-    async def _run_pipeline(self, agent=None, config=None) -> None:
+    async def _run_pipeline(self, agent: FrameProcessor | None = None, config: PipelineConfig | None = None) -> None:
         self.answered.set()
         await self.gone.wait()
 
@@ -143,17 +145,19 @@ class WarmTransfer:
         self._output.route = leg.session
         before = self._output.utterances_ended
         call._step("transfer-briefing")
-        await self._queue(TTSSpeakFrame(frame.summary))
-        done = asyncio.get_running_loop().create_task(self._output.utterance_end(before, SUMMARY_S))
-        await asyncio.wait([done, asyncio.ensure_future(leg.gone.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if leg.gone.is_set():
-            done.cancel()
+        await self.call.inject(TTSSpeakFrame(frame.summary))
+        summary = asyncio.ensure_future(self._output.utterance_end(before, SUMMARY_S))
+        try:
+            person_left = await self._first(leg.gone, summary)
+        finally:
+            summary.cancel()
+        if person_left:
             self._output.route = None
             await self._give_back("failed", "the person hung up during the summary")
             return
         self._join(leg)
-        await self._queue(TransferOutcomeFrame("joined", frame.target))
-        await self._queue(EndFrame())   # the agent leaves; the call stays up for the bridge
+        await self.call.inject(TransferOutcomeFrame("joined", frame.target))
+        await self.call.inject(EndFrame())   # the agent leaves; the call stays up for the bridge
 
     def _make_leg(self, *args, **kwargs) -> PersonLeg:
         self.leg = PersonLeg(*args, **kwargs)
@@ -163,23 +167,24 @@ class WarmTransfer:
     async def _answered(self) -> bool:
         """Ring until the person answers (True), or the dial ends without them (False)."""
         assert self._dial_task is not None
-        for event in (self._leg_made, None):   # the leg exists once its RTP port is bound; then it rings
-            if event is None:
-                if self.leg is None:
-                    break
-                event = self.leg.answered
-            waiting = asyncio.ensure_future(event.wait())
-            await asyncio.wait([self._dial_task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        if await self._first(self._leg_made, self._dial_task) and self.leg is not None \
+                and await self._first(self.leg.answered, self._dial_task):
+            return True
+        try:
+            self.result = self._dial_task.result()
+        except DialError as exc:
+            log.warning("[%s] warm transfer: %s", self.call.call_id, exc)
+        return False
+
+    @staticmethod
+    async def _first(event: asyncio.Event, other: asyncio.Future) -> bool:
+        """Wait for ``event`` or ``other`` to finish; whether ``event`` came."""
+        waiting = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait([other, waiting], return_when=asyncio.FIRST_COMPLETED)
+        finally:
             waiting.cancel()
-            if self._dial_task.done():
-                break
-        if self._dial_task.done():
-            try:
-                self.result = self._dial_task.result()
-            except DialError as exc:
-                log.warning("[%s] warm transfer: %s", self.call.call_id, exc)
-            return False
-        return True
+        return event.is_set()
 
     def _join(self, leg: PersonLeg) -> None:
         call = self.call
@@ -202,18 +207,13 @@ class WarmTransfer:
         self._record(outcome, detail)
         self.call._step(f"transfer-{outcome}")
         log.info("[%s] warm transfer to %s: %s (%s)", self.call.call_id, self.frame.target, outcome, detail)
-        await self._queue(TransferOutcomeFrame(outcome, detail))
+        await self.call.inject(TransferOutcomeFrame(outcome, detail))
         self.call.warm = None
 
     def _record(self, outcome: TransferOutcome, detail: str) -> None:
         self.call.record.transfer.update(outcome=outcome, detail=detail,
                                          held_s=round(time.monotonic() - self._started_s, 2))
         self.call.sync()
-
-    async def _queue(self, frame) -> None:
-        worker = self.call._worker
-        if worker is not None and self.call.pipeline_running:
-            await worker.queue_frame(frame)
 
     # -- hold audio -------------------------------------------------------------------------------
 
