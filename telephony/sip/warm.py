@@ -20,8 +20,8 @@
    other side then gets a BYE.
 
 The caller's record keeps ``transfer``: ``mode``, ``target``, ``outcome`` (``joined``,
-``no-answer``, ``failed``), ``detail`` and ``held_s``; the person's leg has a record of its own
-(``params.transfer_of`` names the caller's call).
+``no-answer``, ``failed``), ``detail``, ``held_s``, ``leg`` (the person's leg's Call-ID) and, once
+joined, ``ended_by``; the leg has a record of its own (``params.transfer_of`` names the caller's call).
 """
 
 from __future__ import annotations
@@ -161,6 +161,7 @@ class WarmTransfer:
 
     def _make_leg(self, *args, **kwargs) -> PersonLeg:
         self.leg = PersonLeg(*args, **kwargs)
+        self.call.record.transfer["leg"] = self.leg.call_id
         self._leg_made.set()
         return self.leg
 

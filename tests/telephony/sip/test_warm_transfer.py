@@ -328,7 +328,7 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
     assert record.transfer["outcome"] == "joined" and record.transfer["ended_by"] == who_hangs_up
     assert record.transfer["target"] == person.uri and 2.0 < record.transfer["held_s"] < 30
     [leg] = [r for r in server.store.list() if r.params.get("transfer_of") == ok.call_id]
-    assert leg.ended
+    assert leg.ended and record.transfer["leg"] == leg.call_sid
     if who_hangs_up == "person":
         assert leg.end_reason == "person hung up (BYE)"
         assert record.end_reason == f"warm transfer to {person.uri}: joined; the person hung up"
