@@ -337,14 +337,14 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
     assert not server.live
 
 
-@pytest.mark.parametrize("desk_scenario, rings_s", [("callee_rings_out.xml", 2.0), ("callee_busy.xml", 0.0)])
+@pytest.mark.parametrize("desk_scenario, rings_s", [("callee_rings_out.xml", 4.0), ("callee_busy.xml", 0.0)])
 async def test_nobody_answers_so_the_caller_gets_the_agent_back(warm_server, tmp_path, desk_scenario, rings_s):
     caller_sip, caller_rtp = await UdpPeer.open(), await rtp_end(CALLER_HZ)
     moments: dict[str, float] = {}
     tasks = [asyncio.create_task(caller_rtp.run())]
     try:
         async with callee(desk_scenario, tmp_path) as desk:   # rings out (expects our CANCEL), or busy
-            server = warm_server(desk.uri, 2)
+            server = warm_server(desk.uri, rings_s or 4.0)   # longer than "please hold ...": the hold audio is heard
             ok, call = await press_zero(server, caller_sip, caller_rtp, moments, tasks)
             await wait_for(lambda: "transfer-no-answer" in moments, 10.0)
             desk_result = await desk.result()
