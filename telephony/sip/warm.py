@@ -20,8 +20,9 @@
    other side then gets a BYE.
 
 The caller's record keeps ``transfer``: ``mode``, ``target``, ``outcome`` (``joined``,
-``no-answer``, ``failed``), ``detail``, ``held_s``, ``leg`` (the person's leg's Call-ID) and, once
-joined, ``ended_by``; the leg has a record of its own (``params.transfer_of`` names the caller's call).
+``no-answer``, ``failed``), ``detail``, ``held_s``, ``leg`` (the person's leg's Call-ID),
+``summary`` (what the person heard: set aside from what the caller heard) and, once joined,
+``ended_by``; the leg has a record of its own (``params.transfer_of`` names the caller's call).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class WarmTransfer:
         # the agent's last words to the caller ("please hold ...") play out before it turns to the person
         await self._output.utterance_end(spoken_before, LAST_WORDS_S)
         self._output.route = leg.session
-        before = self._output.utterances_ended
+        before, said_before = self._output.utterances_ended, len(self._output.tracker.utterances)
         call._step("transfer-briefing")
         await self.call.inject(TTSSpeakFrame(frame.summary))
         summary = asyncio.ensure_future(self._output.utterance_end(before, SUMMARY_S))
@@ -151,6 +152,7 @@ class WarmTransfer:
             person_left = await self._first(leg.gone, summary)
         finally:
             summary.cancel()
+        call.record.transfer["summary"] = self._output.tracker.set_aside(said_before)
         if person_left:
             self._output.route = None
             await self._give_back("failed", "the person hung up during the summary")

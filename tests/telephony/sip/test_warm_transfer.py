@@ -327,6 +327,9 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
     assert record is not None and record.ended
     assert record.transfer["outcome"] == "joined" and record.transfer["ended_by"] == who_hangs_up
     assert record.transfer["target"] == person.uri and 2.0 < record.transfer["held_s"] < 30
+    # the summary is the person's: the record keeps it as such, not among what the caller heard
+    assert record.transfer["summary"] == "Hello this is Acme desk I have a caller on the line Connecting you now"
+    assert record.greeting_heard == "Hello Please hold while I transfer you to a person"
     [leg] = [r for r in server.store.list() if r.params.get("transfer_of") == ok.call_id]
     assert leg.ended and record.transfer["leg"] == leg.call_sid
     if who_hangs_up == "person":
