@@ -15,7 +15,7 @@
 3. ``briefing``: answered, the agent's voice is routed to the person's leg once its last words
    to the caller have played, and the summary is spoken there by the same TTS.
 4. ``joined``: each leg's decoded audio is sent on the other's session (transcoded through PCM,
-   so PCMU meets PCMA), the agent's output is detached, the agent is told and its pipeline ends.
+   so PCMU meets PCMA), and each key pressed is pressed again on the other leg (RFC 4733), the agent's output is detached, the agent is told and its pipeline ends.
    The caller's call stays up (:meth:`SipCall._pipeline_ended`) until either side hangs up; the
    other side then gets a BYE.
 
@@ -42,7 +42,7 @@ from pipeline.builder import PipelineConfig
 from pipeline.frames import TransferCallFrame, TransferOutcome, TransferOutcomeFrame
 from telephony.sip.call import CallState, SipCall
 from telephony.sip.dialer import DialedCall, DialOutcome, DialRequest, DialResult
-from telephony.sip.errors import DialError
+from telephony.sip.errors import DialError, SipError
 from telephony.sip.media import SAMPLES_PER_PACKET, RtpSession
 from telephony.sip.transport import SipOutputTransport
 
@@ -106,6 +106,7 @@ class WarmTransfer:
         self._hold_task: asyncio.Task | None = None
         self._started_s = time.monotonic()
         self._leg_made = asyncio.Event()
+        self._key_tasks: set[asyncio.Task] = set()
         output = call.transport.output()
         assert isinstance(output, SipOutputTransport)
         self._output = output
@@ -196,10 +197,27 @@ class WarmTransfer:
         self._output.detached = True
         call.session.tap = _pcm_to(leg.session)
         leg.session.tap = _pcm_to(call.session)
+        call.session.key_tap = self._keys_to(leg.session)
+        leg.session.key_tap = self._keys_to(call.session)
         self._joined = True
         self._record("joined", "")
         call._step("transfer-joined")
         log.info("[%s] warm transfer: joined to %s; the agent leaves", call.call_id, self.frame.target)
+
+    def _keys_to(self, session: RtpSession) -> Callable[[str], None]:
+        """A key pressed on one leg, pressed again (RFC 4733) on ``session``'s."""
+        async def press(digit: str) -> None:
+            try:
+                await session.send_dtmf(digit)
+            except SipError as exc:   # the other side did not negotiate telephone-event
+                log.info("[%s] key %s not passed on: %s", self.call.call_id, digit, exc)
+
+        def on_key(digit: str) -> None:
+            if not session.closed:
+                task = asyncio.ensure_future(press(digit))
+                self._key_tasks.add(task)
+                task.add_done_callback(self._key_tasks.discard)
+        return on_key
 
     async def _give_back(self, outcome: TransferOutcome, detail: str) -> None:
         """Nobody took the call: the caller is the agent's again, and the agent is told."""
@@ -259,15 +277,17 @@ class WarmTransfer:
     async def close(self, reason: str) -> None:
         self._closed = True
         self._stop_hold()
+        for task in list(self._key_tasks):
+            task.cancel()
         if not self._joined and self.call.record.transfer.get("outcome") is None:
             self._record("failed", f"the call ended on hold: {reason}")
-        leg, task = self.leg, self._dial_task
-        if task is None:
+        leg, dial = self.leg, self._dial_task
+        if dial is None:
             return
         if leg is None:        # not yet placed: it never will be
-            task.cancel()
+            dial.cancel()
         elif leg.state is not CallState.ENDED:
             await leg.hang_up(f"caller's call ended: {reason}")
-        await asyncio.wait([task], timeout=LEG_CLOSE_S)
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            log.warning("[%s] the person's leg failed: %s", self.call.call_id, task.exception())
+        await asyncio.wait([dial], timeout=LEG_CLOSE_S)
+        if dial.done() and not dial.cancelled() and dial.exception() is not None:
+            log.warning("[%s] the person's leg failed: %s", self.call.call_id, dial.exception())

@@ -101,12 +101,16 @@ class RtpEnd(asyncio.DatagramProtocol):
 
     freq_hz: float
     heard: list[Heard] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)     # RFC 4733 events received, one a packet
     remote: tuple[str, int] | None = None
     sending_tone = False
+    presses = 0
     transport: asyncio.DatagramTransport | None = None
 
     def datagram_received(self, data: bytes, addr) -> None:
         pkt = RtpPacket.parse(data)
+        if pkt.payload_type == 101:
+            self.keys.append(DTMF_EVENTS[TelephoneEvent.parse(pkt.payload).event])
         if pkt.payload_type == 0:
             self.heard.append(Heard(time.monotonic(), ulaw_decode(pkt.payload), bytes(pkt.payload) in HOLD_PAYLOADS))
 
@@ -123,7 +127,8 @@ class RtpEnd(asyncio.DatagramProtocol):
 
     def press(self, digit: str) -> None:
         assert self.transport is not None and self.remote is not None
-        event, ts = DTMF_EVENTS.index(digit), 0x10000
+        self.presses += 1                  # each press its own timestamp: a new key, not a repeat
+        event, ts = DTMF_EVENTS.index(digit), 8000 * self.presses
         for i, end in enumerate((False, False, True, True, True)):
             payload = bytes(TelephoneEvent(event, end, 10, 400 * (i + 1)))
             self.transport.sendto(bytes(RtpPacket(101, 40000 + i, ts, 99, payload, marker=i == 0)), self.remote)
@@ -288,6 +293,7 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
         caller_rtp.sending_tone = True     # the caller talks all through the hold: only the person may hear it, and only once joined
         await wait_for(lambda: "transfer-joined" in moments, 30.0)
         await wait_for(lambda: not call.pipeline_running, 5.0)   # the agent has left
+        caller_rtp.press("5")              # a key crosses the bridge too
         await asyncio.sleep(1.5)           # the two talk
         if who_hangs_up == "person":       # parley hangs up the caller
             person.hang_up(server)
@@ -319,6 +325,7 @@ async def test_warm_transfer_briefs_the_person_then_joins_the_caller(warm_server
     assert caller_tone and min(caller_tone) >= joined - 0.05 and len(caller_tone) > 40
     assert max(summary) < min(caller_tone)
     assert not any(h.hold for h in to_person)          # hold audio is the caller's only
+    assert set(person_rtp.keys) == {"5"}               # pressed once joined; the 0 before went to the agent
     # the caller: the person's tone only once joined
     person_tone = [h.at_s for h in caller_rtp.heard if h.rms > 1000 and share_at(h.pcm, PERSON_HZ) > 0.8]
     assert person_tone and min(person_tone) >= joined - 0.05 and len(person_tone) > 40
