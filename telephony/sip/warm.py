@@ -6,8 +6,9 @@
 
 1. ``hold``: the caller's audio reaches nobody (``RtpSession.tap``), and hold audio
    (:class:`~pipeline.audio.hold.HoldLoop`) fills every 20 ms slot in which the agent sends the
-   caller nothing, from the moment the transfer starts: the agent's "please hold" plays over it,
-   and no gap is longer than the pattern's own (600 ms at most).
+   caller nothing, from the moment the transfer starts: the agent's own words ("please hold ...")
+   go first, the hold audio fills the rest, and no gap is longer than the pattern's own (600 ms
+   at most).
 2. ``dialling``: a second leg (:class:`PersonLeg`, a :class:`~telephony.sip.dialer.DialedCall`
    that runs no agent) rings the person for ``timeout_s``. Nobody answering (a CANCEL at the
    ring timeout, 480, 486, 603) or the call failing gives the caller back: hold stops, the agent
