@@ -90,6 +90,14 @@ def format_call(record: CallRecord) -> str:
         left = "" if record.voicemail_left is None else \
             ", voicemail message left" if record.voicemail_left else ", no voicemail message left"
         lines.append(f"  answered by: {record.answered_by}{left}")
+    if record.transfer:
+        t = record.transfer
+        how = f"{t.get('mode', '?')} transfer to {t.get('target', '?')}"
+        if t.get("requested") and t["requested"] != t.get("mode"):
+            how += f" ({t['requested']} asked for)"
+        outcome = f": {t['outcome']}" if t.get("outcome") else ""
+        detail = f" ({t['detail']})" if t.get("detail") else ""
+        lines.append(f"  transfer: {how}{outcome}{detail}")
     if record.greeting:
         lines.append(f"  agent:  {record.greeting}")
     for turn in record.turns:

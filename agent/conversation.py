@@ -125,7 +125,7 @@ class _Fill(dict):
 _DIALOGUE_STATE = ("state", "values", "last_said", "_task", "_slot", "_pending_value", "_prefilled",
                    "_attempts",
                    "_misses", "_silences", "_keypad", "_asked_anything_else", "_heard",
-                   "_offered_task")
+                   "_offered_task", "_request")
 """Every attribute an input may change; the rest is built from the spec once."""
 
 
@@ -160,6 +160,7 @@ class Conversation:
         self._asked_anything_else = False
         self._heard: Recognition | None = None
         self._offered_task: TaskSpec | None = None
+        self._request = ""                       # the caller's first words: what they called about
         self._trigger_words = {stem(w) for t in spec.tasks for p in t.triggers for w in words(p)}
         self._known_words = self._trigger_words | {
             stem(w) for k in spec.knowledge for w in words(" ".join((k.question, *k.keywords)))}
@@ -261,6 +262,7 @@ class Conversation:
         ws = words(text)
         if not ws:
             return [self._say(self.spec.messages.repeat_prompt)]
+        self._request = self._request or " ".join(text.split())[:200]
         free_text = (self.state is State.COLLECTING and self._slot is not None
                      and self._slot.kind == "text" and len(ws) > 4)
         if not free_text:
@@ -742,6 +744,33 @@ class Conversation:
             return self._answer(self.spec.messages.no_handoff)
         self.state = State.ENDED
         return [self._say(self.spec.messages.transfer), Transfer(handoff, reason)]
+
+    def transfer_summary(self) -> str:
+        """What the person hears before a warm transfer joins them to the caller: who is calling,
+        what they asked, and the slots filled so far (sensitive ones left out)."""
+        parts = [f"Hello, this is {self.spec.name}. I have a caller on the line."]
+        if self._request:
+            parts.append(f"They said: {self._request.rstrip('.?!')}.")
+        said = [f"{name.replace('_', ' ')}: {value}" for name, value in self.values.items()
+                if not next((s.sensitive for s in self.spec.slots if s.name == name), False)]
+        if said:
+            parts.append("Their " + ", ".join(said) + ".")
+        parts.append("Connecting you now.")
+        return " ".join(parts)
+
+    def transfer_outcome(self, outcome: str) -> list[Action]:
+        """How a warm transfer ended: joined, the agent's part is over; nobody answered or it
+        failed, the caller is back and is offered a message (or anything else)."""
+        if outcome == "joined":
+            self.state = State.ENDED
+            return []
+        self.state = State.IDLE
+        self._offered_task = next((t for t in self.spec.tasks
+                                   if any("message" in p for p in t.triggers)), None)
+        follow = self.spec.messages.offer_message if self._offered_task is not None \
+            else self.spec.messages.anything_else
+        self._asked_anything_else = self._offered_task is None
+        return [self._say(f"{self.spec.messages.no_handoff} {follow}")]
 
     def _end(self, reason: str) -> list[Action]:
         self.state = State.ENDED

@@ -10,7 +10,9 @@ user message is the transcript) and keypresses as ``InputDTMFFrame``; each answe
 Other actions become frames too: a transfer pushes ``TransferCallFrame`` upstream (after the
 transfer message), ending pushes ``EndWorkerFrame`` upstream (after the farewell, so it plays),
 filled slots, tool calls, transfers and hang-ups go downstream as ``AgentEventFrame`` for the
-call record. After every step the conversation's expectation of the caller's next words goes
+call record. A warm transfer's frame carries the summary for the person; until the transport's
+``TransferOutcomeFrame`` the caller is on hold (no silence prompts), then the agent is done
+(joined) or offers a message (nobody answered). After every step the conversation's expectation of the caller's next words goes
 upstream to the recogniser as a ``RecognitionHintsFrame`` (when it changed), and the
 recogniser's ``RecognitionFrame`` (a final's confidence and alternatives) is handed to the
 conversation with the turn it belongs to. Tool calls run in a task, with a deadline, while frames keep flowing; caller input
@@ -73,6 +75,7 @@ from pipeline.frames import (
     RecognitionFrame,
     RecognitionHintsFrame,
     TransferCallFrame,
+    TransferOutcomeFrame,
 )
 
 __all__ = ["CONTINUATION_S", "EmbeddedAgentProcessor"]
@@ -119,6 +122,7 @@ class EmbeddedAgentProcessor(FrameProcessor):
         self._hints: Hints | None = None
         self._heard: list[Recognition] = []
         self._answered: _Answered | None = None
+        self._holding = False   # a warm transfer is ringing the person: the caller is on hold
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         await super().process_frame(frame, direction)
@@ -142,6 +146,9 @@ class EmbeddedAgentProcessor(FrameProcessor):
             await self._feed(lambda: self.conversation.dtmf(key))
             if not self._spoke:   # a digit typed into a number: the caller still owes us input
                 await self._start_silence_timer()
+        elif isinstance(frame, TransferOutcomeFrame):
+            await self.push_frame(frame, direction)
+            await self._transfer_over(frame)
         elif isinstance(frame, (EndFrame, CancelFrame)):
             await self._shutdown()
             await self.push_frame(frame, direction)
@@ -253,9 +260,14 @@ class EmbeddedAgentProcessor(FrameProcessor):
                 await self.push_frame(AgentEventFrame(kind="transfer", data={
                     "handoff": h.name, "kind": h.kind, "target": h.target,
                     "reason": action.reason}))
-                await self.push_frame(TransferCallFrame(kind=h.kind, target=h.target,
-                                                        reason=action.reason),
-                                      FrameDirection.UPSTREAM)
+                warm = h.mode == "warm"
+                if warm:             # no silence prompts to a caller who is on hold
+                    self._holding = True
+                    await self._stop_silence_timer()
+                await self.push_frame(TransferCallFrame(
+                    kind=h.kind, target=h.target, reason=action.reason, mode=h.mode,
+                    summary=self.conversation.transfer_summary() if warm else "",
+                    timeout_s=h.timeout_s, hold_audio=h.hold_audio), FrameDirection.UPSTREAM)
             elif isinstance(action, EndCall):
                 log.info("call %s: ending the call (%s)", self._call_sid, action.reason)
                 await self.push_frame(AgentEventFrame(kind="hangup",
@@ -264,6 +276,14 @@ class EmbeddedAgentProcessor(FrameProcessor):
             elif isinstance(action, CallTool):
                 self._tool_task = self.create_task(self._call_tool(action),
                                                    name=f"tool_{action.name}")
+
+    async def _transfer_over(self, frame: TransferOutcomeFrame) -> None:
+        """A warm transfer ended: joined (the agent's part is over) or the caller is back."""
+        log.info("call %s: warm transfer %s", self._call_sid, frame.outcome)
+        self._holding = False
+        await self.push_frame(AgentEventFrame(kind="transfer_outcome", data={
+            "outcome": frame.outcome, "detail": frame.detail}))
+        await self._run(self.conversation.transfer_outcome(frame.outcome))
 
     async def _call_tool(self, action: CallTool) -> None:
         tool = self._spec.tool(action.name)
@@ -298,7 +318,7 @@ class EmbeddedAgentProcessor(FrameProcessor):
 
     async def _start_silence_timer(self) -> None:
         await self._stop_silence_timer()
-        if self._closed or self._tool_task is not None:
+        if self._closed or self._holding or self._tool_task is not None:
             return
         self._silence_task = self.create_task(self._silence_after(), name="silence")
 

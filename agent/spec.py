@@ -35,6 +35,7 @@ from agent.spec_model import (
     DtmfOption,
     HandoffKind,
     HandoffSpec,
+    HoldAudio,
     HttpMethod,
     KnowledgeItem,
     LimitsSpec,
@@ -46,6 +47,7 @@ from agent.spec_model import (
     TaskSpec,
     ToolKind,
     ToolSpec,
+    TransferMode,
     VoicemailSpec,
 )
 from pipeline.voicemail import OnMachine, OnUnknown
@@ -285,8 +287,8 @@ def _handoffs(r: _Reader, node: yaml.Node) -> tuple[HandoffSpec, ...]:
     out = []
     for i, n in enumerate(r.seq(node, "handoffs")):
         what = f"handoffs[{i}]"
-        m = r.mapping(n, what, {"name", "kind", "target"})
-        if set(m) != {"name", "kind", "target"}:
+        m = r.mapping(n, what, {"name", "kind", "target", "mode", "timeout_s", "hold_audio"})
+        if not {"name", "kind", "target"} <= set(m):
             raise r.fail(n, f"{what}: needs 'name', 'kind' and 'target'")
         kind = r.choice(m["kind"], f"{what}.kind", _options(HandoffKind))
         target = r.string(m["target"], f"{what}.target")
@@ -296,7 +298,14 @@ def _handoffs(r: _Reader, node: yaml.Node) -> tuple[HandoffSpec, ...]:
             raise r.fail(m["target"], f"{what}.target must be a TaskRouter workflow SID (WW...)")
         if kind == "sip" and not target.startswith(("sip:", "sips:")):
             raise r.fail(m["target"], f"{what}.target must be a sip: URI")
-        out.append(HandoffSpec(r.string(m["name"], f"{what}.name"), kind, target))
+        mode: TransferMode = r.choice(m["mode"], f"{what}.mode", _options(TransferMode)) if "mode" in m else "blind"
+        if mode == "warm" and kind == "enqueue":
+            raise r.fail(m["mode"], f"{what}.mode: a queue cannot be warm-transferred (it has no person to brief)")
+        out.append(HandoffSpec(
+            r.string(m["name"], f"{what}.name"), kind, target, mode=mode,
+            timeout_s=r.number(m["timeout_s"], f"{what}.timeout_s", minimum=1) if "timeout_s" in m else 20.0,
+            hold_audio=r.choice(m["hold_audio"], f"{what}.hold_audio", _options(HoldAudio))
+            if "hold_audio" in m else "music"))
     _unique(r, node, "handoffs", [h.name for h in out])
     return tuple(out)
 

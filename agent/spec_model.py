@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pipeline.frames import HoldAudio, TransferMode
 from pipeline.voicemail import OnMachine, OnUnknown
 
 __all__ = [
-    "AgentSpec", "Backend", "DtmfAction", "DtmfOption", "HandoffKind", "HandoffSpec",
+    "AgentSpec", "Backend", "DtmfAction", "DtmfOption", "HandoffKind", "HandoffSpec", "HoldAudio", "TransferMode",
     "HttpMethod", "KnowledgeItem", "LLMSpec", "LimitsSpec", "MessagesSpec", "RecordingSpec", "SlotKind", "SlotSpec",
     "TaskSpec", "ToolKind", "ToolSpec", "VoicemailSpec",
 ]
@@ -57,9 +58,17 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class HandoffSpec:
+    """A person or queue to hand the caller to. ``mode: warm`` (``dial`` and ``sip`` only): the
+    agent calls the person first while the caller hears ``hold_audio``, tells them who is calling
+    and why, then joins the two; nobody answering in ``timeout_s`` brings the caller back to the
+    agent, who offers to take a message."""
+
     name: str
     kind: HandoffKind
     target: str
+    mode: TransferMode = "blind"
+    timeout_s: float = 20.0
+    hold_audio: HoldAudio = "music"
 
 
 @dataclass(frozen=True)

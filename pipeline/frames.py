@@ -26,6 +26,9 @@ class AgentSpeechHeardFrame(SystemFrame):
 
 
 TransferKind = Literal["dial", "enqueue", "sip"]
+TransferMode = Literal["blind", "warm"]
+HoldAudio = Literal["music", "tone"]
+TransferOutcome = Literal["joined", "no-answer", "failed"]
 
 
 @dataclass
@@ -35,11 +38,28 @@ class TransferCallFrame(SystemFrame):
     ``kind`` says how: ``dial`` a phone number (Twilio ``<Dial>``), ``enqueue`` into a Twilio
     Flex/TaskRouter workflow (``<Enqueue workflowSid=...>``), or ``sip`` REFER to a URI.
     ``target`` is the number, the workflow SID, or the SIP URI.
+
+    ``mode``: ``blind`` hands the caller over and the agent is gone; ``warm`` calls the person
+    first (the caller hears ``hold_audio``), says ``summary`` to them, then joins the two; nobody
+    answering in ``timeout_s`` gives the caller back to the agent (``TransferOutcomeFrame``).
     """
 
     kind: TransferKind
     target: str
     reason: str = ""
+    mode: TransferMode = "blind"
+    summary: str = ""
+    timeout_s: float = 20.0
+    hold_audio: HoldAudio = "music"
+
+
+@dataclass
+class TransferOutcomeFrame(SystemFrame):
+    """Downstream, from the transport: how a warm transfer ended. ``joined``: the caller and the
+    person talk, the agent has left; ``no-answer`` or ``failed``: the caller is the agent's again."""
+
+    outcome: TransferOutcome
+    detail: str = ""
 
 
 @dataclass

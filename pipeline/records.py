@@ -60,6 +60,9 @@ class CallRecord:
     # call-wide moments, in seconds after ``started_at``: greeting_start, greeting_end (to where
     # the caller heard it) and recording_start (where the recording's second 0 is)
     marks_s: dict[str, float] = field(default_factory=dict)
+    # a warm transfer: mode, target, outcome (joined, no-answer, failed), detail, held_s (how
+    # long the caller heard hold audio); empty when the call had none
+    transfer: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -88,6 +91,7 @@ class CallRecord:
             "answered_by": self.answered_by,
             "voicemail_left": self.voicemail_left,
             "marks_s": dict(self.marks_s),
+            "transfer": dict(self.transfer),
         }
 
 

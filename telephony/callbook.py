@@ -109,6 +109,8 @@ class CallBook:
         greeting: list[Utterance] = []
         by_turn: dict[int, list[Utterance]] = {}
         for utt in self.tracker.utterances:
+            if utt.elsewhere:
+                continue
             owner = sum(1 for s in starts if s <= utt.began_at_s)
             (greeting if owner == 0 else by_turn.setdefault(owner, [])).append(utt)
         record.greeting = " ".join(u.text for u in greeting if u.text)

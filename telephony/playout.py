@@ -41,6 +41,7 @@ class Utterance:
     state: UtteranceState = UtteranceState.PLAYING
     end_mark_sent: bool = False
     first_pts_ns: int | None = None  # the pts of its first timed word: the start of its audio
+    elsewhere: bool = False  # played to someone other than the caller (a warm transfer's summary)
 
     def played(self, duration_ms: float) -> None:
         """``duration_ms`` more of it left an echo-less transport: sent and heard alike."""
@@ -94,6 +95,14 @@ class PlayoutTracker:
         self.utterances.append(u)
         self._next_mark_ms = self.mark_every_ms
         return u
+
+    def set_aside(self, since: int) -> str:
+        """The utterances after the first ``since`` went to someone else (a warm transfer's
+        summary, to the person): no longer the caller's; returns their text."""
+        aside = self.utterances[since:]
+        for u in aside:
+            u.elsewhere = True
+        return " ".join(u.text for u in aside if u.text)
 
     def add_word(self, word: str, start_ms: float | None) -> None:
         if not word.strip():

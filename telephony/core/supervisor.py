@@ -35,7 +35,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import ClassVar
 
-from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+from pipecat.frames.frames import EndFrame, Frame, TTSSpeakFrame
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
@@ -226,6 +226,14 @@ class CallSupervisor:
         log.info("[%s] ending the call: %s", self.call_id, reason)
         self._polite_reason = reason
         await self._worker.queue_frames([TTSSpeakFrame(farewell), EndFrame()])
+
+    async def inject(self, frame: Frame) -> bool:
+        """Push ``frame`` into the running pipeline at its start, as if the wire had brought it (a
+        warm transfer's summary to speak, its outcome for the agent); False when none runs."""
+        if self._worker is None or self._pipeline_over:
+            return False
+        await self._worker.queue_frame(frame)
+        return True
 
     def sync(self) -> None:
         """Bring the record up to date (turns, words said and heard, counters)."""

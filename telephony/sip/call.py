@@ -3,11 +3,14 @@
 States: ``ringing`` (180 sent, CANCEL possible) -> ``answered`` (200 + SDP sent, retransmitted
 until ACK, pipeline running) -> ``ended``. ``history`` keeps every step (``ringing``,
 ``answered``, ``acked``, ``hold``, ``resumed``, ``refer-sent``, ``transferred``, ``bye-received``,
-``bye-sent``, ``cancelled``, ``ended``) so tests can assert the whole exchange.
+``bye-sent``, ``cancelled``, ``ended``; a warm transfer adds ``warm-transfer``,
+``transfer-answered``, ``transfer-briefing`` and ``transfer-joined`` or ``transfer-no-answer`` /
+``transfer-failed``) so tests can assert the whole exchange.
 
 The call's life (the agent, the pipeline, the one catch-all, the record) is the
 :class:`~telephony.core.supervisor.CallSupervisor`'s; this edge answers (ringing, CANCEL), hangs
-up (BYE when answered, 487 while ringing), transfers (REFER), and closes (BYE if none went
+up (BYE when answered, 487 while ringing), transfers (REFER; a warm transfer is
+:mod:`telephony.sip.warm`'s, and a joined call stays up until either leg hangs up), and closes (BYE if none went
 either way, RTP closed). It talks to the user agent through :class:`~telephony.sip.endpoint.SipEndpoint`.
 """
 
@@ -17,9 +20,10 @@ import asyncio
 import logging
 import random
 import time
+from dataclasses import replace
 from urllib.parse import urlencode
 from enum import Enum
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from pipeline.frames import TransferCallFrame
 from telephony.core.supervisor import CallSupervisor
@@ -60,6 +64,21 @@ def context_params(invite: SipRequest) -> dict[str, str]:
     return out
 
 
+class WarmTransferLeg(Protocol):
+    """A warm transfer's leg to the person, as the caller's call holds it (:mod:`telephony.sip.warm`)."""
+
+    @property
+    def joined(self) -> bool: ...
+
+    async def bridged(self, hung_up: asyncio.Event) -> str:
+        """Until either side leaves the bridge (``hung_up``: the caller did); why it ended."""
+        ...
+
+    async def close(self, reason: str) -> None:
+        """The caller's call is over: hang up the person's leg if it is still up."""
+        ...
+
+
 class CallState(Enum):
     RINGING = "ringing"
     ANSWERED = "answered"
@@ -93,6 +112,8 @@ class SipCall(CallSupervisor):
         self._cancelled = asyncio.Event()
         self._notify: asyncio.Future[int] | None = None
         self._bye_started = False
+        self._hung_up = asyncio.Event()
+        self.warm: WarmTransferLeg | None = None   # a warm transfer in progress or joined
         self._tasks: set[asyncio.Task] = set()
         transport = SipTransport(session, on_transfer=self._on_transfer)
         super().__init__(call_id=invite.call_id, transport=transport, tracker=transport.tracker,
@@ -164,7 +185,15 @@ class SipCall(CallSupervisor):
                 return
             await asyncio.sleep(min(1.0, limit / 4) if limit else 1.0)
 
+    async def _pipeline_ended(self) -> str | None:
+        """Joined by a warm transfer, the agent has left but the call goes on: until either side
+        hangs up."""
+        if self.warm is not None and self.warm.joined:
+            return await self.warm.bridged(self._hung_up)
+        return None
+
     async def _on_hang_up(self, reason: str) -> None:
+        self._hung_up.set()
         if self.state is CallState.RINGING:
             if not self._cancelled.is_set():
                 self.server.respond(self.invite, self.addr, 487, to_tag=self.local_tag)
@@ -173,6 +202,8 @@ class SipCall(CallSupervisor):
             await self._send_bye()  # a no-op when the caller's BYE came first
 
     async def _close(self) -> None:
+        if self.warm is not None:
+            await self.warm.close(self.end_reason or "call ended")
         if self.state is CallState.ANSWERED:  # the agent hung up, or we did: BYE, once
             await self._send_bye()  # a no-op when a BYE already went either way
         self.state = CallState.ENDED
@@ -387,6 +418,13 @@ class SipCall(CallSupervisor):
             return
         target = frame.target if frame.target.startswith(("sip:", "sips:", "tel:")) else \
             f"sip:{frame.target}@{self.remote_addr[0]}"
+        if frame.mode == "warm":
+            if self.warm is not None:
+                log.warning("[%s] a warm transfer is already under way; this one ignored", self.call_id)
+                return
+            self._step("warm-transfer")
+            self._spawn(self.server.warm_transfer(self, replace(frame, target=target)))
+            return
         self._spawn(self._refer(target))
 
     async def _refer(self, target: str) -> None:

@@ -525,6 +525,7 @@ class DialedCall(SipCall):
     # -- the call's life (SipCall's hooks, the caller's side) ---------------------------------
 
     async def _on_hang_up(self, reason: str) -> None:
+        self._hung_up.set()   # a warm transfer's bridge ends with it
         if self.state is CallState.RINGING:
             if self._cancel is None:
                 self._cancel = DialOutcome.CANCELED

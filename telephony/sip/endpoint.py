@@ -8,9 +8,10 @@ of them imports the server (no circle).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from pipeline.builder import PipelineConfig
+from pipeline.frames import TransferCallFrame
 from pipeline.records import CallStore
 from telephony.calls import AgentFactory, AnsweringPlanFactory
 from telephony.metrics import Metrics
@@ -45,3 +46,8 @@ class SipEndpoint(Protocol):
     async def request(self, req: SipRequest, addr: Address, timeout_s: float | None = None) -> SipResponse: ...
 
     def listen(self, req: SipRequest, callback: Callable[[SipResponse], None] | None) -> None: ...
+
+    async def warm_transfer(self, call: Any, frame: TransferCallFrame) -> None:
+        """Carry out ``frame`` (a warm transfer) for ``call`` (a :class:`~telephony.sip.call.SipCall`:
+        this module cannot name it without an import circle)."""
+        ...

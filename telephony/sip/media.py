@@ -27,6 +27,7 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,11 @@ class RtpSession(asyncio.DatagramProtocol):
         self._sending = False
         self._held: deque[RtpPacket] = deque(maxlen=MAX_HELD)
         self.last_packet_s: float | None = None   # monotonic time of the caller's last packet
+        # set: the caller's decoded audio goes here instead of the queue (a warm transfer's hold,
+        # where nobody listens, and its bridge, where the other leg does); keys still queue unless
+        # ``key_tap`` takes them (the bridge)
+        self.tap: Callable[[bytes], None] | None = None
+        self.key_tap: Callable[[str], None] | None = None
         self._update_allowed(media)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -202,6 +208,12 @@ class RtpSession(asyncio.DatagramProtocol):
         self._enqueue(DtmfIn(digit))
 
     def _enqueue(self, item: AudioIn | DtmfIn) -> None:
+        if self.tap is not None and isinstance(item, AudioIn):
+            self.tap(item.pcm)
+            return
+        if self.key_tap is not None and isinstance(item, DtmfIn):
+            self.key_tap(item.digit)
+            return
         try:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:

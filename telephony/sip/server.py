@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pipeline.builder import PipelineConfig
+from pipeline.frames import TransferCallFrame
 from pipeline.records import CallRecord, CallStore, MemoryCallStore
 from telephony.core.supervisor import SHUTDOWN_REASON, drain_calls
 from telephony.sip.call import SipCall
@@ -51,6 +52,7 @@ from telephony.sip.message import SipRequest, SipResponse, parse_message, respon
     sdp_body, with_received
 from telephony.sip.register import Registration
 from telephony.sip.sdp import Connection, SessionDescription, answer_offer, pending_media
+from telephony.sip.warm import WarmTransfer
 from telephony.log_limit import LogLimiter
 from telephony.metrics import Metrics
 from telephony.calls import AgentFactory, AnsweringPlanFactory
@@ -270,11 +272,12 @@ class SipServer(asyncio.DatagramProtocol):
 
     # -- placing calls ------------------------------------------------------------------------
 
-    async def dial(self, request: DialRequest, call_id: str | None = None) -> DialResult:
+    async def dial(self, request: DialRequest, call_id: str | None = None, *,
+                   make_call: Callable[..., DialedCall] = DialedCall) -> DialResult:
         """Place one call (:mod:`telephony.sip.dialer`) and run it to its end; its record is kept
         as an inbound call's is, under ``call_id`` (default: a fresh Call-ID). DialError when it
         cannot be placed at all (a host that does not resolve, no RTP port, the server full or
-        draining)."""
+        draining). ``make_call``: the call's class (a warm transfer's leg to the person runs no agent)."""
         if self.calls_in_progress >= self.config.max_calls:
             raise DialError(f"at capacity ({self.config.max_calls} calls)")
         dest = await resolve_destination(request)
@@ -285,7 +288,7 @@ class SipServer(asyncio.DatagramProtocol):
             await session.open(self.config.host, self.config.rtp_port_min, self.config.rtp_port_max)
         except SipError as exc:
             raise DialError(str(exc)) from exc
-        call = DialedCall(self, request, dest, session, call_id)
+        call = make_call(self, request, dest, session, call_id)
         self.live[call_id] = call
         try:
             await call.run()
@@ -294,6 +297,12 @@ class SipServer(asyncio.DatagramProtocol):
             self.recent.append(EndedSipCall.of(call))
             session.close()
         return call.result()
+
+    async def warm_transfer(self, call: SipCall, frame: TransferCallFrame) -> None:
+        """Call the person, brief them, bridge them to ``call`` (:mod:`telephony.sip.warm`)."""
+        transfer = WarmTransfer(call, frame, self.dial)
+        call.warm = transfer
+        await transfer.run()
 
     # -- receiving ----------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 In: decoded 20 ms packets become ``InputAudioRawFrame`` (8 kHz), RFC 4733 key presses become
 ``InputDTMFFrame``. A ``TransferCallFrame`` that the agent pushes upstream reaches the input
-transport and is handed to the call (``on_transfer``: a SIP REFER).
+transport and is handed to the call (``on_transfer``: a SIP REFER, or a warm transfer that steers
+the output below).
 
 Out: agent audio leaves as 20 ms RTP packets paced on an absolute clock
 (:class:`~telephony.pacer.OutputPacer`: each packet's slot is 20 ms after the last, we send it
@@ -16,7 +17,9 @@ upstream as ``AgentSpeechHeardFrame``. ``OutputDTMFFrame`` is sent as RFC 4733.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -71,16 +74,43 @@ class SipInputTransport(ReceivingInput, BaseInputTransport):
 
 
 class SipOutputTransport(SentIsPlayedOutput, BaseOutputTransport):
+    """The agent's voice as RTP. A warm transfer steers it: ``route`` sends it to another leg (the
+    summary to the person) and ``detached`` drops it (the legs are bridged, the agent has left);
+    ``last_sent_s`` and ``utterances_ended`` tell the hold audio and the transfer when it speaks."""
+
     def __init__(self, session: RtpSession, tracker: PlayoutTracker, params: TransportParams, **kwargs):
         super().__init__(params, tracker=tracker, call_id=session.call_id, frames=session.stats.frames,
                          **kwargs)
         self._session = session
+        self.route: RtpSession | None = None
+        self.detached = False
+        self.last_sent_s = 0.0        # monotonic time the agent's last packet went to the caller
+        self.utterances_ended = 0
+        self._ended = asyncio.Event()
 
     async def _clear_wire(self, utterance: Utterance | None) -> None:
         self._pacer.idle()  # RTP has no playout to clear: what was sent was played
 
+    async def _utterance_ended(self) -> None:
+        await super()._utterance_ended()
+        self.utterances_ended += 1
+        self._ended.set()
+
+    async def utterance_end(self, after: int, timeout_s: float) -> bool:
+        """Wait until more than ``after`` utterances have ended; False when none did in time."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.utterances_ended <= after:
+                    self._ended.clear()
+                    await self._ended.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
-        session = self._session
+        if self.detached:
+            return True
+        session = self.route or self._session
         if session.closed:
             return False
         if frame.sample_rate != SAMPLE_RATE_HZ:  # the base class resamples; this is a guard
@@ -92,7 +122,12 @@ class SipOutputTransport(SentIsPlayedOutput, BaseOutputTransport):
             if self._muted:
                 return True
             chunk = pcm[start:start + 160]
+            if self.detached:
+                return True
+            session = self.route or self._session
             session.send_audio(chunk)
+            if session is self._session:
+                self.last_sent_s = time.monotonic()
             self._tracker.audio_played(len(chunk) * 1000.0 / SAMPLE_RATE_HZ)
         return True
 

@@ -95,8 +95,16 @@ class TwilioCall(CallSupervisor):
             await self.ws.close()
 
     async def _transfer(self, transfer: TransferCallFrame) -> str:
-        """Hand the caller over (Twilio replaces the call's TwiML; the stream then closes)."""
+        """Hand the caller over (Twilio replaces the call's TwiML; the stream then closes).
+
+        A warm transfer is not built over Twilio yet (it needs a conference and a second stream
+        to brief the person): it is carried out blind, and the record says so."""
         where = f"{transfer.kind}:{transfer.target}"
+        if transfer.mode == "warm":
+            note = "warm transfer is not available over Twilio: transferred blind"
+            log.warning("[%s] %s", self.call_id, note)
+            self.record.errors.append(note)
+            self.record.transfer = {"mode": "blind", "requested": "warm", "target": transfer.target}
         if self._call_control is None:
             if self._handoff is not None:   # the stream closes; Twilio then asks <Connect action> what next
                 self._handoff(self.call_id, transfer)

@@ -107,3 +107,12 @@ def test_format_call_says_who_answered_a_screened_call():
     record.answered_by = "human"
     assert "  answered by: human" in format_call(record).splitlines()
     assert "answered by" not in format_call(CallRecord(call_sid="c2", transport="sip", started_at=0.0))
+
+
+def test_format_call_says_how_a_transfer_went():
+    record = CallRecord(call_sid="c1", transport="sip", started_at=0.0, transfer={
+        "mode": "warm", "target": "sip:desk@pbx", "outcome": "no-answer", "detail": "busy (486 Busy Here)"})
+    assert "  transfer: warm transfer to sip:desk@pbx: no-answer (busy (486 Busy Here))" in format_call(record).splitlines()
+    record.transfer = {"mode": "blind", "requested": "warm", "target": "+15550100"}
+    assert "  transfer: blind transfer to +15550100 (warm asked for)" in format_call(record).splitlines()
+    assert "transfer:" not in format_call(CallRecord(call_sid="c2", transport="sip", started_at=0.0))

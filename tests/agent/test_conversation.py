@@ -645,3 +645,43 @@ def test_a_name_and_number_given_to_the_name_question_are_both_taken(receptionis
 def test_this_is_urgent_is_no_name(receptionist):
     assert said(Conversation(receptionist).hear("this is urgent, I need to leave a message")) == (
         "Sure, I can take a message. May I have your name, please?")
+
+
+def test_a_warm_transfer_summary_names_the_request_and_the_slots_but_no_sensitive_one():
+    spec = parse_spec("""\
+name: Acme desk
+greeting: Hello.
+slots:
+  - name: name
+    prompt: Your name?
+    kind: name
+  - name: card
+    prompt: Your card number?
+    kind: number
+    sensitive: true
+""", env={})
+    conv = Conversation(spec)
+    conv.hear("I have a question about my invoice.")
+    conv.values.update(name="Ada Lovelace", card="4111111111111111")
+    summary = conv.transfer_summary()
+    assert summary == ("Hello, this is Acme desk. I have a caller on the line. They said: I have a question "
+                       "about my invoice. Their name: Ada Lovelace. Connecting you now.")
+    assert "4111" not in summary
+
+
+def test_nobody_answering_a_warm_transfer_offers_a_message_and_yes_takes_it(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("can i talk to a person")
+    assert conv.state is State.ENDED
+    back = conv.transfer_outcome("no-answer")
+    assert said(back) == f"{receptionist.messages.no_handoff} {receptionist.messages.offer_message}"
+    assert conv.state is State.IDLE
+    assert said(conv.hear("yes please")).endswith(receptionist.slot("name").prompt)
+    assert conv.state is State.COLLECTING
+
+
+def test_a_joined_warm_transfer_ends_the_agents_part(receptionist):
+    conv = Conversation(receptionist)
+    conv.hear("can i talk to a person")
+    assert conv.transfer_outcome("joined") == [] and conv.state is State.ENDED
+    assert conv.hear("hello?") == []

@@ -68,6 +68,15 @@ def test_documents_are_split_into_passages(tmp_path):
         ("Opening hours", "Nine to five."), ("Parking", "Behind the shop.")]
 
 
+def test_a_handoff_is_blind_unless_declared_warm():
+    spec = parse_spec(MINIMAL + "handoffs:\n  - name: front\n    kind: dial\n    target: '+15550100'\n"
+                      "  - name: desk\n    kind: sip\n    target: sip:desk@pbx.example\n    mode: warm\n"
+                      "    timeout_s: 12\n    hold_audio: tone\n", env={})
+    front, desk = spec.handoffs
+    assert (front.mode, front.timeout_s, front.hold_audio) == ("blind", 20.0, "music")
+    assert (desk.mode, desk.timeout_s, desk.hold_audio) == ("warm", 12, "tone")
+
+
 @pytest.mark.parametrize("extra, line, message", [
     ("colour: blue\n", 3, "unknown key 'colour'"),
     ("limits:\n  silence_prompt_s: soon\n", 4, "limits.silence_prompt_s must be a number"),
@@ -78,6 +87,14 @@ def test_documents_are_split_into_passages(tmp_path):
     ("handoffs:\n  - name: desk\n    kind: dial\n    target: front desk\n", 6,
      "must be a phone number"),
     ("handoffs:\n  - name: flex\n    kind: enqueue\n    target: WW123\n", 6, "workflow SID"),
+    ("handoffs:\n  - name: desk\n    kind: sip\n    target: sip:d@x\n    mode: hot\n", 7,
+     "mode must be one of blind, warm"),
+    ("handoffs:\n  - name: flex\n    kind: enqueue\n    target: WW" + "0" * 32 + "\n    mode: warm\n", 7,
+     "a queue cannot be warm-transferred"),
+    ("handoffs:\n  - name: desk\n    kind: sip\n    target: sip:d@x\n    timeout_s: 0\n", 7,
+     "must be at least 1"),
+    ("handoffs:\n  - name: desk\n    kind: sip\n    target: sip:d@x\n    hold_audio: jazz\n", 7,
+     "hold_audio must be one of music, tone"),
     ("tools:\n  - name: lookup\n    kind: webhook\n", 4, "needs 'url'"),
     ("tools:\n  - name: lookup\n    url: ftp://x\n", 5, "must start with http"),
     ("tools:\n  - name: look up\n    url: http://x\n", 4, "must be an identifier"),

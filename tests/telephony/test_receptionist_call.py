@@ -6,6 +6,7 @@ a real local HTTP server that records the transfer request.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,26 @@ async def test_goodbye_ends_the_call(receptionist):
                                          utterances=(CallerUtterance(text="bye bye"),)))
     assert report.server_hung_up
     assert receptionist.store.get(report.call_sid).end_reason == "agent ended the call"
+
+
+async def test_a_warm_handoff_is_carried_out_blind_over_twilio_and_the_record_says_so(twilio_api):
+    """Twilio has no warm transfer in parley yet: the caller still reaches the person (a blind
+    ``<Dial>``), and the record shows that warm was asked for and blind was done."""
+    api_base, requests = twilio_api
+    spec = load_spec(SPEC)
+    spec = replace(spec, handoffs=tuple(replace(h, mode="warm") for h in spec.handoffs))
+    srv = CallServer(
+        ServerConfig(port=0, auth_token=TOKEN, twilio_account_sid=ACCOUNT, twilio_api_base=api_base),
+        agent_factory=lambda info: EmbeddedAgentProcessor(spec, ToolBox(spec), call_sid=info.call_sid),
+    )
+    await srv.start()
+    try:
+        url = f"ws://127.0.0.1:{srv.port}/twilio/stream"
+        report = await run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=40, utterances=tuple(_keys("0")),
+                                             linger_s=10.0))   # the agent hangs up once "please hold" played
+        record = srv.store.get(report.call_sid)
+    finally:
+        await srv.stop()
+    assert requests == [(report.call_sid, {"Twiml": "<Response><Dial>+15550100</Dial></Response>"})]
+    assert record.transfer == {"mode": "blind", "requested": "warm", "target": "+15550100"}
+    assert "warm transfer is not available over Twilio: transferred blind" in record.errors
