@@ -12,12 +12,15 @@ time), started ``--stagger-ms`` apart, ``--turns`` turns each. Per load and serv
 * ``v2v_ms``: end of the caller's speech to the first agent audio byte, p50/p95/p99 (turns where
   the caller talked over the agent are left out and counted, ``overlapped_turns``), and
   ``turns_over_600ms``;
+* ``stages_ms``: where that time goes, each stage's moment after the end of speech as the server
+  saw it (the VAD's stop, the final transcript, the agent's first text, the voice's first audio),
+  p50/p95/p99;
 * ``calls_answered``, ``refused_busy`` (the webhook answered ``<Reject reason="busy">``: the cap),
   ``refused_503`` (an HTTP 503), ``calls_failed`` (anything else), ``unanswered_turns``;
 * ``frames_dropped`` / ``frames_late``: the agent and caller audio frames the server counted lost
   or underrun / late, summed from each call's record (as bench_transports and bench_soak read them);
-* ``cpu_cores``: CPU used meanwhile, per process of the server (the server, its recogniser and
-  voice workers), the callers (this process), and ``machine_busy`` (every core, all processes).
+* ``cpu_cores``: CPU used meanwhile, per process of the server (the server, its recogniser,
+  final-pass and voice workers), the callers (this process), and ``machine_busy`` (every core, all processes).
 
 ``max_calls``: the cap each server said at start ("admitting at most N calls" in its log).
 ``calls_in_time_p50`` / ``_p95``: the largest load whose v2v p50 / p95 stayed within 600 ms.
@@ -178,6 +181,9 @@ async def load(server: CapacityServer, n: int, turns: int, stagger_s: float, rng
     lag = percentiles(lags)
     return {
         "v2v_ms": percentiles(v2v),
+        # where a turn's time goes: each stage's time after the end of speech, as the server saw it
+        "stages_ms": {stage: percentiles([x for c in calls for x in c["stages"][stage]])
+                      for stage in ("vad_stop", "stt_final", "first_text", "tts_first_audio")},
         "turns_over_600ms": sum(1 for x in v2v if x > TARGET_MS),
         "overlapped_turns": sum(len(c["v2v_overlapped"]) for c in calls),
         "calls_answered": outcomes.count("answered"), "refused_busy": outcomes.count("refused_busy"),

@@ -147,7 +147,8 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-ROLES = ((b"runner_procs", "recogniser worker"), (b"voice_procs", "voice worker"),
+ROLES = ((b"runner_procs", "recogniser worker"), (b"final_procs", "final-pass worker"),
+         (b"voice_procs", "voice worker"),
          (b"sphinx_procs", "sphinx worker"))
 
 
