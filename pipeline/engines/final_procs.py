@@ -87,7 +87,7 @@ class FinalPassProcess(ChildClient):
     """The final pass's model and search in a child process (see the module docstring).
     ``args``: the final model's folder, the LM's path, the lexicon's path ("" for none), the
     search's kind ("joint", "phones", or "greedy": no search), the BeamConfig's fields as JSON and
-    the JointConfig's ("": the defaults)."""
+    the free-recognition JointConfig's ("": the defaults)."""
 
     unavailable = EngineUnavailableError
     closed_word = "stopped"

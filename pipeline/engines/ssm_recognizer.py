@@ -535,8 +535,9 @@ class SSMSTTEngine:
         final_dir = folder / FINAL_DIR
         use_final = bool(final_pass or (final_pass is None and folder_of_model is not None
                                         and (final_dir / "config.json").exists()))
-        # the final pass's own rescoring weights, if its folder chose some (stt_loading.SEARCH_FILE)
-        self.joint_weights = search_weights(final_dir) if use_final else None
+        # the final pass's own rescoring weights for turns with no hints, if its folder chose some
+        # (stt_loading.SEARCH_FILE)
+        self.free_weights = search_weights(final_dir) if use_final else None
         if use_final and runner == "thread":
             self.final_model = load_final_model(final_dir, target)
             self._check_final(final_dir, self.final_model.config.phone_vocab_size,
@@ -557,7 +558,7 @@ class SSMSTTEngine:
             self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
                                      beam_config or BeamConfig(), lexicon,
                                      "phones" if decoder == "phone-beam" else "joint",
-                                     self.joint_weights)
+                                     self.free_weights)
         self.flush_s = flush_s
         # a recogniser on Whisper's encoder steps whole hops: the stride is rounded up to them
         block = getattr(model.config, "hop_frames", 1)
@@ -620,7 +621,7 @@ class SSMSTTEngine:
             lexicon = str((folder / LEXICON_FILE).resolve())
         kind = ("greedy" if self.beam is None else "phones" if decoder == "phone-beam" else "joint")
         beam_json = json.dumps(dataclasses.asdict(beam_config or BeamConfig()))
-        joint_json = json.dumps(dataclasses.asdict(self.joint_weights)) if self.joint_weights else ""
+        joint_json = json.dumps(dataclasses.asdict(self.free_weights)) if self.free_weights else ""
         proc = FinalPassProcess([str(final_dir.resolve()), str(Path(lm_path or folder / LM_FILE).resolve()),
                                  lexicon, kind, beam_json, joint_json])
         try:

@@ -25,17 +25,18 @@ from ssm_engine.stt.recognizers import load_recognizer
 __all__ = ["SEARCH_FILE", "beam_search", "load_final_model", "search_weights"]
 
 SEARCH_FILE = "search.json"
-"""Beside a final-pass model: the joint search's rescoring weights chosen for it
-(``{"joint": {"lm_weight": ..., ...}}``, ``JointConfig``'s fields; absent: the defaults)."""
+"""Beside a final-pass model: the joint search's rescoring weights chosen for it on utterances
+with no hints (``{"free": {"lm_weight": ..., ...}}``, ``JointConfig``'s fields; absent: the
+defaults). Hinted turns keep the defaults, with which the agent's thresholds were set."""
 
 
 @functools.lru_cache(maxsize=4)
 def beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = None,
-                 kind: Literal["phones", "joint"] = "joint", joint: JointConfig | None = None
+                 kind: Literal["phones", "joint"] = "joint", free: JointConfig | None = None
                  ) -> CTCBeamSearch | PhoneBeamSearch | JointSearch:
     """One loaded LM + lexicon per file and settings for the process (read-only, shared): over
     characters, or with ``lexicon_path`` (pronunciations) over phones (``kind`` "phones") or
-    both heads (``kind`` "joint", rescored with ``joint``: default ``JointConfig()``)."""
+    both heads (``kind`` "joint"; ``free``: its rescoring weights for utterances with no hints)."""
     try:
         lm = NGramLM.load(lm_path)
     except SSMEngineError as exc:
@@ -47,7 +48,7 @@ def beam_search(lm_path: Path, config: BeamConfig, lexicon_path: Path | None = N
         lexicon = Pronouncer.load(lexicon_path, words=lm.vocab)
         if kind == "phones":
             return PhoneBeamSearch(lm, lexicon, config)
-        search = JointSearch(lm, lexicon, config, joint)
+        search = JointSearch(lm, lexicon, config, free=free)
         search.warm_grammars()          # ~0.4 s here, rather than in a caller's first name turn
         return search
     except (SSMEngineError, ValueError, OSError) as exc:
@@ -68,12 +69,13 @@ def load_final_model(final_dir: Path, target: torch.device) -> WhisperSTTModel:
 
 
 def search_weights(model_dir: Path) -> JointConfig | None:
-    """The rescoring weights a model folder's ``SEARCH_FILE`` chose (None: no file)."""
+    """The free-recognition rescoring weights a model folder's ``SEARCH_FILE`` chose (None: no
+    file)."""
     path = model_dir / SEARCH_FILE
     if not path.exists():
         return None
     try:
-        fields = json.loads(path.read_text(encoding="utf-8"))["joint"]
+        fields = json.loads(path.read_text(encoding="utf-8"))["free"]
         return dataclasses.replace(JointConfig(), **fields)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EngineUnavailableError(f"SSM STT: {path} is not a search file ({exc})") from exc

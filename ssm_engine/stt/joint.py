@@ -102,9 +102,13 @@ class JointSearch:
     """Shared, read-only: both beam searches, the pronunciations, the settings."""
 
     def __init__(self, lm: NGramLM, pronouncer: Pronouncer, beam: BeamConfig | None = None,
-                 config: JointConfig | None = None) -> None:
+                 config: JointConfig | None = None, free: JointConfig | None = None) -> None:
         self.lm = lm
         self.config = config or JointConfig()
+        self.free_config = free
+        """The rescoring weights of an utterance with no hints (None: ``config``'s): a model may
+        choose its own for free recognition while hinted turns keep the weights their hints'
+        thresholds were set with."""
         beam = beam or BeamConfig()
         self.chars = CTCBeamSearch(lm, dataclasses.replace(
             beam, beam_size=min(beam.beam_size, self.config.char_beam_size)))
@@ -268,6 +272,7 @@ class JointDecoder:
     def __init__(self, search: JointSearch, hints: Hints = NO_HINTS) -> None:
         self.search = search
         self.hints = hints
+        self.config = search.free_config if search.free_config is not None and not hints else search.config
         self._chars = search.chars.stream()
         self._phones = search.phones.stream()
         self._grammars = {k: search.grammar(k).stream() for k in _GRAMMARS
@@ -304,7 +309,7 @@ class JointDecoder:
         scored = self._scored()
         if not scored:
             return Recognition("", 0.0)
-        scale = self.search.config.posterior_scale
+        scale = self.config.posterior_scale
         top = scored[0][1]
         weights = [math.exp(scale * (s - top)) for _, s, _ in scored]
         total = sum(weights)
@@ -327,7 +332,7 @@ class JointDecoder:
 
     def _scored(self) -> list[tuple[str, float, bool]]:
         """Every pooled transcript with its joint score and whether it was hinted, best first."""
-        search, cfg = self.search, self.search.config
+        search, cfg = self.search, self.config
         free = list(dict.fromkeys(
             [t for t, _ in self._chars.nbest(cfg.nbest)]
             + [t for t, _ in self._phones.nbest(cfg.nbest)]))

@@ -285,15 +285,18 @@ def test_in_a_worker_process_early_finals_work(folder, monkeypatch):
         engine.close()
 
 
-def test_the_final_pass_rescores_with_the_weights_its_folder_chose(folder):
-    (folder / FINAL_DIR / "search.json").write_text('{"joint": {"lm_weight": 0.5, "word_bonus": 2.0, '
+def test_the_final_pass_rescores_free_turns_with_the_weights_its_folder_chose(folder):
+    (folder / FINAL_DIR / "search.json").write_text('{"free": {"lm_weight": 0.5, "word_bonus": 2.0, '
                                                     '"char_weight": 0.3}}')
     here = SSMSTTEngine(folder)
     there = SSMSTTEngine(folder, runner="process")
+    hinted = Hints(expect=frozenset({"yes_no"}))
     try:
-        config = here.beam.config
-        assert (config.lm_weight, config.word_bonus, config.char_weight) == (0.5, 2.0, 0.3)
-        assert config.phone_weight == JointConfig().phone_weight          # the rest as default
+        free = here.beam.free_config
+        assert (free.lm_weight, free.word_bonus, free.char_weight) == (0.5, 2.0, 0.3)
+        assert free.phone_weight == JointConfig().phone_weight            # the rest as default
+        assert here.beam.config == JointConfig()                          # hinted turns: the defaults
+        assert here.beam.stream().config is free and here.beam.stream(hinted).config == JointConfig()
         pcm = _speech(0.9)
         heard = []
         for engine in (here, there):
@@ -314,6 +317,6 @@ def test_the_final_pass_rescores_with_the_weights_its_folder_chose(folder):
         assert utt.recognition != heard[0]                   # which other weights score otherwise
     finally:
         default.close()
-    (folder / FINAL_DIR / "search.json").write_text('{"joint": {"lm_wieght": 0.5}}')   # misspelt
+    (folder / FINAL_DIR / "search.json").write_text('{"free": {"lm_wieght": 0.5}}')   # misspelt
     with pytest.raises(EngineUnavailableError, match="search.json is not a search file"):
         SSMSTTEngine(folder)
