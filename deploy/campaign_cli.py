@@ -27,10 +27,9 @@ from pipeline.options import SttKind, TtsKind
 
 EPILOG = """\
 examples:
-  parley campaign run contacts.csv --agent agent/examples/receptionist.yaml --from +15550100 \\
-      --public-url https://parley.example.com --dnc do-not-call.txt
-  parley campaign run contacts.csv --name spring --window 10:00-19:30 --max-concurrent 4 --calls-per-minute 20 \\
-      --retry-on busy,no-answer,machine --max-attempts 3 --backoff 30m ...
+  parley campaign run contacts.csv --agent agent/examples/receptionist.yaml --from +15550100 --dnc do-not-call.txt
+  parley campaign run contacts.csv --name spring --window 10:00-19:30 --max-concurrent 4 --calls-per-minute 20
+  parley campaign run contacts.csv --retry-on busy,no-answer,machine --max-attempts 3 --backoff 30m
   parley campaign status spring          # how far it is: contacts by state and outcome
   parley campaign stop spring            # a running campaign dials no one new (its calls run to their end)
   parley campaign resume spring          # goes on where it stopped, or where a killed run left it
