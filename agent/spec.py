@@ -50,6 +50,7 @@ from agent.spec_model import (
     TransferMode,
     VoicemailSpec,
 )
+from pipeline.options import RecordingFormat
 from pipeline.voicemail import OnMachine, OnUnknown
 
 __all__ = [
@@ -235,6 +236,7 @@ def _recording(r: _Reader, node: yaml.Node) -> RecordingSpec:
         announce=r.string(m["announce"], "recording.announce") if "announce" in m else None,
         retention_days=int(r.number(m["retention_days"], "recording.retention_days", integer=True, minimum=1))
         if "retention_days" in m else None,
+        format=r.choice(m["format"], "recording.format", _options(RecordingFormat)) if "format" in m else "opus",
     )
 
 

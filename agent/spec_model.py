@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pipeline.frames import HoldAudio, TransferMode
+from pipeline.options import RecordingFormat
 from pipeline.voicemail import OnMachine, OnUnknown
 
 __all__ = [
@@ -135,6 +136,7 @@ class RecordingSpec:
     enabled: bool = False
     announce: str | None = None          # said before the greeting, e.g. "This call is recorded."
     retention_days: int | None = None    # recordings older than this are deleted (at start); None: kept
+    format: RecordingFormat = "opus"     # Ogg/Opus, or "wav" (16-bit PCM, eight times the size)
 
 
 @dataclass(frozen=True)

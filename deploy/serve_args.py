@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import get_args
 
 from deploy.arg_types import float_in, int_in, port_number
-from pipeline.options import Aggregation, SttDecoder, SttKind, TtsKind, TurnKind, VadKind
+from pipeline.options import Aggregation, RecordingFormat, SttDecoder, SttKind, TtsKind, TurnKind, VadKind
 
 DEFAULT_AGENT = Path(__file__).resolve().parent.parent / "agent" / "examples" / "receptionist.yaml"
 
@@ -162,9 +162,13 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    "or a network that went sends no BYE (0: never; on hold with no media: 300 s; "
                    "default %(default)s)")
     p.add_argument("--recordings", type=Path, default=None, metavar="DIR",
-                   help="record every call in DIR/YYYY-MM-DD/CALL.wav: two channels (the caller; the agent as the "
+                   help="record every call in DIR/YYYY-MM-DD/CALL.opus: two channels (the caller; the agent as the "
                    "caller heard it, cut where a barge-in cut it), written as the call goes; default off, "
                    "or ~/.local/share/parley/recordings when the agent spec says recording: {enabled: true}")
+    p.add_argument("--recording-format", choices=get_args(RecordingFormat), default=None,
+                   help="the recordings' files: opus (Ogg/Opus, 32 kbit/s, about 240 kB a minute) or wav "
+                   "(16-bit PCM, CALL.wav, eight times the size at 8 kHz); default the agent spec's "
+                   "recording.format, else opus")
     p.add_argument("--webhook-url", default=None, metavar="URL",
                    help="POST a signed JSON event to URL when each call ends (ids, numbers, times, outcome, "
                    "slots, transcript, latencies, recording), retried from a durable outbox in the call "

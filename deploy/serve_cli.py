@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from deploy.logs import configure_logging, redact_logs
 from pipeline.engines.worker_metrics import ENV as WORKER_METRICS_ENV
+from pipeline.options import RecordingFormat
 
 if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.emf import EmfPublisher
@@ -235,6 +236,13 @@ def _recordings(args: argparse.Namespace, spec) -> tuple[str | None, object]:
     return str(folder), spec
 
 
+def _recording_format(args: argparse.Namespace, spec) -> RecordingFormat:
+    """--recording-format, else the spec's ``recording.format``, else Ogg/Opus."""
+    if args.recording_format is not None:
+        return args.recording_format
+    return spec.recording.format if spec is not None else "opus"
+
+
 def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool) -> None:
     """Engine worker processes in ``/metrics``: how many are up, how many were replaced."""
     if sphinx_procs is not None:
@@ -435,7 +443,7 @@ def serve(args: argparse.Namespace) -> int:
         config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
         stt_model_dir=args.stt_model,
         stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice,
-        recordings_dir=recordings_dir))
+        recordings_dir=recordings_dir, recording_format=_recording_format(args, spec)))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
         config = _prewarm_ssm_stt(config)

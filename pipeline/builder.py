@@ -41,7 +41,16 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from pipeline.errors import PipelineError
 from pipeline.heard import HeardContextProcessor
-from pipeline.options import Aggregation, SttDecoder, SttKind, SttRunner, TtsKind, TurnKind, VadKind
+from pipeline.options import (
+    Aggregation,
+    RecordingFormat,
+    SttDecoder,
+    SttKind,
+    SttRunner,
+    TtsKind,
+    TurnKind,
+    VadKind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +83,7 @@ class PipelineConfig:
     remote_voice: str = ""  # with tts "remote": the servers' voice id (a shipped voice; "": their default)
     # where each call's two-channel recording is written (telephony.core.recorder); None: not recorded
     recordings_dir: str | None = None
+    recording_format: RecordingFormat = "opus"   # Ogg/Opus, or "wav"
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -90,6 +100,7 @@ class PipelineConfig:
             ("text_aggregation", self.text_aggregation, get_args(Aggregation)),
             ("stt_decoder", self.stt_decoder, get_args(SttDecoder)),
             ("stt_runner", self.stt_runner, get_args(SttRunner)),
+            ("recording_format", self.recording_format, get_args(RecordingFormat)),
         ):
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")

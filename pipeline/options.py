@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["Aggregation", "SttDecoder", "SttKind", "SttRunner", "TtsKind", "TurnKind", "VadKind"]
+__all__ = ["Aggregation", "RecordingFormat", "SttDecoder", "SttKind", "SttRunner", "TtsKind", "TurnKind", "VadKind"]
 
 VadKind = Literal["webrtc", "silero"]
 TurnKind = Literal["silence", "hold", "smart-turn"]
@@ -24,3 +24,5 @@ else over characters); ``greedy`` CTC; ``char-beam`` and ``phone-beam``, one hea
 alone (baselines)."""
 SttRunner = Literal["thread", "process"]
 """Where an engine steps the model: a thread of this process, or a child process (its own GIL)."""
+RecordingFormat = Literal["opus", "wav"]
+"""A call recording's file: Ogg/Opus (compact, the default) or 16-bit WAV (``pipeline.audio.recordings``)."""

@@ -1,10 +1,10 @@
 """A call's recording: two channels on the caller's playout clock, written as the call goes.
 
-    recorder = CallRecorder.open(folder, call_id, sample_rate_hz=8000)   # folder/YYYY-MM-DD/<id>.wav
+    recorder = CallRecorder.open(folder, call_id, sample_rate_hz=8000)   # folder/YYYY-MM-DD/<id>.opus
     recorder.caller(pcm, rate)     # the input transport, for each frame from the caller
     recorder.agent(pcm, rate)      # the output transport, for each chunk it put on the wire
     recorder.clear()               # barge-in: what was sent and not yet played is not heard
-    recorder.close()               # hang-up: the rest written, the header's sizes fixed
+    recorder.close()               # hang-up: the rest written, the file closed whole
 
 Channel 0 is the caller, channel 1 the agent as the caller heard it. The timeline is the
 caller's audio: each caller frame moves it on by its length. The agent's audio is the far end's
@@ -14,7 +14,10 @@ caller's clock is, which runs ahead of the frames read when the event loop reads
 taken from the wall clock, anchored on the least late frame, at most ``MAX_READ_LAG_S`` ahead). Only the
 audio past the timeline (the lead the pacer keeps, ~120 ms) waits in memory; the rest goes to disk
 in batches of ``batch_s`` through one writer thread shared by every call (:class:`DiskWriter`), so
-the event loop never waits on a file. Hooked in once for every transport: the output side in
+the event loop never waits on a file and the encoder never runs on it. The file is Ogg/Opus by
+default, a 16-bit WAV with ``fmt="wav"`` (``pipeline.audio.recordings``); either keeps what reached
+the disk when the process dies (about ``batch_s`` plus an Ogg page, 0.5 s, is lost at most).
+Hooked in once for every transport: the output side in
 :class:`~telephony.core.output.PlayoutOutput`, the input side in
 :class:`~telephony.core.output.ReceivingInput`, opened and closed by the
 :class:`~telephony.core.supervisor.CallSupervisor`.
@@ -32,7 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.audio.wav_stream import WavStreamWriter
+from pipeline.audio.recordings import SUFFIXES, RecordingWriter, open_recording
+from pipeline.errors import AudioFormatError
+from pipeline.options import RecordingFormat
 
 __all__ = ["CallRecorder", "DiskWriter", "prune_recordings"]
 
@@ -61,30 +66,30 @@ class DiskWriter:
                 cls._shared = cls()
             return cls._shared
 
-    def write(self, wav: WavStreamWriter, data: bytes) -> None:
-        self._queue.put((wav, data))
+    def write(self, file: RecordingWriter, data: bytes) -> None:
+        self._queue.put((file, data))
 
-    def close(self, wav: WavStreamWriter) -> threading.Event:
+    def close(self, file: RecordingWriter) -> threading.Event:
         done = threading.Event()
-        self._queue.put((wav, done))
+        self._queue.put((file, done))
         return done
 
     def _run(self) -> None:
         while True:
-            wav, what = self._queue.get()
+            file, what = self._queue.get()
             try:
                 if isinstance(what, threading.Event):
-                    wav.close()
+                    file.close()
                 else:
-                    wav.write(what)
-            except OSError as exc:  # a full disk: the call goes on unrecorded, said once per file
-                if wav.path not in self._failed:
-                    self._failed.add(wav.path)
-                    log.error("recording %s: %s; the rest of this call may be missing", wav.path, exc)
+                    file.write(what)
+            except (OSError, AudioFormatError) as exc:  # a full disk: the call goes on unrecorded, said once
+                if file.path not in self._failed:
+                    self._failed.add(file.path)
+                    log.error("recording %s: %s; the rest of this call may be missing", file.path, exc)
             finally:
                 if isinstance(what, threading.Event):
                     what.set()
-                    self._failed.discard(wav.path)
+                    self._failed.discard(file.path)
 
 
 def _resample(pcm: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
@@ -96,11 +101,11 @@ def _resample(pcm: np.ndarray, from_hz: int, to_hz: int) -> np.ndarray:
 
 
 class CallRecorder:
-    def __init__(self, wav: WavStreamWriter, writer: DiskWriter, *, batch_s: float = 0.5,
+    def __init__(self, file: RecordingWriter, writer: DiskWriter, *, batch_s: float = 0.5,
                  clock: Callable[[], float] = time.monotonic):
-        self.wav = wav
-        self.path = wav.path
-        self.sample_rate_hz = wav.sample_rate_hz
+        self.file = file
+        self.path = file.path
+        self.sample_rate_hz = file.sample_rate_hz
         self._writer = writer
         self._now = 0                        # timeline: caller samples so far
         self._agent = np.zeros(0, np.int16)  # agent samples not yet played, the first at _agent_at
@@ -113,12 +118,12 @@ class CallRecorder:
         self._t0: float | None = None        # when the caller's clock was 0 (the least late frame says)
 
     @classmethod
-    def open(cls, folder: str | Path, call_id: str, *, sample_rate_hz: int, writer: DiskWriter | None = None,
-             clock: Callable[[], float] = time.monotonic) -> CallRecorder:
+    def open(cls, folder: str | Path, call_id: str, *, sample_rate_hz: int, fmt: RecordingFormat = "opus",
+             writer: DiskWriter | None = None, clock: Callable[[], float] = time.monotonic) -> CallRecorder:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", call_id)[:120] or "call"
-        path = Path(folder) / time.strftime("%Y-%m-%d") / f"{name}.wav"
-        return cls(WavStreamWriter(path, sample_rate_hz=sample_rate_hz, channels=2), writer or DiskWriter.shared(),
-                   clock=clock)
+        stem = Path(folder) / time.strftime("%Y-%m-%d") / name
+        return cls(open_recording(stem, fmt, sample_rate_hz=sample_rate_hz, channels=2),
+                   writer or DiskWriter.shared(), clock=clock)
 
     @property
     def started_at_s(self) -> float | None:
@@ -176,12 +181,12 @@ class CallRecorder:
             self._closed = True
             self._flush()
             self._agent = np.zeros(0, np.int16)
-            self._done = self._writer.close(self.wav)
+            self._done = self._writer.close(self.file)
         return self._done
 
     def _flush(self) -> None:
         if self._out:
-            self._writer.write(self.wav, np.concatenate(self._out).astype("<i2").tobytes())
+            self._writer.write(self.file, np.concatenate(self._out).astype("<i2").tobytes())
             self._out, self._out_samples = [], 0
 
 
@@ -191,7 +196,7 @@ def prune_recordings(folder: str | Path, retention_days: int, *, now: float | No
     cutoff = (time.time() if now is None else now) - retention_days * 86400.0
     removed = 0
     root = Path(folder)
-    for path in root.glob("*/*.wav"):
+    for path in (p for suffix in SUFFIXES.values() for p in root.glob(f"*/*{suffix}")):
         try:
             if path.stat().st_mtime < cutoff:
                 path.unlink()

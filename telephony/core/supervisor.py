@@ -158,7 +158,8 @@ class CallSupervisor:
         if folder is None:
             return
         try:
-            self.recorder = CallRecorder.open(folder, self.call_id, sample_rate_hz=self._config.sample_rate_hz)
+            self.recorder = CallRecorder.open(folder, self.call_id, sample_rate_hz=self._config.sample_rate_hz,
+                                              fmt=self._config.recording_format)
         except OSError as exc:  # the call matters more than its recording
             log.error("[%s] cannot record the call in %s: %s", self.call_id, folder, exc)
             return

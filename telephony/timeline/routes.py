@@ -4,7 +4,7 @@
     GET  /ui/calls/{sid}               one call's page: both sides' words on a time axis, each
                                        turn's latency by stage, barge-ins, tool calls, transfers,
                                        the recording's waveform and a player
-    GET  /ui/calls/{sid}/recording     the recording (WAV; Range requests answered)
+    GET  /ui/calls/{sid}/recording     the recording (Ogg/Opus or WAV; Range requests answered)
     GET  /ui/api/calls?from=&to=&number=&outcome=&limit=    the list as JSON (telephony.timeline.search)
     GET  /ui/api/calls/{sid}           one call as JSON: the stored record, its outcome, the recording
     POST /ui/login                     the login form: the API token in, the page's cookie out
@@ -26,12 +26,13 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from pipeline.audio.recordings import media_type
 from pipeline.errors import PipelineError
 from pipeline.records import CallRecord, CallStore
 from telephony.log_limit import LogLimiter
 from telephony.timeline.access import PageAccess
 from telephony.timeline.search import SCAN_LIMIT, CallQuery, call_line, outcome
-from telephony.timeline.waveform import MAX_WAV_BYTES, peaks
+from telephony.timeline.waveform import peaks, too_long
 
 __all__ = ["CallPages"]
 
@@ -180,7 +181,12 @@ class CallPages:
         path, why = self._recording_file(record)
         if path is None:
             raise web.HTTPNotFound(text=f"{why}\n", headers=HEADERS)
-        return web.FileResponse(path, headers={**HEADERS, "Content-Type": "audio/wav"})
+        try:  # whatever the file is, by its first bytes: audio/ogg or audio/wav
+            kind = await asyncio.to_thread(media_type, path)
+        except (OSError, PipelineError) as exc:
+            log.warning("[%s] call page: cannot serve %s: %s", record.call_sid, path, exc)
+            raise web.HTTPNotFound(text="the recording's file cannot be read\n", headers=HEADERS) from None
+        return web.FileResponse(path, headers={**HEADERS, "Content-Type": kind})
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -221,7 +227,7 @@ class CallPages:
         view: dict = {"available": True, "url": f"/ui/calls/{quote(record.call_sid, safe='')}/recording",
                       "offset_s": record.marks_s.get("recording_start", 0.0), "waveform": None}
         try:
-            if path.stat().st_size <= MAX_WAV_BYTES:
+            if not await asyncio.to_thread(too_long, path):
                 view["waveform"] = await asyncio.to_thread(peaks, path)
         except (OSError, PipelineError) as exc:
             log.warning("[%s] call page: no waveform for %s: %s", record.call_sid, path, exc)

@@ -147,3 +147,7 @@ def test_the_recording_section():
     assert not parse_spec(MINIMAL, env={}).recording.enabled
     with pytest.raises(SpecError, match=r"^s\.yaml:5: recording\.retention_days must be at least 1"):
         parse_spec(MINIMAL + "recording:\n  enabled: true\n  retention_days: 0\n", source="s.yaml", env={})
+    assert spec.recording.format == "opus"                  # Ogg/Opus unless the spec asks for WAV
+    assert parse_spec(MINIMAL + "recording:\n  format: wav\n", env={}).recording.format == "wav"
+    with pytest.raises(SpecError, match=r"recording\.format must be one of opus, wav, not 'mp3'"):
+        parse_spec(MINIMAL + "recording:\n  format: mp3\n", source="s.yaml", env={})

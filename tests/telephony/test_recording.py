@@ -1,6 +1,7 @@
-"""Call recordings: the recorder's timeline (unit), the WAV written as it goes and read back after a
-crash, and a loopback Twilio call with a barge-in whose two-channel recording holds the caller and
-the agent as the caller heard it."""
+"""Call recordings: the recorder's timeline (unit, on WAV, whose samples come back exact), the WAV
+written as it goes and read back after a crash, and a loopback Twilio call with a barge-in whose
+two-channel recording (Ogg/Opus, the default) holds the caller and the agent as the caller heard it.
+The Opus files themselves: tests/pipeline/test_opus_stream.py."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import struct
 import wave
 
 import numpy as np
+import pytest
 
 from agent.echo import EchoAgentProcessor
 from harness.callers.script import load_utterance_audio
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from pipeline.audio.g711 import ulaw_decode
+from pipeline.audio.recordings import read_recording
 from pipeline.audio.wav_stream import WavStreamWriter, read_wav_frames
 from pipeline.builder import PipelineConfig
+from pipeline.errors import PipelineError
 from telephony.core.recorder import CallRecorder, DiskWriter
 from telephony.server import CallServer, ServerConfig
 
@@ -40,7 +44,7 @@ def test_the_agent_channel_is_the_far_ends_playout_buffer(tmp_path):
     """Agent audio plays back to back from when it arrives, on the caller's clock; a barge-in drops
     what was sent and not yet played; after a dry spell the next reply plays at once."""
     clock = FakeClock()
-    rec = CallRecorder.open(tmp_path, "CA/1:x", sample_rate_hz=RATE, writer=DiskWriter(), clock=clock)
+    rec = CallRecorder.open(tmp_path, "CA/1:x", sample_rate_hz=RATE, fmt="wav", writer=DiskWriter(), clock=clock)
     assert rec.path.name == "CA_1_x.wav"
 
     def caller(value: int) -> None:            # a frame read the moment it came
@@ -71,7 +75,7 @@ def test_a_barge_in_keeps_what_the_callers_clock_played_when_frames_are_read_lat
     """The event loop read the caller's frames 40 ms late: at the barge-in the caller had heard
     40 ms more of the reply than the frames read say, and the recording keeps it."""
     clock = FakeClock()
-    rec = CallRecorder.open(tmp_path, "CA2", sample_rate_hz=RATE, writer=DiskWriter(), clock=clock)
+    rec = CallRecorder.open(tmp_path, "CA2", sample_rate_hz=RATE, fmt="wav", writer=DiskWriter(), clock=clock)
     clock.t += FRAME / RATE
     rec.caller(frame(1), RATE)                 # frame 0, on time: the clock's anchor
     rec.agent(frame(7, 5 * FRAME), RATE)       # 100 ms of reply
@@ -86,7 +90,7 @@ def test_a_barge_in_keeps_what_the_callers_clock_played_when_frames_are_read_lat
 
 
 def test_other_rates_are_put_on_the_recordings_rate(tmp_path):
-    rec = CallRecorder.open(tmp_path, "WR1", sample_rate_hz=RATE, writer=DiskWriter())
+    rec = CallRecorder.open(tmp_path, "WR1", sample_rate_hz=RATE, fmt="wav", writer=DiskWriter())
     rec.agent(np.full(480, 5, np.int16).tobytes(), 24000)   # 20 ms at 24 kHz
     rec.caller(np.full(320, 3, np.int16).tobytes(), 16000)  # 20 ms at 16 kHz
     assert rec.close().wait(5)
@@ -141,8 +145,8 @@ async def test_a_twilio_call_with_a_barge_in_is_recorded_on_two_channels(tmp_pat
     assert report.turns[1].barged_in and report.turns[1].clear_received, report.turns[1].to_json_line()
     record = server.store.get(report.call_sid)
     assert record is not None and record.ended and record.recording is not None
-    assert record.recording.startswith(str(tmp_path)) and record.recording.endswith(f"{report.call_sid}.wav")
-    pcm, rate = read_wav_frames(record.recording)
+    assert record.recording.startswith(str(tmp_path)) and record.recording.endswith(f"{report.call_sid}.opus")
+    pcm, rate = read_recording(record.recording)
     assert rate == RATE and pcm.shape[1] == 2
     caller, agent = pcm[:, 0], pcm[:, 1]
     # every frame the caller sent is on the caller channel (the recorder opened before the first)
@@ -189,14 +193,37 @@ def test_old_recordings_are_pruned_and_the_spec_turns_recording_on(tmp_path):
     from telephony.core.recorder import prune_recordings
 
     old, new = tmp_path / "2026-01-01" / "CA1.wav", tmp_path / "2026-12-07" / "CA2.wav"
-    for path in (old, new):
-        path.parent.mkdir()
-        path.write_bytes(b"RIFF")
-    os.utime(old, (time.time() - 40 * 86400,) * 2)
+    old_opus, new_opus = old.with_suffix(".opus"), new.with_suffix(".opus")
+    for path in (old, new, old_opus, new_opus):
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"RIFF" if path.suffix == ".wav" else b"OggS")
+    for path in (old, old_opus):
+        os.utime(path, (time.time() - 40 * 86400,) * 2)
     spec = parse_spec("name: x\ngreeting: Hello.\nrecording:\n  enabled: true\n  announce: This call is recorded.\n"
                       "  retention_days: 30\n", env={})
     folder, spec = _recordings(argparse.Namespace(recordings=tmp_path), spec)
     assert folder == str(tmp_path) and spec.greeting == "This call is recorded. Hello."
-    assert not old.exists() and not old.parent.exists() and new.exists()
+    assert not old.exists() and not old_opus.exists() and not old.parent.exists()
+    assert new.exists() and new_opus.exists()
     assert prune_recordings(tmp_path, 30) == 0
     assert _recordings(argparse.Namespace(recordings=None), parse_spec("name: x\ngreeting: Hi.\n", env={}))[0] is None
+
+
+def test_the_recording_format_is_the_flag_else_the_spec_else_opus(tmp_path):
+    import argparse
+
+    from agent.spec import parse_spec
+    from deploy.serve_cli import _recording_format
+
+    wav_spec = parse_spec("name: x\ngreeting: Hi.\nrecording:\n  enabled: true\n  format: wav\n", env={})
+    plain = parse_spec("name: x\ngreeting: Hi.\n", env={})
+    assert _recording_format(argparse.Namespace(recording_format=None), wav_spec) == "wav"
+    assert _recording_format(argparse.Namespace(recording_format="opus"), wav_spec) == "opus"
+    assert _recording_format(argparse.Namespace(recording_format=None), plain) == "opus"
+    assert _recording_format(argparse.Namespace(recording_format=None), None) == "opus"
+    rec = CallRecorder.open(tmp_path, "CA3", sample_rate_hz=16000, writer=DiskWriter())
+    rec.caller(frame(1000, 320), 16000)
+    assert rec.close().wait(5)
+    assert rec.path.name == "CA3.opus" and read_recording(rec.path)[0].shape == (320, 2)
+    with pytest.raises(PipelineError, match="recording_format must be one of"):
+        PipelineConfig(recording_format="mp3")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 
 import aiohttp
+import numpy as np
 import pytest
 
 from agent.echo import EchoAgentProcessor
+from pipeline.audio.opus_stream import OpusStreamWriter
 from pipeline.records import CallRecord, TurnRecord
 from pipeline.records_sqlite import SQLiteCallStore
 from pipeline.redaction import RedactingCallStore, Redactor
@@ -94,6 +96,35 @@ async def test_one_call_with_its_recording_and_waveform(ui_server):
         "available": False, "why": "this call was not recorded"}
     async with aiohttp.ClientSession() as s, s.get(url(ui_server, "/ui/api/calls/CA-nothing"), headers=BEARER) as r:
         assert r.status == 404
+
+
+async def test_an_opus_recording_is_served_as_ogg_and_drawn(ui_server, tmp_path):
+    """Ogg/Opus, the recorder's default: audio/ogg with Range answered, its waveform decoded on the server."""
+    rate, n = 8000, 6 * 8000
+    t = np.arange(n) / rate
+    pcm = np.zeros((n, 2), np.int16)
+    pcm[: n // 2, 0] = (np.sin(2 * np.pi * 400 * t[: n // 2]) * 16000).astype(np.int16)
+    pcm[n // 2:, 1] = (np.sin(2 * np.pi * 300 * t[n // 2:]) * 8000).astype(np.int16)
+    path = tmp_path / "recordings" / "2026-12-01" / "CA-hungup.opus"
+    writer = OpusStreamWriter(path, sample_rate_hz=rate)
+    writer.write(pcm.astype("<i2").tobytes())
+    writer.close()
+    ui_server.store.get("CA-hungup").recording = str(path)
+    view = (await get_json(ui_server, "/ui/api/calls/CA-hungup"))["recording"]
+    assert view["available"] and view["url"] == "/ui/calls/CA-hungup/recording"
+    wave = view["waveform"]
+    assert abs(wave["duration_s"] - 6.0) <= 0.02 and wave["sample_rate_hz"] == rate
+    caller, agent = wave["channels"]["caller"], wave["channels"]["agent"]
+    assert len(caller) == len(agent) == 1000
+    assert min(caller[10:490]) > 0.4 and max(caller[510:]) < 0.01
+    assert max(agent[:490]) < 0.01 and min(agent[510:990]) > 0.2
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url(ui_server, view["url"]), headers=BEARER | {"Range": "bytes=0-3"}) as r:
+            assert r.status == 206 and r.headers["Content-Type"] == "audio/ogg"
+            assert await r.read() == b"OggS"
+        async with s.get(url(ui_server, view["url"]), headers=BEARER) as r:
+            assert r.status == 200 and r.headers["Content-Type"] == "audio/ogg"
+            assert await r.read() == path.read_bytes()
 
 
 async def test_a_recording_outside_the_recordings_folder_is_not_served(ui_server, tmp_path):

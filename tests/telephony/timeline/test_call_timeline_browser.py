@@ -46,6 +46,7 @@ async def place_call(tmp_path) -> tuple[CallServer, CallRecord]:
         raise
     record = server.store.get(report.call_sid)
     assert record is not None and record.ended and record.recording, record
+    assert record.recording.endswith(".opus"), record.recording      # Ogg/Opus, the default, plays in Chromium
     return server, record
 
 
