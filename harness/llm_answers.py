@@ -54,8 +54,12 @@ if TYPE_CHECKING:
 __all__ = ["NO_ANSWER", "SIMILAR_MIN", "KeyFacts", "LLMAnswerRun", "ReplyJudge", "key_facts",
            "score_llm_answers"]
 
-SIMILAR_MIN = 0.75
-"""The cosine (all-MiniLM-L6-v2) at which a reply states the most similar entry's answer."""
+SIMILAR_MIN = 0.7
+"""The cosine (all-MiniLM-L6-v2) at which a reply states the most similar entry's answer. Checked
+on the example agents (2026-12-07): paraphrases of an answer without its numbers or names ("You can
+park for free behind the building") 0.73-0.89; replies that state nothing or another subject ("A
+checkup costs money", "We sell toothbrushes and floss") at most 0.50. A paraphrase that denies
+the answer scores as high as one that states it: the facts of rule 2 are the firmer evidence."""
 
 NO_ANSWER = ("don't know", "do not know", "not sure", "don't have", "do not have",
              "no information", "unable to", "not able to", "can't help", "cannot help",

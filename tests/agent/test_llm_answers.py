@@ -155,3 +155,18 @@ async def test_an_llm_backend_is_scored_on_a_question_set_over_loopback(receptio
     assert report.tasks_right == report.tasks == 2
     assert report.by_kind["near_miss"] == 3                 # the "I don't know"s, not the filling
     assert run.replies[entry_qs[0].text] == qs.spec.knowledge[qs.entries["hours"]].answer
+
+
+@pytest.mark.parametrize("question, reply, want", [
+    # no number or name of the entry: only the sentence encoder sees the fact
+    ("is parking free", "Yes, parking is free, right behind the building.", "parking"),
+    ("can I become a patient", "Yes, we're welcoming new patients at the moment.", "new_patients"),
+    # close to an answer's subject, stating nothing
+    ("how much is a checkup", "Sorry, I don't know what a checkup costs.", NONE),
+    ("do you sell toothbrushes", "We sell toothbrushes and floss at the front desk.", NONE),
+])
+def test_with_the_encoder_a_paraphrase_without_numbers_or_names_is_read(receptionist, encoder,
+                                                                        question, reply, want):
+    q = next(q for q in receptionist.questions if q.text == question)
+    assert ReplyJudge(receptionist).outcome(q, reply) == NONE       # no fact of rule 1 or 2
+    assert ReplyJudge(receptionist, encoder).outcome(q, reply) == want
