@@ -13,7 +13,7 @@ what is counted). Text in, no speech: this is the agent's own error, before any 
 With ``--llm-base-url`` / ``--llm-model`` each example agent runs with ``llm.backend: openai``
 (``--llm-backend bedrock``: Amazon Bedrock, ``--llm-region``; the URL, if given, is its endpoint)
 and every question goes to a fresh text call of it (``agent.console.AgentConsole``: the system
-prompt with the knowledge, the tools, the greeting, then the question). The key is read from the
+prompt with the knowledge, the tools, then the question). The key is read from the
 variable ``--llm-api-key-env`` names (default ``OPENAI_API_KEY``; a local server needs none);
 ``lookup_order`` answers a canned reply. The free-text replies are judged by the facts they state
 (``harness.llm_answers``: an entry's numbers and names, its answer word for word, or a sentence

@@ -6,8 +6,9 @@
     run.report.summary(), run.replies                   # the counts of harness.answer_sets, the words
 
 Each question goes to a fresh ``agent.console.AgentConsole`` (the agent a call gets, in text), so
-the model sees what it sees on a call: the system prompt with the knowledge, the tools, the
-greeting, then the question. An LLM paraphrases, so a reply is judged by what it states, not by
+the model gets what a call's first turn sends: the system prompt with the knowledge and the
+tasks, the tools, and the question as the user message (the console's requests carry no
+greeting: checked against the scripted server). An LLM paraphrases, so a reply is judged by what it states, not by
 its wording. The **key facts** of an entry are the numbers in its answer (digits or words:
 "ninety five" is 95, "5 5 5, 0 1 9 9" and "555-0199" are 5550199) and its names (capitalised
 words inside a sentence: "River Street", "Cigna", "Saturday"); a fact is *its own* when no other
@@ -35,7 +36,9 @@ Then ``AnswerReport.count`` counts it as for the embedded agent: precision is ri
 entry answers given, recall right answers over answerable questions. Not caught: a fact no entry
 holds (an invented price is ``none``, not a wrong fact), and another entry's fact beside "I don't
 know" or an offered message (an entry whose answer offers one, like the receptionist's new
-patients, is never a wrong fact); read ``replies`` (``--misses``) for those.
+patients, is never a wrong fact); read ``replies`` (``--misses``) for those. Read as a fact by
+accident: an entry's own name or number said for another reason ("it arrives on Friday" states the
+order line's customer-service hours).
 """
 
 from __future__ import annotations
