@@ -25,8 +25,9 @@ entry of the agent has it. A reply **states an entry** when
 The reply's outcome, the first that holds:
 
 - the expected entry is stated: that entry (right, even beside other facts);
-- it starts a task: a ``tool_call`` event of the task (or of its tool), its intro, or a question
-  that names one of its slots ("May I have your name?"): ``task:<name>``;
+- it starts a task: a ``tool_call`` event of the task (or of its tool), its intro or one of its
+  slots' prompts, or a question that names one of its slots ("May I have your name?"):
+  ``task:<name>``;
 - it says it does not know, offers a message or a person (``NO_ANSWER`` phrases, the spec's
   fallback and cannot-answer lines, a transfer): ``none``;
 - another entry is stated: that entry (a wrong fact);
@@ -228,6 +229,8 @@ class ReplyJudge:
             if called & {task.name, task.tool}:
                 return f"task:{task.name}"
             if task.intro and _plain(task.intro) in plain:
+                return f"task:{task.name}"
+            if any(_plain(self.spec.slot(s).prompt) in plain for s in task.slots):
                 return f"task:{task.name}"
             slots = [s.replace("_", " ") for s in task.slots]
             if any(re.search(rf"\b{re.escape(s)}\b", q) for q in questions for s in slots):

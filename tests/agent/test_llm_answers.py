@@ -110,10 +110,31 @@ def _scripted_model(qs, plan):
         if action == NONE:
             return ScriptedReply(text=DONT_KNOW)
         if action.startswith("task:"):
-            return ScriptedReply(text="Sure, I can take a message. " + (slot_prompts or ["Go on."])[0])
+            return ScriptedReply(text=(slot_prompts or ["Go on."])[0])
         return ScriptedReply(text=knowledge.get(by_label[action], DONT_KNOW))
 
     return answer
+
+
+async def _run_over_loopback(qs, plan, *, tools):
+    """Score ``qs`` against the scripted model; check what each request carried."""
+    server = ScriptedChatServer(_scripted_model(qs, plan))
+    url = await server.start()
+    try:
+        spec = replace(qs.spec, llm=replace(qs.spec.llm, backend="openai", model="scripted",
+                                            base_url=url))
+        run = await score_llm_answers(qs, spec, settle_s=0.05, reply_timeout_s=10)
+    finally:
+        await server.stop()
+    assert len(server.requests) == len(qs.questions)      # one completion a question
+    for body, q in zip(server.requests, qs.questions):
+        system = body["messages"][0]
+        assert system["role"] == "system"
+        assert all(k.answer in system["content"] for k in qs.spec.knowledge)
+        assert {t["function"]["name"] for t in body["tools"]} == tools
+        assert [m["role"] for m in body["messages"]] == ["system", "user"]     # a fresh call
+        assert body["messages"][-1]["content"] == q.text
+    return run
 
 
 async def test_an_llm_backend_is_scored_on_a_question_set_over_loopback(receptionist):
@@ -128,24 +149,7 @@ async def test_an_llm_backend_is_scored_on_a_question_set_over_loopback(receptio
     plan[entry_qs[10].text] = NONE                       # a miss: it does not know
     assert len(qs.questions) == 20 and len(entry_qs) == 14 and entry_qs[4].expected == "parking"
 
-    server = ScriptedChatServer(_scripted_model(qs, plan))
-    url = await server.start()
-    try:
-        spec = replace(qs.spec, llm=replace(qs.spec.llm, backend="openai", model="scripted",
-                                            base_url=url))
-        run = await score_llm_answers(qs, spec, settle_s=0.05, reply_timeout_s=10)
-    finally:
-        await server.stop()
-
-    assert len(server.requests) == len(qs.questions)      # one completion a question
-    for body, q in zip(server.requests, qs.questions):
-        system = body["messages"][0]
-        assert system["role"] == "system"
-        assert all(k.answer in system["content"] for k in qs.spec.knowledge)
-        assert {t["function"]["name"] for t in body["tools"]} == {"take_message", "end_call",
-                                                                 "transfer_call"}
-        assert [m["role"] for m in body["messages"]] == ["system", "user"]     # a fresh call
-        assert body["messages"][-1]["content"] == q.text
+    run = await _run_over_loopback(qs, plan, tools={"take_message", "end_call", "transfer_call"})
     report = run.report
     assert sorted(report.wrong) == sorted((q, next(x.expected for x in qs.questions if x.text == q), got)
                                           for q, got in wrong.items())
@@ -170,3 +174,15 @@ def test_with_the_encoder_a_paraphrase_without_numbers_or_names_is_read(receptio
     q = next(q for q in receptionist.questions if q.text == question)
     assert ReplyJudge(receptionist).outcome(q, reply) == NONE       # no fact of rule 1 or 2
     assert ReplyJudge(receptionist, encoder).outcome(q, reply) == want
+
+
+async def test_a_perfect_model_of_the_order_line_is_all_right_over_loopback():
+    """The order line's knowledge and its task function reach the model; a model that answers
+    every question from its prompt scores 1.0 and starts every task."""
+    qs = _subset(load_answer_set(DATA / "order_status_questions.yaml"))
+    assert len(qs.questions) == 12
+    run = await _run_over_loopback(qs, {q.text: q.expected for q in qs.questions},
+                                   tools={"order_status", "end_call", "transfer_to_agent"})
+    report = run.report
+    assert (report.right, report.answered, report.wrong) == (6, 6, [])
+    assert report.tasks_right == report.tasks == 2 and report.by_kind["near_miss"] == 4
