@@ -8,8 +8,8 @@
 Each question goes to a fresh ``agent.console.AgentConsole`` (the agent a call gets, in text), so
 the model gets what a call's first turn sends: the system prompt with the knowledge and the
 tasks, the tools, and the question as the user message (the console's requests carry no
-greeting: checked against the scripted server). An LLM paraphrases, so a reply is judged by what it states, not by
-its wording. The **key facts** of an entry are the numbers in its answer (digits or words:
+greeting: checked against the scripted server). An LLM paraphrases, so a reply is judged by what
+it states, not by its wording. The **key facts** of an entry are the numbers in its answer (digits or words:
 "ninety five" is 95, "5 5 5, 0 1 9 9" and "555-0199" are 5550199) and its names (capitalised
 words inside a sentence: "River Street", "Cigna", "Saturday"); a fact is *its own* when no other
 entry of the agent has it. A reply **states an entry** when
@@ -19,8 +19,8 @@ entry of the agent has it. A reply **states an entry** when
    (one of them its own), or
 3. (with the sentence encoder, and a reply that does not say it has no answer) the entry's
    answer is the most similar of all answers to the reply or to one of its sentences, at a
-   cosine of at least ``SIMILAR_MIN`` ("Sorry, I don't know what a checkup costs" is close to
-   the cleaning price's answer and states nothing).
+   cosine of at least ``SIMILAR_MIN`` (a reply on an entry's subject that says it does not
+   know states nothing, however close its words).
 
 The reply's outcome, the first that holds:
 
