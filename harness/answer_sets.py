@@ -162,6 +162,25 @@ class AnswerReport:
     def wrong_fact_rate(self) -> float:
         return len(self.wrong) / self.answered if self.answered else 0.0
 
+    def count(self, q: Question, got: str) -> None:
+        """Count one question's outcome ``got``: an entry's label, "task:<name>" or "none"."""
+        is_entry = got != NONE and not got.startswith("task:")
+        self.questions += 1
+        if q.kind == "answer":
+            self.answerable += 1
+        if q.kind == "task":
+            self.tasks += 1
+            self.tasks_right += got == q.expected
+        if is_entry:
+            self.answered += 1
+            if got == q.expected:
+                self.right += 1
+            else:
+                self.wrong.append((q.text, q.expected, got))
+        if q.kind == "answer" and got != q.expected:
+            self.missed.append((q.text, q.expected, got))
+        self.by_kind[q.kind] += got == q.expected or (q.expected == NONE and not is_entry)
+
     def summary(self) -> dict[str, Any]:
         return {"questions": self.questions, "answerable": self.answerable,
                 "answered": self.answered, "right": self.right, "wrong_facts": len(self.wrong),
@@ -177,24 +196,7 @@ def score_answers(qs: AnswerSet, encoder: SentenceEncoder | None) -> AnswerRepor
     report = AnswerReport()
     for q in qs.questions:
         conv = Conversation(qs.spec, encoder)
-        got = outcome(conv, conv.hear(q.text), labels)
-        report.questions += 1
-        is_entry = got != NONE and not got.startswith("task:")
-        if q.kind == "answer":
-            report.answerable += 1
-        if q.kind == "task":
-            report.tasks += 1
-            report.tasks_right += got == q.expected
-        if is_entry:
-            report.answered += 1
-            if got == q.expected:
-                report.right += 1
-            else:
-                report.wrong.append((q.text, q.expected, got))
-        if q.kind == "answer" and got != q.expected:
-            report.missed.append((q.text, q.expected, got))
-        ok = got == q.expected or (q.expected == NONE and not is_entry)
-        report.by_kind[q.kind] += ok
+        report.count(q, outcome(conv, conv.hear(q.text), labels))
     return report
 
 

