@@ -189,3 +189,24 @@ async def test_a_dial_without_amd_is_screened_by_parleys_detector(make_server, t
     # all of parley's audio came after the beep ended (the end of the callee's audio), and soon after
     assert turn.agent_audio_bytes == call.report.media_bytes_received > 8000
     assert turn.v2v_ms is not None and turn.v2v_ms < 1500
+
+
+async def test_a_greeting_that_never_ends_gets_the_message_at_max_wait(make_server, twilio, flite_speech, tmp_path):
+    """No AMD answer and a callee that keeps talking: the detector says machine, no beep and no
+    silence come, and at max_wait_s the message is spoken anyway; parley then hangs up."""
+    server = await make_server(detector=AnsweringConfig(max_wait_s=5.0))
+    speech = flite_speech("Hello, you have reached the offices of Acme and Sons, purveyors of fine goods since "
+                          "nineteen twenty. Our hours are nine to five, Monday to Friday, and ten to four on "
+                          "Saturdays. For deliveries press one, for accounts press two, for anything else, please "
+                          "stay on the line and somebody will be with you shortly.", RATE_HZ)
+    assert len(speech) / RATE_HZ > 12.0
+    wav = tmp_path / "endless.wav"
+    write_wav(wav, speech, RATE_HZ)
+    result, call, record = await _dial(server, twilio, Scenario(answered_by=None, greeting_quiet_s=0.1,
+                                                                utterances=(CallerUtterance(wav=wav),),
+                                                                linger_s=10.0))
+    assert record.answered_by == "machine" and record.voicemail_left is True
+    assert record.end_reason == "voicemail message left" and words(record.greeting) == words(MESSAGE)
+    first = first_audible_s(call)
+    assert first is not None and 4.8 < first < 7.5, first
+    assert call.report is not None and call.report.server_hung_up
