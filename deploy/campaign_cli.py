@@ -283,6 +283,7 @@ async def _campaign(args: argparse.Namespace, store, name: str, dnc: frozenset[s
                                      twilio_account_sid=os.environ.get("TWILIO_ACCOUNT_SID"),
                                      twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com")),
                         agent_factory, store=store)
+    server.answering_plans = plans    # Twilio's calls are screened as SIP's are
     sip = None
     sip_targets = [t for t in targets if t.startswith("sip")]
     if sip_targets:

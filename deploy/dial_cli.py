@@ -34,8 +34,9 @@ examples:
 
 what it prints: one JSON line, e.g.
   {"outcome": "answered", "call_id": "...", "status": 200, "end_reason": "callee hung up (BYE)", "talk_s": 41.2, ...}
-with a voicemail: section in the agent's spec, answered_by (human, machine or unknown) and
-voicemail_left (true once a machine heard the whole message) say who answered.
+with a voicemail: section in the agent's spec, answered_by (human, machine or unknown; through
+Twilio, its AnsweredBy when that decided: machine_end_beep, fax, ...) and voicemail_left (true
+once a machine heard the whole message) say who answered.
 outcome is answered, busy (486/600), no-answer (480/408, or nobody answered within
 --ring-timeout and the INVITE was canceled), declined (603), failed (any other final answer:
 see status and reason), timeout (nothing answered the INVITE in 32 s) or canceled (Ctrl-C
@@ -83,6 +84,9 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="for a phone number: the address the call's HTTP "
                    "server listens on (default %(default)s)")
     p.add_argument("--port", type=port_number, default=8765, help="and its port (default %(default)s)")
+    p.add_argument("--no-amd", dest="amd", action="store_false",
+                   help="for a phone number: ask Twilio for no answering-machine detection (with a voicemail: "
+                   "section, parley's own detector alone decides who answered)")
     p.add_argument("--auth-user", default=os.environ.get("PARLEY_TRUNK_USER"),
                    help="digest user for a 401/407 challenge (default $PARLEY_TRUNK_USER)")
     p.add_argument("--auth-password", default=None,

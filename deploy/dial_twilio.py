@@ -45,22 +45,24 @@ def dial_twilio(args: argparse.Namespace, params: tuple[tuple[str, str], ...],
                 "(or PARLEY_PUBLIC_URL), e.g. https://parley.example.com proxied to --host/--port")
     try:
         request = TwilioDialRequest(args.target.removeprefix("tel:"), args.from_uri or "", params=params,
-                                    ring_timeout_s=max(5, round(args.ring_timeout)))
+                                    ring_timeout_s=max(5, round(args.ring_timeout)),
+                                    machine_detection=args.amd)
     except PlacementError as exc:
         return str(exc)
     from agent.calls_cli import db_location, default_db_path
     from pipeline.call_stores import open_call_store
     from telephony.server import CallServer, ServerConfig
 
-    # the spec's voicemail plan is for parley's own screening (SIP calls); a Twilio call's
-    # answering-machine result is recorded (AnsweredBy), not acted on yet
-    agent_factory, pipeline, _plans = agent_and_pipeline(args)
+    # the spec's voicemail: plan: who answered is screened (Twilio's AnsweredBy, parley's detector)
+    agent_factory, pipeline, plans = agent_and_pipeline(args)
     config = ServerConfig(host=args.host, port=args.port, auth_token=token, public_url=args.public_url,
                           pipeline=pipeline, twilio_account_sid=sid,
                           twilio_api_base=os.environ.get("TWILIO_API_BASE", "https://api.twilio.com"))
     store = open_call_store(db_location(args.db) if args.db else default_db_path())
     try:
-        return asyncio.run(_dial(CallServer(config, agent_factory, store=store), request, args.max_call_s))
+        server = CallServer(config, agent_factory, store=store)
+        server.answering_plans = plans
+        return asyncio.run(_dial(server, request, args.max_call_s))
     finally:
         store.close()
 

@@ -24,8 +24,13 @@ as Twilio shapes them (``{"code", "message", "more_info", "status"}``). Then it 
 3. answered: the voice webhook ``Url`` (POST, ``Direction=outbound-api``), whose TwiML must be
    ``<Connect><Stream url>``; the ``answered`` callback (``CallStatus=in-progress``); the media
    stream opened by the scripted Twilio caller (``harness.callers.twilio``) with the TwiML's
-   ``<Parameter>``s as its customParameters; the answering-machine callback (``AnsweredBy``)
-   ``amd_delay_s`` after the answer; and, when the caller hangs up, ``completed`` with CallDuration.
+   ``<Parameter>``s as its customParameters; the answering-machine callback (``AnsweredBy``:
+   ``human``, ``machine_end_beep``, ``machine_end_silence``, ``machine_end_other``, ``fax`` or
+   ``unknown``, as the scenario says; none with ``answered_by=None``) ``amd_delay_s`` after the
+   answer, while the stream runs; and, when the caller hangs up, ``completed`` with CallDuration.
+   The callee hears the agent (``report.agent_audio``, on the stream's own clock) and can stay on
+   the line after it (``linger_s``: parley may hang up first) or hang up ``reply_timeout_s`` into
+   what the agent says (a callee who leaves during a voicemail message).
    A scenario with ``stream=False`` is a short call without media: answered, the answering-machine
    callback, then ``completed`` ``talk_s`` later (many calls, no agent running: campaigns' tests).
 
@@ -84,7 +89,7 @@ class Scenario:
     """How a call goes once placed."""
 
     answer: Answer = "human"
-    answered_by: str = "human"        # the answering-machine callback's AnsweredBy
+    answered_by: str | None = "human"  # the answering-machine callback's AnsweredBy; None: none sent
     amd_delay_s: float = 0.3
     ring_s: float = 0.05
     utterances: tuple[CallerUtterance, ...] = ()   # what the callee says (after the greeting)
@@ -92,6 +97,8 @@ class Scenario:
     call_timeout_s: float = 30.0
     stream: bool = True               # False: answered without opening a media stream
     talk_s: float = 0.2               # with stream=False: answered to completed
+    linger_s: float = 0.0             # after the agent's last words, stay on the line this long
+    reply_timeout_s: float = 20.0     # the longest the callee listens to one reply before hanging up
 
 
 @dataclass
@@ -303,11 +310,12 @@ class TwilioRestStandIn:
         call.stream_params = {p.get("name", ""): p.get("value", "") for p in stream.iter("Parameter")}
         await self._status(http, call, "answered", "in-progress")
         amd = None
-        if call.form.get("MachineDetection") and call.form.get("AsyncAmdStatusCallback"):
+        if call.form.get("MachineDetection") and call.form.get("AsyncAmdStatusCallback") and scenario.answered_by:
             amd = asyncio.get_running_loop().create_task(self._amd(http, call))
         caller = TwilioCaller(CallerConfig(url=str(stream.get("url")), utterances=scenario.utterances,
                                            auth_token=self.auth_token, webhook=False,
-                                           greeting_quiet_s=scenario.greeting_quiet_s, timeout_s=scenario.call_timeout_s),
+                                           greeting_quiet_s=scenario.greeting_quiet_s, timeout_s=scenario.call_timeout_s,
+                                           linger_s=scenario.linger_s, reply_timeout_s=scenario.reply_timeout_s),
                               call_sid=call.sid, account_sid=self.account_sid, stream_params=call.stream_params)
         try:
             call.report = await caller.run()
@@ -320,7 +328,7 @@ class TwilioRestStandIn:
     async def _talk(self, http: aiohttp.ClientSession, call: StandInCall) -> None:
         """Answered, no media: the answered and answering-machine callbacks, then completed."""
         await self._status(http, call, "answered", "in-progress")
-        if call.form.get("MachineDetection") and call.form.get("AsyncAmdStatusCallback"):
+        if call.form.get("MachineDetection") and call.form.get("AsyncAmdStatusCallback") and call.scenario.answered_by:
             try:
                 await self._amd(http, call)
             except (aiohttp.ClientError, TimeoutError):
@@ -329,8 +337,10 @@ class TwilioRestStandIn:
         await self._status(http, call, "completed", "completed", CallDuration=str(max(1, round(call.scenario.talk_s))))
 
     async def _amd(self, http: aiohttp.ClientSession, call: StandInCall) -> None:
+        answered_by = call.scenario.answered_by
+        assert answered_by is not None
         await asyncio.sleep(call.scenario.amd_delay_s)
-        form = self._base_form(call, "in-progress") | {"AnsweredBy": call.scenario.answered_by,
+        form = self._base_form(call, "in-progress") | {"AnsweredBy": answered_by,
                                                        "MachineDetectionDuration": str(int(call.scenario.amd_delay_s * 1000))}
         code, _ = await self._signed_post(http, call.form["AsyncAmdStatusCallback"], form)
-        call.callbacks.append(("amd", call.scenario.answered_by, code))
+        call.callbacks.append(("amd", answered_by, code))

@@ -53,8 +53,9 @@ class CallRecord:
     # a call parley placed: the target, the carrier's statuses as they came, the outcome
     # (telephony.twilio.outbound writes it); empty for a call that came in
     dial: dict[str, Any] = field(default_factory=dict)
-    # an outbound call screened for a machine (pipeline.voicemail): human, machine or unknown, and,
-    # when a machine answered, whether the whole voicemail message was spoken (None: not screened)
+    # an outbound call screened for a machine (pipeline.voicemail): human, machine or unknown (parley's
+    # detector), or Twilio's AnsweredBy when that decided (machine_end_beep, fax, ...); and, when a
+    # machine answered, whether the whole voicemail message was spoken (None: not screened)
     answered_by: str | None = None
     voicemail_left: bool | None = None
     # call-wide moments, in seconds after ``started_at``: greeting_start, greeting_end (to where

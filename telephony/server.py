@@ -59,7 +59,7 @@ from telephony.emf import EmfPublisher
 from telephony.webhooks import WebhookSender
 from telephony.sip import SipServer
 from pipeline.records import CallStore, MemoryCallStore
-from telephony.calls import AgentFactory
+from telephony.calls import AgentFactory, AnsweringPlanFactory
 from telephony.core.supervisor import CallSupervisor, drain_calls
 from telephony.genesys.routes import GenesysConfig, register_genesys_routes
 from telephony.twilio.call import TwilioCall, read_start
@@ -171,6 +171,8 @@ class CallServer:
         self._streams_starting = 0  # sockets upgraded, their 'start' not read yet
         self._log_once_a_minute = LogLimiter()
         self.sip: SipServer | None = None  # serve_forever's SIP server, counted in /healthz
+        # calls placed through Twilio: who answered, before the agent speaks (TwilioCall); None: not screened
+        self.answering_plans: AnsweringPlanFactory | None = None
         self.metrics = Metrics()
         if tracing is not None:  # each call a trace (pipeline.tracing); SIP shares these metrics
             self.metrics.tracing = tracing
@@ -473,10 +475,12 @@ class CallServer:
         if self.config.insecure_dev:
             log.warning("[%s] call accepted WITHOUT signature check (insecure dev mode)", start.call_sid)
         placed = self.store.get(start.call_sid)  # a call we placed: its record holds how it was dialled
+        ours = placed is not None and bool(placed.dial)
         call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
                           store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics,
-                          call_control=self.call_control, handoff=self.handoff)
-        if placed is not None and placed.dial:
+                          call_control=self.call_control, handoff=self.handoff,
+                          answering_plans=self.answering_plans if ours else None)
+        if placed is not None and ours:
             call.record.dial = placed.dial
         self.live[call.call_sid] = call
         try:

@@ -17,6 +17,11 @@ first one with ``first_only`` (a plan that hangs up on a machine need not wait f
 
 The detector takes about 30 us of CPU per 20 ms frame, so it runs on the event loop; it runs at
 most ``max_wait_s`` a call.
+
+:class:`ScreenedCall` is what an outbound call's edge does once it knows who answered
+(``await self._act_on(kind, plan)``): the agent, the plan's message in the agent's place, or a
+hang-up. SIP's :class:`~telephony.sip.dialer.DialedCall` and Twilio's
+:class:`~telephony.twilio.call.TwilioCall` share it.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from dataclasses import replace
+
 import numpy as np
 
 from pipeline.answering import FRAME_MS, AnsweringConfig, AnsweringDetector, Decision
+from pipeline.voicemail import AnsweringPlan, VoicemailMessageProcessor
+from telephony.core.supervisor import CallSupervisor
 
-__all__ = ["GAP_S", "screen"]
+__all__ = ["GAP_S", "ScreenedCall", "screen"]
 
 log = logging.getLogger(__name__)
 
@@ -64,3 +73,29 @@ async def screen(read: ReadAudio, config: AnsweringConfig, *, ended: Callable[[]
         if detector.done or (first_only and detector.decisions):
             return detector.decisions[-1]
     return None
+
+
+class ScreenedCall(CallSupervisor):
+    """An outbound call that acts on who answered. Put it before the transport's call class in
+    the bases (``class DialedCall(ScreenedCall, SipCall)``): its ``super()._run_pipeline`` then
+    runs the agent (or the message) without screening again."""
+
+    _message: VoicemailMessageProcessor | None = None   # set when a machine gets the message
+
+    async def _act_on(self, kind: str, plan: AnsweringPlan) -> None:
+        """``human``: the agent runs (it greets at once); ``unknown``: the plan's ``on_unknown``;
+        ``fax``: hang up; ``machine``: the plan's ``on_machine``, the message spoken in the agent's
+        place with no barge-in (the pipeline ends once it has gone out) or a hang-up."""
+        if kind == "human" or (kind == "unknown" and plan.on_unknown == "greet"):
+            await super()._run_pipeline()
+        elif kind == "unknown":
+            await self.hang_up("nobody spoke")
+        elif kind == "fax":
+            await self.hang_up("a fax answered")
+        else:
+            self.record.voicemail_left = False
+            if plan.on_machine == "hang_up":
+                await self.hang_up("answering machine: no message left")
+                return
+            self._message = VoicemailMessageProcessor(plan.message, name=f"voicemail-{self.call_id}")
+            await super()._run_pipeline(self._message, replace(self._config, allow_interruptions=False))

@@ -122,6 +122,10 @@ class CallSupervisor:
     async def _close(self) -> None:
         """The call is over: close the wire. Runs once, whatever ended the call."""
 
+    def answered_by_reported(self, answered_by: str) -> None:
+        """Someone outside the media said who answered this call parley placed (Twilio's
+        answering-machine callback); an edge that screens its outbound calls acts on it."""
+
     # -- the call -------------------------------------------------------------------------------
 
     async def run(self) -> None:

@@ -49,7 +49,7 @@ import logging
 import random
 import socket
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
@@ -57,8 +57,7 @@ from pipecat.processors.frame_processor import FrameProcessor
 
 from pipeline.answering import Decision
 from pipeline.builder import PipelineConfig
-from pipeline.voicemail import AnsweringPlan, VoicemailMessageProcessor
-from telephony.core.screening import screen
+from telephony.core.screening import ScreenedCall, screen
 from telephony.sip.call import CallState, SipCall
 from telephony.sip.checks import ALLOW
 from telephony.sip.digest import DigestChallenge, authorization
@@ -175,7 +174,7 @@ class DialResult:
     talk_s: float = 0.0          # answered to hung up
     early_media: bool = False
     stats: dict[str, int] = field(default_factory=dict)
-    answered_by: str | None = None     # screened calls: human, machine or unknown
+    answered_by: str | None = None     # screened: human, machine or unknown; or Twilio's AnsweredBy
     voicemail_left: bool | None = None  # a machine answered: whether the whole message was spoken
 
     def as_dict(self) -> dict[str, Any]:
@@ -190,7 +189,7 @@ class DialResult:
         return json.dumps(self.as_dict())
 
 
-class DialedCall(SipCall):
+class DialedCall(ScreenedCall, SipCall):
     """A call parley placed: the INVITE client transaction in ``_answer``, then a SIP call."""
 
     far_end = "callee"
@@ -219,7 +218,6 @@ class DialedCall(SipCall):
         self._invites: list[SipRequest] = []        # every INVITE sent (their answers are heard until the end)
         self._ack: tuple[SipRequest, Address] | None = None
         self._early: NegotiatedMedia | None = None
-        self._message: VoicemailMessageProcessor | None = None
         super().__init__(server, invite, dest, None, session,
                          params={"direction": "outbound", **dict(request.params)})
 
@@ -477,20 +475,7 @@ class DialedCall(SipCall):
                                 on_decision=self._on_decision, first_only=plan.on_machine == "hang_up")
         if decision is None:  # the callee hung up (or we did) before anything was decided
             return
-        if decision.kind == "human" or (decision.kind == "unknown" and plan.on_unknown == "greet"):
-            await super()._run_pipeline()
-        elif decision.kind == "unknown":
-            await self.hang_up("nobody spoke")
-        else:
-            await self._at_machine(plan)
-
-    async def _at_machine(self, plan: AnsweringPlan) -> None:
-        self.record.voicemail_left = False
-        if plan.on_machine == "hang_up":
-            await self.hang_up("answering machine: no message left")
-            return
-        self._message = VoicemailMessageProcessor(plan.message, name=f"voicemail-{self.call_id}")
-        await super()._run_pipeline(self._message, replace(self._config, allow_interruptions=False))
+        await self._act_on(decision.kind, plan)
 
     def _on_decision(self, decision: Decision) -> None:
         if self.record.answered_by is None:

@@ -15,7 +15,10 @@ same ``<Connect><Stream>`` an inbound call gets, the parameters as ``<Parameter>
 then runs as an inbound call's does. ``StatusCallback`` (initiated, ringing, answered, completed)
 and ``AsyncAmdStatusCallback`` (``MachineDetection=DetectMessageEnd``, ``AsyncAmd=true``) both
 come to ``{public_url}/twilio/dial-status?dial=ID``, signed; ``OutboundCalls.on_status`` writes
-each on the call record (``record.dial``), wherever it is: on the live call, or in the store.
+each on the call record (``record.dial``), wherever it is: on the live call, or in the store. The
+answering-machine result (``AnsweredBy``) is also handed to the live call, which acts on it
+(:class:`~telephony.twilio.call.TwilioCall`); one that came before the stream is read from
+``record.dial`` when the stream starts.
 
 Twilio's statuses become the dialer's outcomes: in-progress and completed ``answered``, busy,
 no-answer, failed and canceled as they are. REST errors: 401 and 404 (wrong credentials, wrong
@@ -250,6 +253,8 @@ class LiveCall(Protocol):
 
     def sync(self) -> None: ...
 
+    def answered_by_reported(self, answered_by: str) -> None: ...
+
 
 @dataclass
 class PlacedCall:
@@ -342,6 +347,8 @@ class OutboundCalls:
         status, answered_by = form.get("CallStatus", ""), form.get("AnsweredBy")
         if answered_by:
             dial["answered_by"] = answered_by
+            if live is not None:   # its stream is running: the call acts on it (TwilioCall)
+                live.answered_by_reported(answered_by)
         elif status:
             dial.setdefault("statuses", []).append({"status": status, "at": round(time.time(), 3)})
             if form.get("SipResponseCode", "").isdigit():
@@ -373,7 +380,10 @@ class OutboundCalls:
     def result(self, placed: PlacedCall) -> DialResult:
         record = self.store.get(placed.call_sid) if placed.call_sid else None
         history = tuple(placed.statuses) + ((f"answered-by:{placed.answered_by}",) if placed.answered_by else ())
+        # the call's screening (TwilioCall) says who it acted on; else Twilio's answer, recorded only
+        answered_by = record.answered_by if record is not None and record.answered_by else placed.answered_by
         return DialResult(outcome=placed.outcome or DialOutcome.CANCELED, call_id=placed.call_sid or placed.dial_id,
                           target=placed.request.to, status=placed.sip_code, reason=placed.reason,
                           end_reason=record.end_reason if record is not None else None, history=history,
-                          talk_s=placed.duration_s)
+                          talk_s=placed.duration_s, answered_by=answered_by,
+                          voicemail_left=record.voicemail_left if record is not None else None)

@@ -81,3 +81,36 @@ def test_missing_settings_exit_2_with_one_line(argv, env, message, monkeypatch, 
     assert main(["dial", *argv, "--agent", "echo"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("parley dial: ") and message in line
+
+
+VOICEMAIL_AGENT = """\
+name: Acme orders
+greeting: Hello, this is Acme about your order.
+voicemail:
+  message: Hi {name}, this is Acme. Your order is ready. Please call us back.
+"""
+
+
+async def test_a_machine_gets_the_specs_message_once_twilio_says_so(twilio, tmp_path):
+    """The deploy layer hands the spec's voicemail: plan to the call server: Twilio's
+    AnsweredBy=machine_end_beep brings the message, --param name=Dana in it, and the JSON line
+    and the record say so."""
+    spec = tmp_path / "acme.yaml"
+    spec.write_text(VOICEMAIL_AGENT)
+    twilio.scenarios.append(Scenario(answered_by="machine_end_beep", amd_delay_s=1.0, greeting_quiet_s=8.0,
+                                     linger_s=10.0))
+    code, out, err = await parley_dial(twilio, "+15551234567", "--agent", str(spec), "--stt", "sphinx",
+                                       "--tts", "espeak", "--from", "+15550100", "--param", "name=Dana",
+                                       db=tmp_path / "calls.db")
+    assert code == 0, err[-2000:]
+    result = json.loads(out)
+    assert (result["answered_by"], result["voicemail_left"]) == ("machine_end_beep", True)
+    assert result["end_reason"] == "voicemail message left"
+    [call] = twilio.calls
+    assert call.report is not None and call.report.server_hung_up and call.report.media_bytes_received > 8000
+    shown = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.cli", "calls", "show",
+                                                 result["call_id"], "--json", "--db", str(tmp_path / "calls.db"),
+                                                 cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+    record = json.loads((await shown.communicate())[0])
+    assert record["answered_by"] == "machine_end_beep" and record["voicemail_left"] is True
+    assert record["greeting"].lower().replace(",", "").startswith("hi dana this is acme")
