@@ -41,8 +41,50 @@ _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "sev
 _REPEAT = {"double": 2, "triple": 3}
 
 
+def _below_hundred(ws: list[str], i: int) -> tuple[int | None, int]:
+    """A number under a hundred said at ``ws[i]`` ("seven", "fifteen", "forty five") -> (its
+    value, the index after it), or (None, i)."""
+    w = ws[i] if i < len(ws) else ""
+    if w in _TEENS:
+        return _TEENS[w], i + 1
+    if w in _TENS:
+        if i + 1 < len(ws) and ws[i + 1] in _UNITS and _UNITS[ws[i + 1]] > 0:
+            return _TENS[w] + _UNITS[ws[i + 1]], i + 2
+        return _TENS[w], i + 1
+    if w in _UNITS and w not in ("o", "oh", "nought"):
+        return _UNITS[w], i + 1
+    return None, i
+
+
+def _cardinal(ws: list[str], i: int) -> tuple[str, int] | None:
+    """A number said with "hundred" or "thousand" from ``ws[i]`` ("four hundred fifteen" -> 415,
+    "twelve thousand three hundred forty five" -> 12345) -> (its digits, the index after it);
+    None when what starts there is not one (digits said one by one stay digits)."""
+    def group(j: int) -> tuple[int | None, int, bool]:
+        value, k = _below_hundred(ws, j)
+        if value is None or k >= len(ws) or ws[k] != "hundred" or not 0 < value < 10:
+            return value, k, False
+        value, k = value * 100, k + 1
+        after_and = k + 1 if k < len(ws) and ws[k] == "and" else k
+        rest, m = _below_hundred(ws, after_and)
+        return (value + rest, m, True) if rest is not None else (value, k, True)
+
+    value, j, big = group(i)
+    if value is None:
+        return None
+    if j < len(ws) and ws[j] == "thousand" and value > 0:
+        value, j = value * 1000, j + 1
+        after_and = j + 1 if j < len(ws) and ws[j] == "and" else j
+        rest, k, _ = group(after_and)
+        if rest is not None:
+            value, j = value + rest, k
+        return str(value), j
+    return (str(value), j) if big else None
+
+
 def digits_in(text: str) -> str:
-    """Every digit the caller said, in order ("double five" -> "55", "twenty three" -> "23")."""
+    """Every digit the caller said, in order ("double five" -> "55", "twenty three" -> "23",
+    "four hundred fifteen" -> "415", "twelve thousand three hundred forty five" -> "12345")."""
     ws = words(text.replace("-", " "))
     out: list[str] = []
     i = 0
@@ -56,6 +98,11 @@ def digits_in(text: str) -> str:
 
     while i < len(ws):
         w = ws[i]
+        said = _cardinal(ws, i)
+        if said is not None:
+            out.append(said[0])
+            i = said[1]
+            continue
         if w.isdigit():
             out.append(w)
         elif w in _REPEAT and i + 1 < len(ws) and (ws[i + 1] in _UNITS or ws[i + 1].isdigit()):

@@ -27,6 +27,12 @@ def test_spoken_digits_keep_every_digit_in_order(digits):
     ("twenty three forty five", "2345"),
     ("ninety", "90"),
     ("five hundred", "500"),
+    ("four hundred fifteen five five five zero one nine nine", "4155550199"),   # espeak reads 415 so
+    ("order twelve thousand three hundred forty five", "12345"),
+    ("one hundred and five", "105"),
+    ("two thousand and seven", "2007"),
+    ("twelve thousand", "12000"),
+    ("five fifty five", "555"),
     ("it's 555-0123", "5550123"),
     ("five five five to oh one two", "555201 2".replace(" ", "")),  # "to" between digits
     ("i want to go for a walk", ""),  # "to"/"for" away from digits are words
