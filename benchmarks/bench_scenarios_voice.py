@@ -67,7 +67,7 @@ def from_record(scenario: Scenario, record: dict[str, Any]) -> dict[str, Any]:
     """What the call did, as ``judge`` takes it, from the server's record."""
     turns = record.get("turns", [])
     said = [record.get("greeting", "")] + [t.get("agent_text", "") for t in turns]
-    events: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = list(record.get("greeting_events", []))  # keys during the greeting
     slots: dict[str, str] = {}
     goal_turn = None
     for i, t in enumerate(turns, 1):

@@ -64,6 +64,9 @@ class CallRecord:
     # a warm transfer: mode, target, outcome (joined, no-answer, failed), detail, held_s (how
     # long the caller heard hold audio); empty when the call had none
     transfer: dict[str, Any] = field(default_factory=dict)
+    # agent events before the caller's first turn (keys pressed during the greeting: a hand-off, a
+    # hang-up, a tool call), as turns hold theirs
+    greeting_events: list[dict] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -93,6 +96,7 @@ class CallRecord:
             "voicemail_left": self.voicemail_left,
             "marks_s": dict(self.marks_s),
             "transfer": dict(self.transfer),
+            "greeting_events": [dict(e) for e in self.greeting_events],
         }
 
 

@@ -121,8 +121,8 @@ def mask_numbers(text: str, sensitive_digits: Iterable[str] = ()) -> str:
     for digits in extra:   # a sensitive value written together, inside any run
         for m in list(re.finditer(re.escape(digits), text)):
             text = _mask_span(text, m.start(), m.end(), KEEP if len(digits) >= 2 * KEEP else 0)
-    text = _mask_ssns(text)
-    text = _mask_chains(text, extra)   # before single runs: a group alone may pass the check too
+    text = _mask_chains(text, extra)   # before single runs: a group alone may pass the check too;
+    text = _mask_ssns(text)            # and before SSNs: a card's last groups may read as one
     text = _STRICT_RUN.sub(lambda m: _mask_span(m.group(0), 0, len(m.group(0))) if _is_card(m.group(0))
                            else m.group(0), text)
     return _mask_words(text, extra)
@@ -170,15 +170,19 @@ class Redactor:
         out.greeting, out.greeting_heard = walk(out.greeting), walk(out.greeting_heard)
         out.params = walk(out.params)
         out.errors = walk(out.errors)
+        def events(evs: list[dict]) -> list[dict]:
+            for event in evs:
+                data = event.get("data")
+                if event.get("kind") == "slot" and isinstance(data, dict) and data.get("name") in self.sensitive_slots:
+                    data["value"] = self.value(str(data.get("value", "")))
+            return walk(evs)
+
         for turn in out.turns:
             turn.user_text, turn.agent_text = walk(turn.user_text), walk(turn.agent_text)
             turn.agent_text_heard = walk(turn.agent_text_heard)
             turn.tool_calls = walk(turn.tool_calls)
-            for event in turn.events:
-                data = event.get("data")
-                if event.get("kind") == "slot" and isinstance(data, dict) and data.get("name") in self.sensitive_slots:
-                    data["value"] = self.value(str(data.get("value", "")))
-            turn.events = walk(turn.events)
+            turn.events = events(turn.events)
+        out.greeting_events = events(out.greeting_events)
         return out
 
 

@@ -104,6 +104,8 @@ class CallBook:
                 rec.at_s["speech_start"] = self.seconds(t.speech_start_s)
             if t.interruption_s is not None:
                 rec.at_s["barge_in"] = self.seconds(t.interruption_s)
+        if self.latency is not None:   # keys pressed during the greeting: a hand-off, a hang-up
+            record.greeting_events = list(self.latency.events_before_first_turn)
         # an utterance belongs to the last turn whose speech ended before it began (0: the greeting)
         starts = [t.at.get("vad_stop", t.end_of_speech_s) for t in turns]
         greeting: list[Utterance] = []

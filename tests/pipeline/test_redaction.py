@@ -73,6 +73,12 @@ def test_a_card_however_grouped_shows_only_its_last_four(body, cuts, sep, before
     assert digits == number[-4:], (groups, masked)
 
 
+def test_a_cards_last_groups_that_read_as_an_ssn_do_not_hide_the_card():
+    # "001 01 0008" alone is SSN-shaped; inside this 13-digit card it must not leave "0000" shown
+    assert mask_numbers("card 0000 001 01 0008 ok") == "card **** *** ** 0008 ok"
+    assert mask_numbers("ssn 123-45-6789") == "ssn ***-**-6789"
+
+
 def _record() -> CallRecord:
     record = CallRecord(call_sid="CA1", transport="twilio", params={"From": "+15550100"}, greeting="Hello.")
     record.turns = [

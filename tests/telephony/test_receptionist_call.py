@@ -99,6 +99,17 @@ async def test_goodbye_ends_the_call(receptionist):
     assert receptionist.store.get(report.call_sid).end_reason == "agent ended the call"
 
 
+async def test_a_key_pressed_during_the_greeting_is_on_the_record(receptionist, twilio_api):
+    _, requests = twilio_api
+    url = f"ws://127.0.0.1:{receptionist.port}/twilio/stream"
+    report = await run_call(CallerConfig(url=url, auth_token=TOKEN, timeout_s=40, linger_s=5.0,
+                                         utterances=tuple(_keys("0"))))
+    record = receptionist.store.get(report.call_sid)
+    assert record.turns == []                                   # the caller never spoke
+    assert [e["kind"] for e in record.greeting_events] == ["transfer"], record.greeting_events
+    assert record.to_dict()["greeting_events"][0]["data"]["handoff"] == "front_desk"
+
+
 async def test_a_warm_handoff_is_carried_out_blind_over_twilio_and_the_record_says_so(twilio_api):
     """Twilio has no warm transfer in parley yet: the caller still reaches the person (a blind
     ``<Dial>``), and the record shows that warm was asked for and blind was done."""
