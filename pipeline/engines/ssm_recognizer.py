@@ -517,6 +517,8 @@ class SSMSTTEngine:
         t0 = time.perf_counter()
         self.decoder: Decoder = decoder
         self.beam: CTCBeamSearch | PhoneBeamSearch | JointSearch | None = None
+        # the search's files and settings, for a final-pass worker that loads them itself
+        self._worker_search: tuple[Path, BeamConfig, Path | None, str] | None = None
         if isinstance(model, (STTModel, WhisperSTTModel)):
             folder, folder_of_model = DEFAULT_MODEL_DIR, None
         else:
@@ -555,10 +557,12 @@ class SSMSTTEngine:
                     raise EngineUnavailableError(f"SSM STT: the model has a phone head but "
                                                  f"{lexicon} is missing (decoder='char-beam' "
                                                  f"searches over characters instead)")
-            self.beam = _beam_search(Path(lm_path or folder / LM_FILE).resolve(),
-                                     beam_config or BeamConfig(), lexicon,
-                                     "phones" if decoder == "phone-beam" else "joint",
-                                     self.free_weights)
+            search = (Path(lm_path or folder / LM_FILE).resolve(), beam_config or BeamConfig(), lexicon,
+                      "phones" if decoder == "phone-beam" else "joint")
+            if use_final and runner == "process":   # only the final pass's worker searches: it loads
+                self._worker_search = search         # the LM, this process need not
+            else:
+                self.beam = _beam_search(*search, self.free_weights)
         self.flush_s = flush_s
         # a recogniser on Whisper's encoder steps whole hops: the stride is rounded up to them
         block = getattr(model.config, "hop_frames", 1)
@@ -596,7 +600,7 @@ class SSMSTTEngine:
         except SSMEngineError as exc:
             raise EngineUnavailableError(f"SSM STT runner failed to start: {exc}") from exc
         if use_final and runner == "process":
-            self.final_proc = self._start_final(final_dir, decoder, lm_path, folder, beam_config)
+            self.final_proc = self._start_final(final_dir)
             self._check_final(final_dir, self.final_proc.phone_vocab_size,
                               model.config.phone_vocab_size)
         self.load_s = time.perf_counter() - t0
@@ -613,17 +617,15 @@ class SSMSTTEngine:
                                          f"phone head, the stream's model "
                                          f"{'has' if stream_phones else 'has not'}")
 
-    def _start_final(self, final_dir: Path, decoder: Decoder, lm_path: str | Path | None,
-                     folder: Path, beam_config: BeamConfig | None) -> FinalPassProcess:
+    def _start_final(self, final_dir: Path) -> FinalPassProcess:
         """The final pass in its worker process, with the search this engine would run."""
-        lexicon = ""
-        if self.beam is not None and not isinstance(self.beam, CTCBeamSearch):
-            lexicon = str((folder / LEXICON_FILE).resolve())
-        kind = ("greedy" if self.beam is None else "phones" if decoder == "phone-beam" else "joint")
-        beam_json = json.dumps(dataclasses.asdict(beam_config or BeamConfig()))
-        joint_json = json.dumps(dataclasses.asdict(self.free_weights)) if self.free_weights else ""
-        proc = FinalPassProcess([str(final_dir.resolve()), str(Path(lm_path or folder / LM_FILE).resolve()),
-                                 lexicon, kind, beam_json, joint_json])
+        args = [str(final_dir.resolve()), "", "", "greedy", "{}", ""]
+        if self._worker_search is not None:
+            lm, config, lexicon, kind = self._worker_search
+            args[1:5] = [str(lm), str(lexicon or ""), kind, json.dumps(dataclasses.asdict(config))]
+        if self.free_weights is not None:
+            args[5] = json.dumps(dataclasses.asdict(self.free_weights))
+        proc = FinalPassProcess(args)
         try:
             proc.start()
         except EngineUnavailableError as exc:
