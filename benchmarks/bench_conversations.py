@@ -155,6 +155,15 @@ class Server(ServeProcess):
         return f"ws://127.0.0.1:{self.port}/twilio/stream"
 
 
+def order_api(log_dir: Path) -> tuple[ServeProcess, dict[str, str]]:
+    """The example order service on a free port (``wait_ready`` it) and the servers' environment
+    that points the order line's tool at it."""
+    port = free_port()
+    api = ServeProcess("order-api", ["-m", "agent.examples.order_api", "--port", str(port)],
+                       port=port, log_path=log_dir / "order-api.log")
+    return api, {"ORDER_API_URL": f"http://127.0.0.1:{port}"}
+
+
 async def _record(server: Server, call_sid: str) -> dict:
     url = f"http://127.0.0.1:{server.port}/calls/{call_sid}"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
@@ -442,10 +451,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         print(f"server logs and caller WAVs are kept in {log_dir}", file=sys.stderr)
     wavs = log_dir / "wav"
     wavs.mkdir()
-    api_port = free_port()
-    api = ServeProcess("order-api", ["-m", "agent.examples.order_api", "--port", str(api_port)],
-                       port=api_port, log_path=log_dir / "order-api.log")
-    env = {"ORDER_API_URL": f"http://127.0.0.1:{api_port}"}
+    api, env = order_api(log_dir)
     servers: dict[tuple[str, str], Server] = {}
     for stt in args.stt:
         for agent, spec in (("receptionist", "agent/examples/receptionist.yaml"),

@@ -37,8 +37,7 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from agent.scenarios import Scenario, Suite, goal_met, has_goal, judge, load_scenarios, run_suite  # noqa: E402
-from benchmarks.bench_conversations import TOKEN, Server, _record, _wav_steps  # noqa: E402
-from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
+from benchmarks.bench_conversations import TOKEN, Server, _record, _wav_steps, order_api  # noqa: E402
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call  # noqa: E402
 
 DEFAULT_FILES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "agent" / "examples").glob("*.scenarios.yaml"))
@@ -109,10 +108,7 @@ async def main_async(args: argparse.Namespace) -> dict:
     log_dir = Path(tempfile.mkdtemp(prefix="parley-bench-scen-"))
     wavs = log_dir / "wav"
     wavs.mkdir()
-    api_port = free_port()
-    api = ServeProcess("order-api", ["-m", "agent.examples.order_api", "--port", str(api_port)],
-                       port=api_port, log_path=log_dir / "order-api.log")
-    env = {"ORDER_API_URL": f"http://127.0.0.1:{api_port}"}
+    api, env = order_api(log_dir)
     servers = {(stt, s.path.name): Server(f"{stt}-{s.path.stem}", ["--stt", stt, "--agent", agent_of(s)],
                                           str(log_dir), env)
                for stt in args.stt for s in suites}
