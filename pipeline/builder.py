@@ -1,7 +1,7 @@
 """``build_pipeline``: one call's pipecat pipeline, from transport in to transport out.
 
     transport.input()
-      -> VADProcessor (Silero by default, webrtcvad optional)      speech start/stop
+      -> OnsetVADProcessor (Silero by default, webrtcvad optional) speech start/stop
       -> STT (streaming; finalizes the moment the VAD stops)       interim + final transcripts
       -> user aggregator (turn end: silence timer held longer on     LLMContextFrame, barge-in
                        unfinished words, or smart-turn)
@@ -31,7 +31,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
-from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.transports.base_transport import BaseTransport
@@ -121,13 +120,14 @@ class PipelineConfig:
 
 
 def _make_vad(config: PipelineConfig):
-    from pipeline.vad import make_vad_analyzer
+    from pipeline.vad import OnsetVADProcessor, make_vad_analyzer
 
-    return make_vad_analyzer(
+    analyzer = make_vad_analyzer(
         config.vad,
         sample_rate_hz=config.sample_rate_hz,
         params=VADParams(start_secs=config.vad_start_s, stop_secs=config.vad_stop_s),
     )
+    return OnsetVADProcessor(vad_analyzer=analyzer)
 
 
 def _make_turn_stop(config: PipelineConfig):
@@ -241,7 +241,7 @@ def build_pipeline(
     )
     processors = [
         transport.input(),
-        VADProcessor(vad_analyzer=_make_vad(config)),
+        _make_vad(config),
         stt,
         aggregators.user(),
         HeardContextProcessor(),

@@ -2,8 +2,11 @@
 
 A turn opens when the user aggregator decides the caller has finished (``UserStoppedSpeakingFrame``)
 and closes at the first agent audio written to the transport after it. Every mark is stored as
-monotonic seconds and reported as milliseconds after the *end of the caller's speech*, which is the
-last VAD stop minus the silence the VAD waited for (``VADUserStoppedSpeakingFrame.stop_secs``).
+monotonic seconds and reported as milliseconds after the *end of the caller's speech*: where parley's
+VAD heard the speech end, on the caller's clock (``SpeechStoppedFrame.ended_at_s``, ``pipeline.vad``),
+else the last VAD stop minus the silence it waited for (``VADUserStoppedSpeakingFrame.stop_secs``).
+Since 2026-12-07 the former: the stop's own smoothing put the end 0-100 ms late, so the ``vad_stop``
+stage reads up to that much longer than before, and every later stage with it.
 
     end of speech --(vad_stop)--> VAD stop --(stt_final)--> final transcript
         --(first_text)--> first agent text --(tts_first_audio)--> first TTS audio
@@ -140,12 +143,18 @@ class LatencyObserver(BaseObserver):
         else:
             return
         now = self._clock()
+        # parley's VAD (pipeline.vad) says where on the caller's clock the speech began and ended,
+        # and when it called the stop; pipecat's says neither (its frames' arrival here, less
+        # start_secs or stop_secs). A test's own clock takes pipecat's reading.
+        ours = self._clock is time.monotonic
         if isinstance(frame, VADUserStartedSpeakingFrame):
             if self._speech_start_s is None:
-                self._speech_start_s = now - frame.start_secs
+                began = getattr(frame, "began_at_s", None) if ours else None
+                self._speech_start_s = began if began is not None else now - frame.start_secs
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
-            self._last_vad_stop_s = now
-            self._last_vad_stop_secs = frame.stop_secs
+            ended = getattr(frame, "ended_at_s", None) if ours else None
+            self._last_vad_stop_s = getattr(frame, "called_at_s", now) if ours else now
+            self._last_vad_stop_secs = frame.stop_secs if ended is None else self._last_vad_stop_s - ended
         elif isinstance(frame, TranscriptionFrame):
             self._pending_text.append(frame.text)
             self._pending_final_s = now

@@ -29,6 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -37,6 +40,8 @@ import webrtcvad
 from pipecat.audio.vad import silero
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
+from pipecat.frames.frames import VADUserStartedSpeakingFrame, VADUserStoppedSpeakingFrame
+from pipecat.processors.audio.vad_processor import VADProcessor
 
 from pipeline.errors import AudioFormatError, ConfigError
 from pipeline.vad_batch import SILERO_CONTEXT, BatchRunsOn, SileroBatcher, check_batch_options
@@ -47,6 +52,11 @@ WEBRTC_RATES_HZ = (8000, 16000, 32000, 48000)
 WEBRTC_FRAME_MS = (10, 20, 30)
 SILERO_RATES_HZ = (8000, 16000)
 _SILERO_MODEL_SWAP = threading.Lock()
+ONSET_CONFIDENCE = 0.5   # a window whose confidence is this share of the threshold is still speech, looking back
+ONSET_MAX_S = 1.0        # how much audio SpeechEdges keeps
+EDGE_SEARCH_S = 0.3      # how far the loudness moves an edge the model or pipecat placed
+LEVEL_SPLIT = 0.25       # an edge is where the loudness crosses this share from noise to speech level,
+LEVEL_FLOOR_DBFS = -50.0  # or this level, if louder (a tail fading under it on a silent line is not speech)
 
 VADKind = Literal["webrtc", "silero"]
 SileroDispatch = Literal["loop", "thread", "inline"]
@@ -62,15 +72,184 @@ after quiet, and stays on babble), Silero 2.0 and 8 %, both detecting every utte
 SNR; the whole analyzer cost 2.5 vs 6.5 ms CPU per audio second."""
 
 
+class SpeechEdges:
+    """Where the caller's speech began and ended, to a few milliseconds, from the last second of
+    windows an analyzer scored (each window's confidence, and its loudness in quarters).
+
+    pipecat's state machine calls a window speech only when its confidence passes ``confidence``
+    *and* the smoothed loudness passes ``min_volume``; the smoothing lags a soft onset ("hello"
+    begins quietly) and trails the last word, so "``start_secs`` before the start was called" put
+    a turn's start up to a third of a second late, and "``stop_secs`` before the stop" its end
+    60-100 ms late. Here a start goes back over the windows the model itself heard as speech
+    (confidence at least ``ONSET_CONFIDENCE`` of the threshold), then to the first quarter louder
+    than ``LEVEL_SPLIT`` of the way from the second's noise floor to its speech level (and than
+    ``LEVEL_FLOOR_DBFS``), at most ``EDGE_SEARCH_S`` either way; an end, from the stop's
+    ``stop_secs`` back, or on, to the last quarter that loud."""
+
+    QUARTERS = 4
+
+    def __init__(self, window_samples: int, sample_rate_hz: int, confidence: float) -> None:
+        self._quarter_s = window_samples / self.QUARTERS / sample_rate_hz
+        self._floor = ONSET_CONFIDENCE * confidence
+        windows = max(1, int(ONSET_MAX_S * sample_rate_hz / window_samples))
+        self._confidences: deque[float] = deque(maxlen=windows)
+        self._levels: deque[float] = deque(maxlen=windows * self.QUARTERS)  # dBFS a quarter
+
+    def add(self, window: bytes, confidence: float) -> None:
+        self._confidences.append(confidence)
+        x = np.frombuffer(window, np.int16).astype(np.float32)
+        n = x.size // self.QUARTERS
+        if n:
+            power = np.mean(x[: n * self.QUARTERS].reshape(self.QUARTERS, n) ** 2, axis=1)
+            self._levels.extend(10.0 * np.log10(power + 1.0) - 90.3)  # 0 dBFS: full scale
+
+    def _threshold(self) -> float:
+        levels = np.fromiter(self._levels, np.float32)
+        noise, speech = np.percentile(levels, 10), np.percentile(levels, 90)
+        return max(float(noise + LEVEL_SPLIT * (speech - noise)), LEVEL_FLOOR_DBFS)
+
+    def onset_s(self, waiting_s: float) -> float | None:
+        """Seconds of audio since the speech heard now began (None before any window);
+        ``waiting_s``: audio the analyzer holds that no window has scored yet."""
+        if not self._confidences:
+            return None
+        windows = 0
+        for confidence in reversed(self._confidences):
+            if confidence < self._floor:
+                break
+            windows += 1
+        levels = list(self._levels)
+        at = len(levels) - windows * self.QUARTERS   # the first quarter of the model's run
+        if levels:
+            loud, reach = self._threshold(), round(EDGE_SEARCH_S / self._quarter_s)
+            back = at
+            while back > max(0, at - reach) and levels[back - 1] >= loud:
+                back -= 1
+            if back == at:   # the model's first window may begin in silence
+                while at < min(len(levels) - 1, at + reach) and levels[at] < loud:
+                    at += 1
+            else:
+                at = back
+        return (len(levels) - at) * self._quarter_s + waiting_s
+
+    def offset_s(self, stop_secs: float, waiting_s: float) -> float | None:
+        """Seconds of audio since the speech ended, for a stop called ``stop_secs`` after the
+        state machine's last speech window (None before any window)."""
+        levels = list(self._levels)
+        if not levels:
+            return None
+        end = max(0, len(levels) - round(stop_secs / self._quarter_s))   # the quarter after pipecat's end
+        loud, reach = self._threshold(), round(EDGE_SEARCH_S / self._quarter_s)
+        last = end
+        if last > 0 and levels[last - 1] >= loud:   # the smoothed loudness fell before the sound did
+            while last < min(len(levels), end + reach) and levels[last] >= loud:
+                last += 1
+        else:
+            while last > max(0, end - reach) and levels[last - 1] < loud:
+                last -= 1
+            if last == max(0, end - reach):   # nothing loud near: keep pipecat's
+                last = end
+        return (len(levels) - last) * self._quarter_s + waiting_s
+
+
 class InlineAnalysis:
     """Mixin for a ``VADAnalyzer``: analyze on the event loop instead of handing every frame to a
     thread of the analyzer's own (pipecat's default: one thread per call and two thread switches
     per 20 ms frame). webrtcvad takes microseconds a frame and Silero ~0.1-0.3 ms, less than the
-    hand-off itself once many calls share the process's GIL."""
+    hand-off itself once many calls share the process's GIL.
+
+    Each scored window also goes to :class:`SpeechEdges`, and the audio is timed on the caller's
+    clock: its sample count from the first frame, anchored on the least late frame (as the call's
+    recording is), so a frame read late by a busy loop does not move where speech began or ended.
+    :class:`OnsetVADProcessor` asks both."""
+
+    _edges: SpeechEdges | None = None
+    _received = 0                   # samples handed to analyze_audio
+    _fed = 0                        # samples handed to pipecat's state machine
+    _t0: float | None = None        # monotonic time of the caller's sample 0
 
     async def analyze_audio(self, buffer: bytes) -> VADState:
+        self._arrived(buffer)
+        return self._run_analyzer(buffer)
+
+    def _arrived(self, buffer: bytes) -> None:
         _check_even(buffer)
-        return self._run_analyzer(buffer)  # type: ignore[attr-defined]
+        self._received += len(buffer) // 2
+        t0 = time.monotonic() - self._received / self.sample_rate  # type: ignore[attr-defined]
+        self._t0 = t0 if self._t0 is None else min(self._t0, t0)
+
+    def _run_analyzer(self, buffer: bytes) -> VADState:
+        self._fed += len(buffer) // 2
+        return super()._run_analyzer(buffer)  # type: ignore[misc]
+
+    def voice_confidence(self, buffer: bytes) -> float:
+        """The window's confidence (``_window_confidence``), kept with its loudness."""
+        confidence = self._window_confidence(buffer)
+        if self._edges is None:
+            self._edges = SpeechEdges(self.num_frames_required(), self.sample_rate,  # type: ignore[attr-defined]
+                                      self._params.confidence)  # type: ignore[attr-defined]
+        self._edges.add(buffer, confidence)
+        return confidence
+
+    def _window_confidence(self, buffer: bytes) -> float:
+        return super().voice_confidence(buffer)  # type: ignore[misc]
+
+    def speech_began_at_s(self) -> float | None:
+        """When (monotonic, on the caller's clock) the speech heard now began."""
+        onset = self._edges.onset_s(self._waiting_s()) if self._edges is not None else None
+        return None if onset is None else self._clock_s() - onset
+
+    def speech_ended_at_s(self) -> float | None:
+        """When (monotonic, on the caller's clock) the speech ended, asked as the stop is called."""
+        if self._edges is None:
+            return None
+        offset = self._edges.offset_s(self._params.stop_secs, self._waiting_s())  # type: ignore[attr-defined]
+        return None if offset is None else self._clock_s() - offset
+
+    def _clock_s(self) -> float:
+        """The caller's clock at the end of the audio the state machine has been handed."""
+        assert self._t0 is not None   # set by the first analyze_audio, before any window
+        return self._t0 + self._fed / self.sample_rate  # type: ignore[attr-defined]
+
+    def _waiting_s(self) -> float:
+        return len(self._vad_buffer) / 2 / self.sample_rate  # type: ignore[attr-defined]
+
+
+@dataclass
+class SpeechStartedFrame(VADUserStartedSpeakingFrame):
+    """pipecat's VAD start, and when the speech began (``began_at_s``, monotonic on the caller's
+    clock; None: unknown, take the frame's arrival less ``start_secs``)."""
+
+    began_at_s: float | None = None
+
+
+@dataclass
+class SpeechStoppedFrame(VADUserStoppedSpeakingFrame):
+    """pipecat's VAD stop, when it was called (``called_at_s``, monotonic: observers may see the
+    frame later) and when the speech ended (``ended_at_s``, on the caller's clock; None: unknown,
+    take the stop less ``stop_secs``)."""
+
+    ended_at_s: float | None = None
+    called_at_s: float = field(default_factory=time.monotonic)
+
+
+class OnsetVADProcessor(VADProcessor):
+    """pipecat's ``VADProcessor`` whose start and stop frames also say where the speech began and
+    ended (:class:`SpeechStartedFrame`, :class:`SpeechStoppedFrame`, from :class:`SpeechEdges`).
+    ``start_secs`` and ``stop_secs`` stay pipecat's: the turn strategies time their waits on them."""
+
+    def __init__(self, *, vad_analyzer: VADAnalyzer, **kwargs) -> None:
+        super().__init__(vad_analyzer=vad_analyzer, **kwargs)
+        self._analyzer = vad_analyzer
+
+    async def broadcast_frame(self, frame_cls, **kwargs):
+        analyzer = self._analyzer
+        if isinstance(analyzer, InlineAnalysis):
+            if frame_cls is VADUserStartedSpeakingFrame:
+                frame_cls, kwargs = SpeechStartedFrame, {**kwargs, "began_at_s": analyzer.speech_began_at_s()}
+            elif frame_cls is VADUserStoppedSpeakingFrame:
+                frame_cls, kwargs = SpeechStoppedFrame, {**kwargs, "ended_at_s": analyzer.speech_ended_at_s()}
+        await super().broadcast_frame(frame_cls, **kwargs)
 
 
 class _SharedSessionModel(silero.SileroOnnxModel):
@@ -162,7 +341,7 @@ class BatchedSileroVADAnalyzer(InlineSileroVADAnalyzer):
         check_batch_options(runs_on, gather_ms)
 
     async def analyze_audio(self, buffer: bytes) -> VADState:
-        _check_even(buffer)
+        self._arrived(buffer)
         batcher = self._batcher
         if batcher is None or batcher.loop is not asyncio.get_running_loop():
             batcher = self._batcher = SileroBatcher.for_running_loop(
@@ -179,10 +358,10 @@ class BatchedSileroVADAnalyzer(InlineSileroVADAnalyzer):
                 return state
         return self._run_analyzer(buffer)
 
-    def voice_confidence(self, buffer: bytes) -> float:
+    def _window_confidence(self, buffer: bytes) -> float:
         scored, self._scored = self._scored, None
         if scored is None:  # called directly, outside analyze_audio: pipecat's batch-1 path
-            return super().voice_confidence(buffer)
+            return super()._window_confidence(buffer)
         self._maybe_reset_model(scored)
         return scored
 
@@ -231,7 +410,7 @@ class WebRTCVADAnalyzer(InlineAnalysis, VADAnalyzer):
         """Samples per webrtcvad frame."""
         return self.sample_rate * self._frame_ms // 1000
 
-    def voice_confidence(self, buffer: bytes) -> float:
+    def _window_confidence(self, buffer: bytes) -> float:
         """1.0 if webrtcvad calls the frame speech, else 0.0."""
         try:
             return 1.0 if self._vad.is_speech(buffer, self.sample_rate) else 0.0

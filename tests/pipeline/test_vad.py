@@ -145,3 +145,44 @@ def test_silero_analyzers_share_one_session_and_keep_their_own_state(flite_speec
     assert max(got_a) > 0.9 and max(got_b) < 0.5  # speech heard, noise not: the check has teeth
     np.testing.assert_allclose(got_a, alone_a, rtol=0, atol=1e-6)
     np.testing.assert_allclose(got_b, alone_b, rtol=0, atol=1e-6)
+
+
+def sound_edges(pcm: np.ndarray, rate_hz: int) -> tuple[float, float]:
+    """Where ``pcm`` is louder than -50 dBFS (10 ms RMS): its first and last such window."""
+    w = rate_hz // 100
+    n = pcm.size // w
+    rms = np.sqrt((pcm[: n * w].astype(np.float64).reshape(n, w) ** 2).mean(axis=1))
+    loud = np.flatnonzero(rms > 104)
+    return loud[0] / 100, (loud[-1] + 1) / 100
+
+
+@pytest.mark.parametrize("kind", ["webrtc", "silero"])
+@pytest.mark.parametrize("text", ["hello, how are you today?", "i would like to check my account"])
+async def test_the_start_and_stop_say_where_the_speech_began_and_ended(kind, text, flite_speech, monkeypatch):
+    """On the audio's own clock (a frame read late moves nothing): the start's began_at_s and the
+    stop's ended_at_s within 30 ms of where the speech sounds, though pipecat's smoothed loudness
+    calls the start later than start_secs after it and the stop later than stop_secs after it."""
+    rate_hz = 8000
+    speech = flite_speech(text, rate_hz)
+    rng = np.random.default_rng(0)
+    pcm = padded(speech, rate_hz, lead_s=1.0)
+    pcm = pcm + rng.normal(0, 15, pcm.size).astype(np.int16)   # a line's hiss, about -67 dBFS
+    began, ended = (1.0 + t for t in sound_edges(speech, rate_hz))
+    clock = {"t": 100.0}
+    monkeypatch.setattr("pipeline.vad.time.monotonic", lambda: clock["t"])
+    analyzer = make_vad_analyzer(kind, rate_hz)
+    analyzer.set_sample_rate(rate_hz)
+    step, calls, previous = rate_hz // 50, {}, VADState.QUIET
+    for i in range(0, len(pcm), step):
+        clock["t"] = 100.0 + (i + step) / rate_hz + (0.3 if i % (7 * step) == 0 else 0.0)  # some frames late
+        state = await analyzer.analyze_audio(pcm[i: i + step].tobytes())
+        if state == VADState.SPEAKING and previous in (VADState.QUIET, VADState.STARTING):
+            calls.setdefault("began", analyzer.speech_began_at_s() - 100.0)
+            calls.setdefault("start_called", (i + step) / rate_hz)
+        elif state == VADState.QUIET and previous == VADState.STOPPING:
+            calls["ended"] = analyzer.speech_ended_at_s() - 100.0
+        previous = state
+    await analyzer.cleanup()
+    assert abs(calls["began"] - began) <= 0.03, (calls, began)
+    assert abs(calls["ended"] - ended) <= 0.03, (calls, ended)
+    assert calls["start_called"] - began > 0.2   # what start_secs alone would have put later
