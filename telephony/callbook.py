@@ -133,7 +133,7 @@ class CallBook:
         if not utts:
             return {}
         marks = {f"{name}_start": self.seconds(min(u.began_at_s for u in utts))}
-        heard = [u.began_at_s + u.heard_ms / 1000.0 for u in utts if u.heard_ms > 0]
+        heard = [u.heard_until_s for u in utts if u.heard_ms > 0 or u.stopped_at_s is not None]
         if heard:
             marks[f"{name}_end"] = self.seconds(max(heard))
         return marks

@@ -42,6 +42,17 @@ class Utterance:
     end_mark_sent: bool = False
     first_pts_ns: int | None = None  # the pts of its first timed word: the start of its audio
     elsewhere: bool = False  # played to someone other than the caller (a warm transfer's summary)
+    stopped_at_s: float | None = None  # monotonic: when a barge-in cleared it off the wire
+
+    @property
+    def heard_until_s(self) -> float:
+        """Where (monotonic) the caller stopped hearing it: a barge-in's clear, when it came before
+        the end of what was sent (an echoed mark lags what was played by up to its spacing); else
+        where what was heard ends."""
+        heard = self.began_at_s + self.heard_ms / 1000.0
+        if self.stopped_at_s is None:
+            return heard
+        return max(heard, min(self.stopped_at_s, self.began_at_s + self.sent_ms / 1000.0))
 
     def played(self, duration_ms: float) -> None:
         """``duration_ms`` more of it left an echo-less transport: sent and heard alike."""
@@ -163,6 +174,7 @@ class PlayoutTracker:
             return None
         last.state = UtteranceState.CLEARED
         last.end_mark_sent = True
+        last.stopped_at_s = time.monotonic()
         return last
 
     def mark_echoed(self, name: str) -> Utterance | None:

@@ -24,7 +24,8 @@ tracker; ``BotStoppedSpeakingFrame`` (right after an utterance's last chunk) cal
 :class:`PacedOutput` adds what a phone line's output needs (Twilio, SIP): the agent's audio paced on
 the caller's clock, the transport ready once started (:class:`SentIsPlayedOutput`: for lines with no playout echo, what
 was sent was heard); :class:`ReceivingInput` is the matching
-input side (one task reads the wire for the pipeline's life).
+input side (one task reads the wire for the pipeline's life). :class:`RecordedInput` (under
+``ReceivingInput``, and the browser's input on its own) hands the caller's audio to the recording.
 
 :func:`keypad_frame` turns a key the caller pressed (Twilio's ``dtmf``, RFC 4733) into pipecat's
 ``InputDTMFFrame``, or None for a key pipecat's keypad lacks.
@@ -103,11 +104,16 @@ class PlayoutOutput:
         if isinstance(frame, OutputAudioRawFrame) and direction == FrameDirection.DOWNSTREAM:
             # pipecat's media sender pushes a chunk on right after the edge's write_audio_frame took
             # it: on the wire, unless the edge dropped it muted (a barge-in's leftovers)
-            if self.recorder is not None and not self._muted:
-                self.recorder.agent(frame.audio, frame.sample_rate)
+            if not self._muted:
+                self._record_agent(frame)
         elif isinstance(frame, BotStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
             await self._utterance_ended()
         await super().push_frame(frame, direction)  # type: ignore[misc]
+
+    def _record_agent(self, frame: OutputAudioRawFrame) -> None:
+        """A chunk of the agent's audio has gone on the wire: into the call's recording."""
+        if self.recorder is not None:
+            self.recorder.agent(frame.audio, frame.sample_rate)
 
     async def _barge_in(self) -> None:
         if self.recorder is not None:
@@ -151,22 +157,30 @@ class SentIsPlayedOutput(PacedOutput):
         self.on_change()
 
 
-class ReceivingInput:
+class RecordedInput:
+    """Mixin for any edge's input transport, before pipecat's ``BaseInputTransport``: the caller's
+    audio, as the edge read it, goes to the call's recording before the pipeline."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.recorder: CallRecorder | None = None  # the call's recording, when it is recorded
+
+    async def push_audio_frame(self, frame: InputAudioRawFrame):
+        if self.recorder is not None:
+            self.recorder.caller(frame.audio, frame.sample_rate)
+        await super().push_audio_frame(frame)  # type: ignore[misc]
+
+
+class ReceivingInput(RecordedInput):
     """Mixin for a phone line's input transport (Twilio, SIP), before pipecat's
-    ``BaseInputTransport``: one task reads the wire (the edge's ``_receive``), started with the
-    pipeline (not if a ``CancelFrame`` overtook the ``StartFrame``) and cancelled when it ends."""
+    ``BaseInputTransport``: :class:`RecordedInput`, and one task reads the wire (the edge's
+    ``_receive``), started with the pipeline (not if a ``CancelFrame`` overtook the ``StartFrame``)
+    and cancelled when it ends."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._receive_task: asyncio.Task | None = None
         self._closing = False
-        self.recorder: CallRecorder | None = None  # the call's recording, when it is recorded
-
-    async def push_audio_frame(self, frame: InputAudioRawFrame):
-        """The caller's audio, as the edge read it off the wire: recorded, then into the pipeline."""
-        if self.recorder is not None:
-            self.recorder.caller(frame.audio, frame.sample_rate)
-        await super().push_audio_frame(frame)  # type: ignore[misc]
 
     async def _receive(self) -> None:
         """Read the wire until the far end leaves; push what it sends into the pipeline."""

@@ -19,7 +19,7 @@ default, a 16-bit WAV with ``fmt="wav"`` (``pipeline.audio.recordings``); either
 the disk when the process dies (about ``batch_s`` plus an Ogg page, 0.5 s, is lost at most).
 Hooked in once for every transport: the output side in
 :class:`~telephony.core.output.PlayoutOutput`, the input side in
-:class:`~telephony.core.output.ReceivingInput`, opened and closed by the
+:class:`~telephony.core.output.RecordedInput`, opened and closed by the
 :class:`~telephony.core.supervisor.CallSupervisor`.
 """
 
@@ -116,6 +116,7 @@ class CallRecorder:
         self._closed = False
         self._clock = clock
         self._t0: float | None = None        # when the caller's clock was 0 (the least late frame says)
+        self._early_s: float | None = None   # when agent audio began playing before the caller's first frame
 
     @classmethod
     def open(cls, folder: str | Path, call_id: str, *, sample_rate_hz: int, fmt: RecordingFormat = "opus",
@@ -139,6 +140,11 @@ class CallRecorder:
             return
         said = _resample(np.frombuffer(pcm, np.int16), sample_rate_hz, self.sample_rate_hz)
         n = said.size
+        t0 = self._clock() - (self._now + n) / self.sample_rate_hz
+        self._t0 = t0 if self._t0 is None else min(self._t0, t0)
+        if self._early_s is not None:   # the agent spoke before the caller's first frame (a browser's
+            played = round((self._t0 - self._early_s) * self.sample_rate_hz)   # greeting): what played
+            self._agent, self._early_s = self._agent[max(0, played):], None    # before second 0 is not in it
         heard = np.zeros(n, np.int16)
         start = self._agent_at - self._now   # where the agent's buffer begins within this frame
         if start < n and self._agent.size:
@@ -147,8 +153,6 @@ class CallRecorder:
             self._agent = self._agent[take:]
             self._agent_at += take
         self._now += n
-        t0 = self._clock() - self._now / self.sample_rate_hz
-        self._t0 = t0 if self._t0 is None else min(self._t0, t0)
         self._agent_at = max(self._agent_at, self._now) if not self._agent.size else self._agent_at
         self._out.append(np.column_stack((said, heard)))
         self._out_samples += n
@@ -161,6 +165,8 @@ class CallRecorder:
         sent = _resample(np.frombuffer(pcm, np.int16), sample_rate_hz, self.sample_rate_hz)
         if not self._agent.size:
             self._agent_at = self._now       # the far end's buffer ran dry: this plays now
+            if self._t0 is None:
+                self._early_s = self._clock()
         room = int(MAX_AGENT_AHEAD_S * self.sample_rate_hz) - self._agent.size
         self._agent = np.concatenate((self._agent, sent[:max(0, room)]))
 

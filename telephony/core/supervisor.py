@@ -47,7 +47,7 @@ from pipeline.records import CallRecord, CallStore
 from telephony.audio_meter import FrameCounts
 from telephony.callbook import CallBook
 from telephony.calls import AgentFactory, CallInfo
-from telephony.core.output import PlayoutOutput, ReceivingInput
+from telephony.core.output import PlayoutOutput, RecordedInput
 from telephony.core.recorder import CallRecorder
 from telephony.metrics import Metrics
 from telephony.playout import PlayoutTracker
@@ -170,7 +170,7 @@ class CallSupervisor:
         output, input_ = self.transport.output(), self.transport.input()
         if isinstance(output, PlayoutOutput):
             output.recorder = self.recorder
-        if isinstance(input_, ReceivingInput):
+        if isinstance(input_, RecordedInput):
             input_.recorder = self.recorder
         self.record.recording = str(self.recorder.path)
 

@@ -22,7 +22,9 @@ is taken, leaving 10 ms, and a busy event loop turns that into gaps).
 
 The output transport (:class:`WebRTCOutputTransport`) is a
 :class:`~telephony.core.output.PlayoutOutput`, as the Twilio and SIP ones are: it feeds the
-tracker, and on an interruption drops the queued audio and reports what was heard upstream.
+tracker, and on an interruption drops the queued audio and reports what was heard upstream. The
+input transport (:class:`WebRTCInputTransport`) is a :class:`~telephony.core.output.RecordedInput`:
+the caller's audio, after pipecat's resampling, goes to the call's recording.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
@@ -46,12 +49,14 @@ from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import (
     SmallWebRTCCallbacks,
     SmallWebRTCClient,
+    SmallWebRTCInputTransport,
     SmallWebRTCOutputTransport,
     SmallWebRTCTransport,
 )
 
 from telephony.audio_meter import FRAME_S, FrameCounts, InboundMeter
-from telephony.core.output import PlayoutOutput
+from telephony.core.output import PlayoutOutput, RecordedInput
+from telephony.core.recorder import CallRecorder
 from telephony.playout import PlayoutTracker, Utterance
 
 log = logging.getLogger(__name__)
@@ -72,10 +77,11 @@ class PlayoutTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, sample_rate_hz: int, counts: FrameCounts):
+    def __init__(self, sample_rate_hz: int, counts: FrameCounts, sent: Callable[[bytes], None] | None = None):
         super().__init__()
         self.sample_rate_hz = sample_rate_hz
         self.counts = counts
+        self._on_sent = sent  # each chunk of the agent's audio as it leaves (the call's recording)
         self._samples = int(sample_rate_hz * CHUNK_S)
         self._queue: deque[_Chunk] = deque()
         self._ts = 0
@@ -125,6 +131,8 @@ class PlayoutTrack(MediaStreamTrack):
             self._release()
             self._sent(chunk, late)
             pcm = chunk.pcm
+            if self._on_sent is not None:
+                self._on_sent(pcm)
         else:
             if self._last is not None:
                 self._gap_chunks += 1
@@ -148,6 +156,8 @@ class PlayoutTrack(MediaStreamTrack):
         elif late or self._late_frame:
             c.out_late += 1
         if chunk.utterance is not None:
+            if chunk.utterance.sent_ms == 0:   # it begins now, not when its first chunk was queued
+                chunk.utterance.began_at_s = time.monotonic()
             chunk.utterance.played(CHUNK_S * 1000.0)
 
 
@@ -176,6 +186,7 @@ class MeteredWebRTCClient(SmallWebRTCClient):
         super().__init__(connection, callbacks)
         self.counts = counts
         self.meter = InboundMeter(counts)
+        self.recorder: CallRecorder | None = None  # the call's recording: the agent's audio as it leaves
 
     async def _handle_client_connected(self):
         # pipecat 1.14's, with a metered input track and a PlayoutTrack (audio only: no video)
@@ -187,7 +198,7 @@ class MeteredWebRTCClient(SmallWebRTCClient):
             if isinstance(self._audio_output_track, PlayoutTrack):  # connected again (renegotiation)
                 self._audio_output_track.clear()  # its writers must not wait on a track nobody reads
                 self._audio_output_track.stop()
-            self._audio_output_track = PlayoutTrack(self._out_sample_rate, self.counts)
+            self._audio_output_track = PlayoutTrack(self._out_sample_rate, self.counts, sent=self._agent_sent)
             self._webrtc_connection.replace_audio_track(self._audio_output_track)
         await self._callbacks.on_client_connected(self._webrtc_connection)
 
@@ -232,6 +243,10 @@ class MeteredWebRTCClient(SmallWebRTCClient):
                 audio.pts = frame.pts
                 yield audio
 
+    def _agent_sent(self, pcm: bytes) -> None:
+        if self.recorder is not None:
+            self.recorder.agent(pcm, self._out_sample_rate)
+
     async def write_audio(self, pcm: bytes, utterance: Utterance | None) -> bool:
         track = self._audio_output_track
         if not (self._can_send() and isinstance(track, PlayoutTrack)):
@@ -245,12 +260,25 @@ class MeteredWebRTCClient(SmallWebRTCClient):
 
 
 class WebRTCOutputTransport(PlayoutOutput, SmallWebRTCOutputTransport):
-    """Feeds the playout tracker and reports the heard words on a barge-in (:class:`PlayoutOutput`)."""
+    """Feeds the playout tracker and reports the heard words on a barge-in (:class:`PlayoutOutput`).
+    The call's recording takes the agent's audio from the :class:`PlayoutTrack` as it leaves,
+    not as it is queued: the track is the browser's playout clock."""
 
     def __init__(self, client: MeteredWebRTCClient, params: TransportParams, tracker: PlayoutTracker,
                  *, call_id: str, **kwargs):
-        super().__init__(client, params, tracker=tracker, call_id=call_id, **kwargs)
         self._metered = client
+        super().__init__(client, params, tracker=tracker, call_id=call_id, **kwargs)
+
+    @property
+    def recorder(self) -> CallRecorder | None:
+        return self._metered.recorder
+
+    @recorder.setter
+    def recorder(self, recorder: CallRecorder | None) -> None:
+        self._metered.recorder = recorder
+
+    def _record_agent(self, frame: OutputAudioRawFrame) -> None:
+        """Recorded by the track as it leaves (``MeteredWebRTCClient._agent_sent``)."""
 
     async def _utterance_ended(self) -> None:
         self._tracker.finish()  # the last chunks are queued in the track: sent = played
@@ -264,6 +292,10 @@ class WebRTCOutputTransport(PlayoutOutput, SmallWebRTCOutputTransport):
             return True
         utterance = self._tracker.current or self._tracker.begin()
         return await self._metered.write_audio(frame.audio, utterance)
+
+
+class WebRTCInputTransport(RecordedInput, SmallWebRTCInputTransport):
+    """pipecat's input, the caller's audio recorded on its way in (:class:`RecordedInput`)."""
 
 
 class WebRTCCallTransport(SmallWebRTCTransport):
@@ -290,6 +322,11 @@ class WebRTCCallTransport(SmallWebRTCTransport):
         self._register_event_handler("on_app_message")
         self._register_event_handler("on_client_connected")
         self._register_event_handler("on_client_disconnected")
+
+    def input(self) -> WebRTCInputTransport:
+        if not isinstance(self._input, WebRTCInputTransport):    # pipecat types it as its own
+            self._input = WebRTCInputTransport(self._client, self._params, name=self._input_name)
+        return self._input
 
     def output(self) -> WebRTCOutputTransport:
         if not isinstance(self._output, WebRTCOutputTransport):   # pipecat types it as its own

@@ -1,7 +1,9 @@
 """Call recordings: the recorder's timeline (unit, on WAV, whose samples come back exact), the WAV
 written as it goes and read back after a crash, and a loopback Twilio call with a barge-in whose
-two-channel recording (Ogg/Opus, the default) holds the caller and the agent as the caller heard it.
-The Opus files themselves: tests/pipeline/test_opus_stream.py."""
+two-channel recording (Ogg/Opus, the default) holds the caller and the agent as the caller heard it,
+where the call's record says. The Opus files themselves: tests/pipeline/test_opus_stream.py; SIP
+and browser calls' recordings: tests/telephony/sip/test_sip_recording.py and
+tests/telephony/webrtc/test_webrtc_recording.py."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from telephony.core.recorder import CallRecorder, DiskWriter
 from telephony.server import CallServer, ServerConfig
 
 from .conftest import TOKEN
+from .recording_checks import assert_lines_up
 
 RATE = 8000
 FRAME = 160
@@ -181,6 +184,9 @@ async def test_a_twilio_call_with_a_barge_in_is_recorded_on_two_channels(tmp_pat
     # in the far end's buffer (the pacer's lead) is not in the recording
     assert abs(last_sound(agent) - last_sound(heard)) <= 2 * FRAME, (last_sound(agent), last_sound(heard))
     assert rms(agent[end:]) > 300                                        # the second reply, after them
+
+    # and the record's times (speech, replies, the cut) are where the recording has them
+    assert_lines_up(record, expect_cut=True)
 
 
 def test_old_recordings_are_pruned_and_the_spec_turns_recording_on(tmp_path):

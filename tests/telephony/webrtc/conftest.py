@@ -13,6 +13,7 @@ import pytest
 from agent.echo import EchoAgentProcessor
 from harness.flite import synthesize_flite
 from pipeline.audio.wav import write_wav
+from pipeline.builder import PipelineConfig
 from telephony.server import CallServer, ServerConfig
 from telephony.webrtc import WebRTCConfig, ice, register_webrtc_routes
 
@@ -28,9 +29,10 @@ def loopback_ice():
 
 
 @contextlib.asynccontextmanager
-async def started_webrtc_server(agent_factory):
+async def started_webrtc_server(agent_factory, pipeline: PipelineConfig | None = None):
     """A started CallServer with the WebRTC routes (call errors re-raised), stopped afterwards."""
-    srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN), agent_factory=agent_factory)
+    srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN, pipeline=pipeline or PipelineConfig()),
+                     agent_factory=agent_factory)
     if not any(getattr(r.resource, "canonical", None) == "/api/offer" for r in srv.app.router.routes()):
         srv.webrtc = register_webrtc_routes(
             srv.app, agent_factory=srv.agent_factory, pipeline_config=srv.config.pipeline,
