@@ -161,9 +161,9 @@ class RecordingUploader:
         try:
             size = path.stat().st_size
             etag = s3_etag(path, self.config.part_size_bytes) if self.config.kms_key_id is None else None
-            if self._differs(key, size, etag) is not None:
+            if self._differs(key, size, etag, unreadable_is_missing=True) is not None:
                 self._put(path, key)
-                why = self._differs(key, size, etag)
+                why = self._differs(key, size, etag, unreadable_is_missing=False)
                 if why is not None:
                     raise RecordingUploadError(f"{url}: stored, but {why}")
         except (Boto3Error, BotoCoreError, ClientError, OSError) as exc:
@@ -190,14 +190,17 @@ class RecordingUploader:
         self.client.upload_file(str(path), self.config.bucket, key, ExtraArgs=extra, Config=TransferConfig(
             multipart_threshold=part, multipart_chunksize=part, use_threads=False))
 
-    def _differs(self, key: str, size: int, etag: str | None) -> str | None:
-        """None when the object at ``key`` is the file (size, ETag, encryption); else how it is not."""
+    def _differs(self, key: str, size: int, etag: str | None, *, unreadable_is_missing: bool) -> str | None:
+        """None when the object at ``key`` is the file (size, ETag, encryption); else how it is not.
+        S3 answers a HEAD on a missing key 403 to a role without ListBucket: before an upload
+        (``unreadable_is_missing``) that is taken as no object; after it, it raises."""
         from botocore.exceptions import ClientError
 
+        missing = ("404", "NoSuchKey", "NotFound") + (("403", "Forbidden", "AccessDenied") if unreadable_is_missing else ())
         try:
             head = self.client.head_object(Bucket=self.config.bucket, Key=key)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if exc.response.get("Error", {}).get("Code") in missing:
                 return "no object"
             raise
         if head.get("ContentLength") != size:
