@@ -194,3 +194,42 @@ async def test_a_twilio_call_is_recorded_uploaded_and_its_record_and_webhook_car
     copy.write_bytes(s3.get_object(Bucket="acme-calls", Key=key)["Body"].read())
     pcm, rate = read_recording(copy)
     assert rate == 8000 and pcm.shape[1] == 2 and len(pcm) > 8000   # both channels, over a second
+
+
+async def test_the_call_page_streams_a_recording_from_its_bucket_and_says_where_others_are(s3, tmp_path):
+    import aiohttp
+
+    from .timeline.conftest import API_TOKEN, write_recording
+
+    folder = tmp_path / "recordings"
+    config = RecordingsS3Config.parse("s3://acme-calls/calls")
+    path = folder / "2026-12-07" / "CA8.wav"
+    write_recording(path, seconds=2.0)
+    data = path.read_bytes()
+    url = RecordingUploader.shared(config, folder).upload(path)
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, twilio=False, api_token=API_TOKEN,
+                                     pipeline=PipelineConfig(recordings_dir=str(folder), recordings_s3=config)),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    server.store.open(CallRecord(call_sid="CA8", transport="sip", ended_at=time.time(), recording=url,
+                                 marks_s={"recording_start": 0.2}))
+    server.store.open(CallRecord(call_sid="CA9", transport="sip", ended_at=time.time(),
+                                 recording="s3://someone-else/calls/CA9.wav"))
+    await server.start()
+    base, bearer = f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {API_TOKEN}"}
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{base}/ui/api/calls/CA8", headers=bearer) as r:
+                assert (await r.json())["recording"] == {"available": True, "url": "/ui/calls/CA8/recording",
+                                                         "offset_s": 0.2, "waveform": None}
+            async with s.get(f"{base}/ui/calls/CA8/recording", headers=bearer) as r:
+                assert r.status == 200 and r.headers["Content-Type"] == "audio/wav" and await r.read() == data
+            async with s.get(f"{base}/ui/calls/CA8/recording", headers=bearer | {"Range": "bytes=44-47"}) as r:
+                assert r.status == 206 and await r.read() == data[44:48]
+                assert r.headers["Content-Range"] == f"bytes 44-47/{len(data)}"
+            async with s.get(f"{base}/ui/calls/CA8/recording") as r:   # behind the same gate
+                assert r.status == 401
+            async with s.get(f"{base}/ui/api/calls/CA9", headers=bearer) as r:
+                assert (await r.json())["recording"] == {
+                    "available": False, "why": "the recording is kept elsewhere (not on this server)"}
+    finally:
+        await server.stop()
