@@ -170,8 +170,8 @@ def test_the_s3_settings_come_from_the_flags_else_the_spec_and_bad_ones_are_refu
         PipelineConfig(recordings_s3=RecordingsS3Config("acme-calls"))
 
 
-async def test_a_twilio_call_is_recorded_uploaded_and_its_record_and_webhook_carry_the_s3_url(s3, tmp_path):
-    config = RecordingsS3Config.parse("s3://acme-calls/calls")
+async def _call(tmp_path, config: RecordingsS3Config):
+    """One loopback Twilio call to a server recording into ``tmp_path`` and uploading to ``config``."""
     server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN, pipeline=PipelineConfig(
                             recordings_dir=str(tmp_path), recordings_s3=config)),
                         agent_factory=lambda _info: EchoAgentProcessor())
@@ -182,6 +182,11 @@ async def test_a_twilio_call_is_recorded_uploaded_and_its_record_and_webhook_car
         report = await run_call(caller)
     finally:
         await server.stop()
+    return server, report
+
+
+async def test_a_twilio_call_is_recorded_uploaded_and_its_record_and_webhook_carry_the_s3_url(s3, tmp_path):
+    server, report = await _call(tmp_path, RecordingsS3Config.parse("s3://acme-calls/calls"))
     record = server.store.get(report.call_sid)
     assert record is not None and record.ended
     key = f"calls/{time.strftime('%Y-%m-%d')}/{report.call_sid}.opus"
@@ -233,3 +238,25 @@ async def test_the_call_page_streams_a_recording_from_its_bucket_and_says_where_
                     "available": False, "why": "the recording is kept elsewhere (not on this server)"}
     finally:
         await server.stop()
+
+
+async def test_an_upload_slower_than_the_calls_end_puts_its_url_in_the_record_when_it_lands(s3, tmp_path, monkeypatch):
+    """The call's end waits at most UPLOAD_WAIT_S: past it the record ends with the file's path and
+    is pointed at S3 once the upload is stored."""
+    import asyncio
+
+    from telephony.core import supervisor
+
+    monkeypatch.setattr(supervisor, "UPLOAD_WAIT_S", 0.0)
+    ended_with: list[str | None] = []
+    real_ended = supervisor.CallBook.ended
+    monkeypatch.setattr(supervisor.CallBook, "ended",
+                        lambda book, reason: (ended_with.append(book.record.recording), real_ended(book, reason)))
+    server, report = await _call(tmp_path, RecordingsS3Config.parse("s3://acme-calls/late"))
+    assert ended_with and ended_with[0].startswith(str(tmp_path))   # the end (and its webhook): the path
+    record = server.store.get(report.call_sid)
+    for _ in range(300):
+        if record.recording.startswith("s3://"):
+            break
+        await asyncio.sleep(0.05)
+    assert record.recording == f"s3://acme-calls/late/{time.strftime('%Y-%m-%d')}/{report.call_sid}.opus"
