@@ -28,6 +28,7 @@ import hashlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
+SWEEP_QUIET_S = 60.0   # a recording is written every 0.5 s: one untouched this long is no live call's
 MAX_ATTEMPTS = 5   # botocore's standard retry mode: each request up to 5 times, backing off with jitter
 _MEDIA_BY_SUFFIX = {suffix: MEDIA_TYPES[fmt] for fmt, suffix in SUFFIXES.items()}
 
@@ -112,13 +114,22 @@ class RecordingUploader:
         self._queue.put((Path(path), on_uploaded, future))
         return future
 
-    def sweep(self, on_uploaded: OnUploaded | None = None) -> int:
+    def sweep(self, on_uploaded: OnUploaded | None = None, *, now: float | None = None) -> int:
         """Queue every recording in the folder (uploads that failed, a process that died before
-        its upload); returns how many. Call it before the server takes calls."""
-        paths = sorted(p for suffix in SUFFIXES.values() for p in self.root.glob(f"*/*{suffix}"))
-        for path in paths:
+        its upload) but those written in the last ``SWEEP_QUIET_S`` (another server's live call
+        sharing the folder: the next start takes them); returns how many. Call it before the
+        server takes calls."""
+        cutoff = (time.time() if now is None else now) - SWEEP_QUIET_S
+        queued = 0
+        for path in sorted(p for suffix in SUFFIXES.values() for p in self.root.glob(f"*/*{suffix}")):
+            try:
+                if path.stat().st_mtime > cutoff:
+                    continue
+            except OSError:
+                continue   # gone meanwhile
             self.submit(path, on_uploaded)
-        return len(paths)
+            queued += 1
+        return queued
 
     def _run(self) -> None:
         while True:
@@ -128,17 +139,18 @@ class RecordingUploader:
             url: str | None = None
             try:
                 url = self.upload(path)
+                if on_uploaded is not None:
+                    on_uploaded(path, url)
             except RecordingUploadError as exc:
                 self.failed += 1
                 log.warning("[%s] recording not uploaded (%s); kept at %s, sent again at the next start",
                             path.stem, exc, path)
             except Exception:  # noqa: BLE001 (this thread serves every call: a bug here must not stop it)
-                self.failed += 1
-                log.exception("[%s] recording not uploaded; kept at %s, sent again at the next start",
-                              path.stem, path)
+                if url is None:
+                    self.failed += 1
+                log.exception("[%s] recording %s: %s", path.stem, path, f"stored at {url}, then an error" if url
+                              else "not uploaded; kept, sent again at the next start")
             future.set_result(url)
-            if url is not None and on_uploaded is not None:
-                on_uploaded(path, url)
 
     # -- one upload ---------------------------------------------------------------------------
 

@@ -128,6 +128,9 @@ def test_the_sweep_sends_what_was_left_on_disk_and_points_the_records_at_it(s3, 
     from deploy.serve_cli import _sweep_recordings
 
     left = [_recording(tmp_path, "CA6.opus", 2000, "2026-12-05"), _recording(tmp_path, "CA7.wav", 3000)]
+    for path in left:
+        os.utime(path, (time.time() - 120,) * 2)
+    live = _recording(tmp_path, "CA10.opus", 2000)   # written just now: another server's live call
     store = MemoryCallStore()
     store.open(CallRecord(call_sid="CA6", transport="twilio", ended_at=time.time(), recording=str(left[0])))
     config = RecordingsS3Config.parse("s3://acme-calls/swept")
@@ -138,7 +141,7 @@ def test_the_sweep_sends_what_was_left_on_disk_and_points_the_records_at_it(s3, 
         time.sleep(0.05)
     assert not any(p.exists() for p in left) and uploader.uploaded == 2
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="acme-calls")["Contents"])
-    assert keys == ["swept/2026-12-05/CA6.opus", "swept/2026-12-07/CA7.wav"]
+    assert keys == ["swept/2026-12-05/CA6.opus", "swept/2026-12-07/CA7.wav"] and live.exists()
     while store.get("CA6").recording != "s3://acme-calls/swept/2026-12-05/CA6.opus" and time.monotonic() < deadline:
         time.sleep(0.05)   # the record is updated just after the file goes
     assert store.get("CA6").recording == "s3://acme-calls/swept/2026-12-05/CA6.opus"
