@@ -240,6 +240,7 @@ def _recordings(args: argparse.Namespace, spec, *, s3: bool = False) -> tuple[st
 def _recordings_s3(args: argparse.Namespace, spec) -> "RecordingsS3Config | None":
     """--recordings-s3 (with --recordings-kms-key, --keep-local), else the spec's ``recording.s3``
     (with its ``kms_key``, ``keep_local``), else None."""
+    from pipeline.errors import ConfigError
     from pipeline.recordings_s3 import RecordingsS3Config
 
     recording = spec.recording if spec is not None else None
@@ -248,7 +249,10 @@ def _recordings_s3(args: argparse.Namespace, spec) -> "RecordingsS3Config | None
         return None
     kms_key = args.recordings_kms_key or (recording.kms_key if recording is not None else None)
     keep_local = args.keep_local or (recording is not None and recording.keep_local)
-    return RecordingsS3Config.parse(url, kms_key_id=kms_key, keep_local=keep_local)
+    try:
+        return RecordingsS3Config.parse(url, kms_key_id=kms_key, keep_local=keep_local)
+    except ConfigError as exc:
+        raise ConfigError(f"{'--recordings-s3' if args.recordings_s3 else 'recording.s3'}: {exc}") from None
 
 
 def _sweep_recordings(s3: "RecordingsS3Config", folder: str, store: "CallStore") -> None:
@@ -412,6 +416,7 @@ def serve(args: argparse.Namespace) -> int:
     voice_proc = None
     spec = _load_agent_spec(args.agent)
     tracing = _tracing(args, spec)  # a bad endpoint refuses to start before the models load
+    recordings_s3 = _recordings_s3(args, spec)  # so does a bad s3:// URL
     remote_voice = _remote_voice(args, spec)
     tts_model_dir = _voice_folder(args, spec) if args.tts != "remote" else None
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
@@ -424,7 +429,6 @@ def serve(args: argparse.Namespace) -> int:
         voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
         voice_proc = _load_ssm_voice(voice_dir, procs=bool(args.tts_procs),
                                      compile=args.tts_compile == "on")
-    recordings_s3 = _recordings_s3(args, spec)  # a bad URL refuses to start before the models load
     recordings_dir, spec = _recordings(args, spec, s3=recordings_s3 is not None)
     from deploy.agent_catalog import AgentCatalog
 

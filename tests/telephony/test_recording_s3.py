@@ -163,6 +163,8 @@ def test_the_s3_settings_come_from_the_flags_else_the_spec_and_bad_ones_are_refu
     assert _recordings_s3(flags, None) == RecordingsS3Config("other", "p/")
     assert _recordings_s3(argparse.Namespace(recordings_s3=None, recordings_kms_key=None, keep_local=False),
                           None) is None
+    with pytest.raises(ConfigError, match="--recordings-s3: not an s3:// URL"):
+        _recordings_s3(argparse.Namespace(recordings_s3="https://x/", recordings_kms_key=None, keep_local=False), None)
     with pytest.raises(SpecError, match="recording.s3"):
         parse_spec("name: x\ngreeting: Hi.\nrecording:\n  s3: https://acme-calls/\n", env={})
     with pytest.raises(ConfigError, match="bucket"):
