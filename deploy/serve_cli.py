@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # the engines load only when a command needs them
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
 
+# at stop, how long the recordings' uploads still queued may go on (each call's end already gave
+# its own upload a few seconds; ECS's stop timeout is 120 s, parley-calls.yaml's drain at most 115)
+UPLOADS_AT_STOP_S = 5.0
 
 def _load_agent_spec(spec_path: Path):
     """The agent spec at ``spec_path`` (validated), or None for the built-in ``echo`` agent."""
@@ -276,6 +279,18 @@ def _sweep_recordings(s3: "RecordingsS3Config", folder: str, store: "CallStore")
     queued = RecordingUploader.shared(s3, folder).sweep(uploaded)
     log.info("recordings: uploaded to %s (%s%s); %d on disk queued (any stored already is only checked)",
              s3.url, s3.encryption, ", kept on disk" if s3.keep_local else "", queued)
+
+
+async def _finish_uploads(s3: "RecordingsS3Config", folder: str) -> None:
+    """At stop, the calls over: the recordings' uploads still queued get ``UPLOADS_AT_STOP_S`` to
+    finish (on the loop, so their records get their URLs); what is left stays on disk for the next
+    start (a container's disk goes with it: hence the wait)."""
+    from telephony.core.uploads import RecordingUploader
+
+    left = await asyncio.to_thread(RecordingUploader.shared(s3, folder).wait_idle, UPLOADS_AT_STOP_S)
+    if left:
+        logging.getLogger("parley").warning("recordings: %d upload(s) not done at stop; they stay in %s for the "
+                                            "next start", left, folder)
 
 
 def _recording_format(args: argparse.Namespace, spec) -> RecordingFormat:
@@ -528,6 +543,8 @@ def serve(args: argparse.Namespace) -> int:
             heap.install(asyncio.get_running_loop())
         await serve_forever(server, sip=sip, emf=emf, webhooks=webhooks,
                             listening=ready_file.write if ready_file is not None else None)
+        if recordings_s3 is not None and recordings_dir is not None:
+            await _finish_uploads(recordings_s3, recordings_dir)
 
     try:
         asyncio.run(serve())

@@ -5,6 +5,7 @@ only then removed from the disk.
     future = uploader.submit(path)        # a concurrent Future: the s3:// URL, or None (kept on disk)
     uploader.upload(path)                 # the thread's work, synchronous: the URL, or RecordingUploadError
     uploader.sweep(on_uploaded)           # at start: every recording left on disk, queued
+    uploader.wait_idle(timeout_s)         # at stop: until the queue is done; returns how many are left
     uploader.read(url, byte_range)        # the call pages: the object's bytes (S3's GetObject)
 
 The key is the config's prefix and the file's path under the recordings folder
@@ -77,6 +78,8 @@ class RecordingUploader:
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
         self.uploaded = 0
         self.failed = 0
 
@@ -111,8 +114,15 @@ class RecordingUploader:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="recordings-s3", daemon=True)
                 self._thread.start()
+            self._pending += 1
         self._queue.put((Path(path), on_uploaded, future))
         return future
+
+    def wait_idle(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for every queued upload to end; returns how many had not."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0, timeout_s)
+            return self._pending
 
     def sweep(self, on_uploaded: OnUploaded | None = None, *, now: float | None = None) -> int:
         """Queue every recording in the folder (uploads that failed, a process that died before
@@ -134,23 +144,28 @@ class RecordingUploader:
     def _run(self) -> None:
         while True:
             path, on_uploaded, future = self._queue.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            url: str | None = None
-            try:
-                url = self.upload(path)
-                if on_uploaded is not None:
-                    on_uploaded(path, url)
-            except RecordingUploadError as exc:
+            if future.set_running_or_notify_cancel():
+                future.set_result(self._store(path, on_uploaded))
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+
+    def _store(self, path: Path, on_uploaded: OnUploaded | None) -> str | None:
+        url: str | None = None
+        try:
+            url = self.upload(path)
+            if on_uploaded is not None:
+                on_uploaded(path, url)
+        except RecordingUploadError as exc:
+            self.failed += 1
+            log.warning("[%s] recording not uploaded (%s); kept at %s, sent again at the next start",
+                        path.stem, exc, path)
+        except Exception:  # noqa: BLE001 (this thread serves every call: a bug here must not stop it)
+            if url is None:
                 self.failed += 1
-                log.warning("[%s] recording not uploaded (%s); kept at %s, sent again at the next start",
-                            path.stem, exc, path)
-            except Exception:  # noqa: BLE001 (this thread serves every call: a bug here must not stop it)
-                if url is None:
-                    self.failed += 1
-                log.exception("[%s] recording %s: %s", path.stem, path, f"stored at {url}, then an error" if url
-                              else "not uploaded; kept, sent again at the next start")
-            future.set_result(url)
+            log.exception("[%s] recording %s: %s", path.stem, path, f"stored at {url}, then an error" if url
+                          else "not uploaded; kept, sent again at the next start")
+        return url
 
     # -- one upload ---------------------------------------------------------------------------
 

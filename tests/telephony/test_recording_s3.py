@@ -136,15 +136,33 @@ def test_the_sweep_sends_what_was_left_on_disk_and_points_the_records_at_it(s3, 
     config = RecordingsS3Config.parse("s3://acme-calls/swept")
     _sweep_recordings(config, str(tmp_path), store)
     uploader = RecordingUploader.shared(config, str(tmp_path))
-    deadline = time.monotonic() + 30
-    while any(p.exists() for p in left) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert uploader.wait_idle(30) == 0
     assert not any(p.exists() for p in left) and uploader.uploaded == 2
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="acme-calls")["Contents"])
     assert keys == ["swept/2026-12-05/CA6.opus", "swept/2026-12-07/CA7.wav"] and live.exists()
-    while store.get("CA6").recording != "s3://acme-calls/swept/2026-12-05/CA6.opus" and time.monotonic() < deadline:
-        time.sleep(0.05)   # the record is updated just after the file goes
     assert store.get("CA6").recording == "s3://acme-calls/swept/2026-12-05/CA6.opus"
+
+
+async def test_at_stop_the_uploads_still_queued_get_a_while_and_what_is_left_is_said(s3, tmp_path, monkeypatch, caplog):
+    import threading
+
+    from deploy import serve_cli
+
+    config = RecordingsS3Config.parse("s3://acme-calls/stop")
+    uploader = RecordingUploader.shared(config, str(tmp_path))
+    release = threading.Event()
+    uploader.client.meta.events.register("before-parameter-build.s3.PutObject", lambda **_: release.wait(30))
+    paths = [_recording(tmp_path, f"CA1{i}.opus", 1000) for i in range(2)]
+    for path in paths:
+        uploader.submit(path)
+    monkeypatch.setattr(serve_cli, "UPLOADS_AT_STOP_S", 0.2)
+    with caplog.at_level(logging.WARNING, logger="parley"):
+        await serve_cli._finish_uploads(config, str(tmp_path))
+    assert "2 upload(s) not done at stop" in caplog.text and all(p.exists() for p in paths)
+    release.set()
+    monkeypatch.setattr(serve_cli, "UPLOADS_AT_STOP_S", 30.0)
+    await serve_cli._finish_uploads(config, str(tmp_path))   # within the bound: all stored
+    assert uploader.wait_idle(0) == 0 and not any(p.exists() for p in paths)
 
 
 def test_the_s3_settings_come_from_the_flags_else_the_spec_and_bad_ones_are_refused():
