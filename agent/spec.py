@@ -50,7 +50,9 @@ from agent.spec_model import (
     TransferMode,
     VoicemailSpec,
 )
+from pipeline.errors import ConfigError
 from pipeline.options import RecordingFormat
+from pipeline.recordings_s3 import RecordingsS3Config
 from pipeline.voicemail import OnMachine, OnUnknown
 
 __all__ = [
@@ -237,7 +239,19 @@ def _recording(r: _Reader, node: yaml.Node) -> RecordingSpec:
         retention_days=int(r.number(m["retention_days"], "recording.retention_days", integer=True, minimum=1))
         if "retention_days" in m else None,
         format=r.choice(m["format"], "recording.format", _options(RecordingFormat)) if "format" in m else "opus",
+        s3=_s3_url(r, m["s3"]) if "s3" in m else None,
+        kms_key=r.string(m["kms_key"], "recording.kms_key") if "kms_key" in m else None,
+        keep_local=r.boolean(m["keep_local"], "recording.keep_local") if "keep_local" in m else False,
     )
+
+
+def _s3_url(r: _Reader, node: yaml.Node) -> str:
+    url = r.string(node, "recording.s3")
+    try:
+        RecordingsS3Config.parse(url)
+    except ConfigError as exc:
+        raise r.fail(node, f"recording.s3: {exc}") from None
+    return url
 
 
 def _tools(r: _Reader, node: yaml.Node) -> tuple[ToolSpec, ...]:

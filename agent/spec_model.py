@@ -137,6 +137,9 @@ class RecordingSpec:
     announce: str | None = None          # said before the greeting, e.g. "This call is recorded."
     retention_days: int | None = None    # recordings older than this are deleted (at start); None: kept
     format: RecordingFormat = "opus"     # Ogg/Opus, or "wav" (16-bit PCM, eight times the size)
+    s3: str | None = None                # s3://BUCKET/PREFIX: each closed recording uploaded there
+    kms_key: str | None = None           # with s3: SSE-KMS with this key (else SSE-S3, AES256)
+    keep_local: bool = False             # with s3: keep the file on disk after its verified upload
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,17 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
                    help="the recordings' files: opus (Ogg/Opus, 32 kbit/s, about 240 kB a minute) or wav "
                    "(16-bit PCM, CALL.wav, eight times the size at 8 kHz); default the agent spec's "
                    "recording.format, else opus")
+    p.add_argument("--recordings-s3", default=None, metavar="s3://BUCKET/PREFIX",
+                   help="upload each recording to S3 once its call ends (multipart, encrypted at rest, "
+                   "verified, then removed from disk); a failed upload stays on disk and is sent at the next "
+                   "start; implies recording (--recordings, else the default folder); default the agent "
+                   "spec's recording.s3, else off (docs/operations.md, Recordings)")
+    p.add_argument("--recordings-kms-key", default=None, metavar="KEY",
+                   help="with --recordings-s3: SSE-KMS with this key id, ARN or alias (default the spec's "
+                   "recording.kms_key, else SSE-S3, AES256)")
+    p.add_argument("--keep-local", action="store_true",
+                   help="with --recordings-s3: keep each recording on disk after its verified upload "
+                   "(or the spec's recording.keep_local: true)")
     p.add_argument("--webhook-url", default=None, metavar="URL",
                    help="POST a signed JSON event to URL when each call ends (ids, numbers, times, outcome, "
                    "slots, transcript, latencies, recording), retried from a durable outbox in the call "

@@ -31,12 +31,16 @@ if TYPE_CHECKING:  # the engines load only when a command needs them
     from telephony.emf import EmfPublisher
     from telephony.metrics import Metrics
     from pipeline.records import CallStore
+    from pipeline.recordings_s3 import RecordingsS3Config
     from pipeline.redaction import Redactor
     from pipeline.tracing import CallTracing
     from telephony.webhooks import WebhookConfig, WebhookSender
     from pipeline.engines.sphinx import SphinxPool
     from pipeline.engines.sphinx_procs import SphinxProcessPool
 
+# at stop, how long the recordings' uploads still queued may go on (each call's end already gave
+# its own upload a few seconds; ECS's stop timeout is 120 s, parley-calls.yaml's drain at most 115)
+UPLOADS_AT_STOP_S = 5.0
 
 def _load_agent_spec(spec_path: Path):
     """The agent spec at ``spec_path`` (validated), or None for the built-in ``echo`` agent."""
@@ -206,15 +210,15 @@ def _calls_store(store, redactor: "Redactor", webhooks: "WebhookSender | None") 
     return RedactingCallStore(inner, redactor)
 
 
-def _recordings(args: argparse.Namespace, spec) -> tuple[str | None, object]:
-    """Where calls are recorded (--recordings, else the spec's ``recording: {enabled: true}`` in the
-    default folder, else None) and the spec with its recording announcement put before the
-    greeting; recordings past the spec's ``retention_days`` are deleted now."""
+def _recordings(args: argparse.Namespace, spec, *, s3: bool = False) -> tuple[str | None, object]:
+    """Where calls are recorded (--recordings, else the spec's ``recording: {enabled: true}`` or an
+    S3 upload (``s3``) in the default folder, else None) and the spec with its recording announcement
+    put before the greeting; recordings past the spec's ``retention_days`` are deleted now."""
     from telephony.core.recorder import prune_recordings
 
     recording = spec.recording if spec is not None else None
     folder = args.recordings
-    if folder is None and recording is not None and recording.enabled:
+    if folder is None and (s3 or (recording is not None and recording.enabled)):
         folder = Path("~/.local/share/parley/recordings")
     if folder is None:
         return None, spec
@@ -234,6 +238,59 @@ def _recordings(args: argparse.Namespace, spec) -> tuple[str | None, object]:
     if recording is not None and recording.announce:
         spec = replace(spec, greeting=f"{recording.announce} {spec.greeting}")
     return str(folder), spec
+
+
+def _recordings_s3(args: argparse.Namespace, spec) -> "RecordingsS3Config | None":
+    """--recordings-s3 (with --recordings-kms-key, --keep-local), else the spec's ``recording.s3``
+    (with its ``kms_key``, ``keep_local``), else None."""
+    from pipeline.errors import ConfigError
+    from pipeline.recordings_s3 import RecordingsS3Config
+
+    recording = spec.recording if spec is not None else None
+    url = args.recordings_s3 or (recording.s3 if recording is not None else None)
+    if url is None:
+        return None
+    kms_key = args.recordings_kms_key or (recording.kms_key if recording is not None else None)
+    keep_local = args.keep_local or (recording is not None and recording.keep_local)
+    try:
+        return RecordingsS3Config.parse(url, kms_key_id=kms_key, keep_local=keep_local)
+    except ConfigError as exc:
+        raise ConfigError(f"{'--recordings-s3' if args.recordings_s3 else 'recording.s3'}: {exc}") from None
+
+
+def _sweep_recordings(s3: "RecordingsS3Config", folder: str, store: "CallStore") -> None:
+    """Queue for upload the recordings a stopped server left on disk (an upload that failed, a
+    process that died first); each one stored puts its s3:// URL in its call's record (the file is
+    named after the call)."""
+    from pipeline.errors import PipelineError
+    from telephony.core.uploads import RecordingUploader
+
+    log = logging.getLogger("parley")
+
+    def uploaded(path: Path, url: str) -> None:
+        try:
+            record = store.get(path.stem)
+            if record is not None and record.recording and Path(record.recording).resolve() == path.resolve():
+                record.recording = url
+                store.update(record)
+        except PipelineError as exc:
+            log.warning("recordings: %s stored at %s, but its call's record not updated: %s", path, url, exc)
+
+    queued = RecordingUploader.shared(s3, folder).sweep(uploaded)
+    log.info("recordings: uploaded to %s (%s%s); %d on disk queued (any stored already is only checked)",
+             s3.url, s3.encryption, ", kept on disk" if s3.keep_local else "", queued)
+
+
+async def _finish_uploads(s3: "RecordingsS3Config", folder: str) -> None:
+    """At stop, the calls over: the recordings' uploads still queued get ``UPLOADS_AT_STOP_S`` to
+    finish (on the loop, so their records get their URLs); what is left stays on disk for the next
+    start (a container's disk goes with it: hence the wait)."""
+    from telephony.core.uploads import RecordingUploader
+
+    left = await asyncio.to_thread(RecordingUploader.shared(s3, folder).wait_idle, UPLOADS_AT_STOP_S)
+    if left:
+        logging.getLogger("parley").warning("recordings: %d upload(s) not done at stop; they stay in %s for the "
+                                            "next start", left, folder)
 
 
 def _recording_format(args: argparse.Namespace, spec) -> RecordingFormat:
@@ -374,6 +431,7 @@ def serve(args: argparse.Namespace) -> int:
     voice_proc = None
     spec = _load_agent_spec(args.agent)
     tracing = _tracing(args, spec)  # a bad endpoint refuses to start before the models load
+    recordings_s3 = _recordings_s3(args, spec)  # so does a bad s3:// URL
     remote_voice = _remote_voice(args, spec)
     tts_model_dir = _voice_folder(args, spec) if args.tts != "remote" else None
     if args.tts == "ssm":  # load the voice now: a missing or bad model fails before any call
@@ -386,7 +444,7 @@ def serve(args: argparse.Namespace) -> int:
         voice_dir = tts_model_dir or DEFAULT_MODEL_DIR
         voice_proc = _load_ssm_voice(voice_dir, procs=bool(args.tts_procs),
                                      compile=args.tts_compile == "on")
-    recordings_dir, spec = _recordings(args, spec)
+    recordings_dir, spec = _recordings(args, spec, s3=recordings_s3 is not None)
     from deploy.agent_catalog import AgentCatalog
 
     # the spec's agent, or one POST /calls named for the call
@@ -399,6 +457,8 @@ def serve(args: argparse.Namespace) -> int:
     shown = str(db_path).rpartition("@")[2]  # a PostgreSQL URL's password stays out of the log
     logging.getLogger("parley").info("call records: %s%s", shown,
                                      f" ({orphans} left open by a stopped server, now ended)" if orphans else "")
+    if recordings_s3 is not None and recordings_dir is not None:
+        _sweep_recordings(recordings_s3, recordings_dir, store)
     redactor = _redactor(spec)
     redact_logs(redactor)
     webhooks = None
@@ -443,7 +503,8 @@ def serve(args: argparse.Namespace) -> int:
         config.pipeline, stt_decoder=args.stt_decoder, stt_compile=args.stt_compile == "on",
         stt_model_dir=args.stt_model,
         stt_runner="process" if args.stt_procs > 0 else "thread", remote_voice=remote_voice,
-        recordings_dir=recordings_dir, recording_format=_recording_format(args, spec)))
+        recordings_dir=recordings_dir, recording_format=_recording_format(args, spec),
+        recordings_s3=recordings_s3))
     sphinx_procs = None
     if config.pipeline.stt == "ssm":
         config = _prewarm_ssm_stt(config)
@@ -482,6 +543,8 @@ def serve(args: argparse.Namespace) -> int:
             heap.install(asyncio.get_running_loop())
         await serve_forever(server, sip=sip, emf=emf, webhooks=webhooks,
                             listening=ready_file.write if ready_file is not None else None)
+        if recordings_s3 is not None and recordings_dir is not None:
+            await _finish_uploads(recordings_s3, recordings_dir)
 
     try:
         asyncio.run(serve())

@@ -40,6 +40,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from pipeline.errors import PipelineError
 from pipeline.heard import HeardContextProcessor
+from pipeline.recordings_s3 import RecordingsS3Config
 from pipeline.options import (
     Aggregation,
     RecordingFormat,
@@ -83,6 +84,8 @@ class PipelineConfig:
     # where each call's two-channel recording is written (telephony.core.recorder); None: not recorded
     recordings_dir: str | None = None
     recording_format: RecordingFormat = "opus"   # Ogg/Opus, or "wav"
+    # where each closed recording is then uploaded (telephony.core.uploads); None: kept on disk only
+    recordings_s3: RecordingsS3Config | None = None
 
     def __post_init__(self):
         if self.sample_rate_hz not in (8000, 16000):
@@ -103,6 +106,8 @@ class PipelineConfig:
         ):
             if value not in allowed:
                 raise PipelineError(f"{name} must be one of {allowed}, not {value!r}")
+        if self.recordings_s3 is not None and self.recordings_dir is None:
+            raise PipelineError("recordings_s3 needs recordings_dir: a recording is written to disk first")
         if "remote" in (self.stt, self.tts):
             from pipeline.engines.replicas import Replicas
 

@@ -10,6 +10,7 @@
      ├── SignatureError            a missing or invalid X-Twilio-Signature
      ├── ConfigError               an invalid setting (a pacer's lead, a jitter buffer's depth)
      ├── PlacementError            a call that cannot be placed: a bad number, Twilio refusing it
+     ├── RecordingUploadError      a recording not stored in S3 (refused, unreachable, not verified)
      ├── CampaignError             an outbound campaign that cannot run (telephony.campaign)
      │    └── ContactsError        a contacts file refused: every problem, one line each
      └── SipError                  everything SIP (tree in telephony.sip.errors)
@@ -21,7 +22,7 @@ the boundary, with ``raise X from exc``.
 from __future__ import annotations
 
 __all__ = ["CampaignError", "ConfigError", "ContactsError", "HandshakeError", "PlacementError", "ProtocolError",
-           "SignatureError", "TelephonyError"]
+           "RecordingUploadError", "SignatureError", "TelephonyError"]
 
 
 class TelephonyError(Exception):
@@ -53,6 +54,12 @@ class PlacementError(TelephonyError):
         super().__init__(message)
         self.status = status
         self.maybe_placed = maybe_placed
+
+
+class RecordingUploadError(TelephonyError):
+    """A call recording that could not be stored in S3: the bucket refused it or could not be
+    reached (after botocore's retries), or the stored object is not the file (size, ETag or
+    encryption differ). The file stays on disk."""
 
 
 class CampaignError(TelephonyError):

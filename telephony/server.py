@@ -213,6 +213,7 @@ class CallServer:
         # the call pages (/ui/calls): the API token, else this machine only, else off
         self.call_pages = CallPages(self.store, page_access(config.api_token, config.host),
                                     recordings_dir=config.pipeline.recordings_dir,
+                                    recordings_s3=config.pipeline.recordings_s3,
                                     secure_cookie=(config.public_url or "").startswith("https://"))
         self.call_pages.register(self.app)
         # browser calls: the page at /, POST/PATCH /api/offer (same pipeline, store and live calls)

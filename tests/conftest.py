@@ -50,6 +50,18 @@ def no_request_tracebacks():
                     f"{record.getMessage()}: {type(exc).__name__}: {exc}")
 
 
+@pytest.fixture
+def moto_env(monkeypatch):
+    """Credentials for moto's AWS in memory (us-east-1), and none of the machine's AWS settings."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+
+
 # A test that runs `parley ...` in process (deploy.cli.main) points the root logger at the stderr
 # pytest captured for it (logging.basicConfig(force=True)); once that capture is closed, a later
 # test's log lines would fail with "--- Logging error ---". Each test gets the root logger back as

@@ -49,6 +49,7 @@ from telephony.callbook import CallBook
 from telephony.calls import AgentFactory, CallInfo
 from telephony.core.output import PlayoutOutput, RecordedInput
 from telephony.core.recorder import CallRecorder
+from telephony.core.uploads import RecordingUploader
 from telephony.metrics import Metrics
 from telephony.playout import PlayoutTracker
 
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "server shutting down"
 RECORDING_CLOSE_S = 10.0
+# with recordings_s3: how long the call's end waits (the wire already closed) for the upload, so
+# the record's end and its webhook carry the s3:// URL; an upload that takes longer goes on, and
+# the record is updated when it lands
+UPLOAD_WAIT_S = 3.0
 
 
 class CallSupervisor:
@@ -185,6 +190,31 @@ class CallSupervisor:
         if not await asyncio.to_thread(done.wait, RECORDING_CLOSE_S):
             log.warning("[%s] the recording %s took over %.0f s to close", self.call_id, self.recorder.path,
                         RECORDING_CLOSE_S)
+            return  # not whole yet: the next start's sweep uploads it
+        await self._upload_recording()
+
+    async def _upload_recording(self) -> None:
+        """With ``recordings_s3``: hand the closed file to the server's uploader (its own thread)
+        and give it ``UPLOAD_WAIT_S``; once stored, the record's ``recording`` is its s3:// URL."""
+        s3, folder = self._config.recordings_s3, self._config.recordings_dir
+        if s3 is None or folder is None or self.recorder is None:
+            return
+        uploaded = asyncio.wrap_future(RecordingUploader.shared(s3, folder).submit(self.recorder.path))
+        try:
+            async with asyncio.timeout(UPLOAD_WAIT_S):
+                url = await asyncio.shield(uploaded)
+        except TimeoutError:
+            log.info("[%s] the recording's upload takes over %.0f s; the record gets its URL when it lands",
+                     self.call_id, UPLOAD_WAIT_S)
+            uploaded.add_done_callback(self._uploaded_late)
+            return
+        if url is not None:
+            self.record.recording = url
+
+    def _uploaded_late(self, uploaded: asyncio.Future) -> None:
+        if not uploaded.cancelled() and uploaded.result() is not None:
+            self.record.recording = uploaded.result()
+            self.book.store.update(self.record)
 
     @property
     def info(self) -> CallInfo:

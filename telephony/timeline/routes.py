@@ -4,7 +4,8 @@
     GET  /ui/calls/{sid}               one call's page: both sides' words on a time axis, each
                                        turn's latency by stage, barge-ins, tool calls, transfers,
                                        the recording's waveform and a player
-    GET  /ui/calls/{sid}/recording     the recording (Ogg/Opus or WAV; Range requests answered)
+    GET  /ui/calls/{sid}/recording     the recording (Ogg/Opus or WAV; Range requests answered), from
+                                       the recordings folder, or streamed from S3 (--recordings-s3)
     GET  /ui/api/calls?from=&to=&number=&outcome=&limit=    the list as JSON (telephony.timeline.search)
     GET  /ui/api/calls/{sid}           one call as JSON: the stored record, its outcome, the recording
     POST /ui/login                     the login form: the API token in, the page's cookie out
@@ -14,7 +15,9 @@ Who may read them: :mod:`telephony.timeline.access`. The HTML is static: the scr
 JSON and writes every text from a record with ``textContent``, and every answer carries a
 Content-Security-Policy that allows scripts from this server only. The records are read from the
 store, as the store keeps them (masked by ``pipeline.redaction`` where the server masks): never
-from a live call's unmasked record. A recording is served only from the server's recordings folder.
+from a live call's unmasked record. A recording is served only from the server's recordings folder,
+or from the S3 bucket and prefix it uploads to (streamed through this server: the pages' media-src is
+this server alone, so no redirect to a presigned URL); any other s3:// URL is "kept elsewhere".
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from aiohttp import web
 from pipeline.audio.recordings import media_type
 from pipeline.errors import PipelineError
 from pipeline.records import CallRecord, CallStore
+from pipeline.recordings_s3 import RecordingsS3Config
+from telephony.core.uploads import RecordingUploader
+from telephony.errors import RecordingUploadError
 from telephony.log_limit import LogLimiter
 from telephony.timeline.access import PageAccess
 from telephony.timeline.search import SCAN_LIMIT, CallQuery, call_line, outcome
@@ -48,6 +54,7 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+S3_CHUNK_BYTES = 256 * 1024
 OFF = ("the call pages are off: this server listens beyond this machine and has no API token "
        "(start parley serve with --api-token or PARLEY_API_TOKEN)\n")
 
@@ -60,10 +67,12 @@ class CallPages:
     """The ``/ui`` routes over ``store``; recordings served from under ``recordings_dir`` only."""
 
     def __init__(self, store: CallStore, access: PageAccess, *, recordings_dir: str | None = None,
-                 secure_cookie: bool = False):
+                 recordings_s3: RecordingsS3Config | None = None, secure_cookie: bool = False):
         self.store = store
         self.access = access
         self.recordings_dir = Path(recordings_dir).resolve() if recordings_dir else None
+        self.s3 = (RecordingUploader.shared(recordings_s3, recordings_dir)
+                   if recordings_s3 is not None and recordings_dir else None)
         self.secure_cookie = secure_cookie
         self._log_limit = LogLimiter()
 
@@ -178,6 +187,8 @@ class CallPages:
         if not self.access.allowed(request):
             return self._refuse(request, page=False)
         record = await self._record(request)
+        if self._in_s3(record):
+            return await self._stream_from_s3(request, record)
         path, why = self._recording_file(record)
         if path is None:
             raise web.HTTPNotFound(text=f"{why}\n", headers=HEADERS)
@@ -220,12 +231,41 @@ class CallPages:
             return None, "the recording's file is gone (deleted after its retention, or moved)"
         return path, ""
 
+    def _in_s3(self, record: CallRecord) -> bool:
+        """The recording is in the bucket and prefix this server uploads to (and may read)."""
+        return self.s3 is not None and record.recording is not None and self.s3.holds(record.recording)
+
+    async def _stream_from_s3(self, request: web.Request, record: CallRecord) -> web.StreamResponse:
+        assert self.s3 is not None and record.recording is not None
+        byte_range = request.headers.get("Range")
+        try:
+            got = await asyncio.to_thread(self.s3.read, record.recording, byte_range)
+        except RecordingUploadError as exc:
+            log.warning("[%s] call page: cannot read the recording: %s", record.call_sid, exc)
+            raise web.HTTPNotFound(text="the recording cannot be read from S3\n", headers=HEADERS) from None
+        body = got["Body"]
+        headers = {**HEADERS, "Content-Type": got.get("ContentType") or "application/octet-stream",
+                   "Accept-Ranges": "bytes", "Content-Length": str(got["ContentLength"])}
+        if got.get("ContentRange"):
+            headers["Content-Range"] = got["ContentRange"]
+        response = web.StreamResponse(status=206 if got.get("ContentRange") else 200, headers=headers)
+        try:
+            await response.prepare(request)
+            while chunk := await asyncio.to_thread(body.read, S3_CHUNK_BYTES):
+                await response.write(chunk)
+        finally:
+            body.close()
+        await response.write_eof()
+        return response
+
     async def _recording_view(self, record: CallRecord) -> dict:
+        view: dict = {"available": True, "url": f"/ui/calls/{quote(record.call_sid, safe='')}/recording",
+                      "offset_s": record.marks_s.get("recording_start", 0.0), "waveform": None}
+        if self._in_s3(record):  # no waveform: that would read the whole object for the page
+            return view
         path, why = self._recording_file(record)
         if path is None:
             return {"available": False, "why": why}
-        view: dict = {"available": True, "url": f"/ui/calls/{quote(record.call_sid, safe='')}/recording",
-                      "offset_s": record.marks_s.get("recording_start", 0.0), "waveform": None}
         try:
             if not await asyncio.to_thread(too_long, path):
                 view["waveform"] = await asyncio.to_thread(peaks, path)

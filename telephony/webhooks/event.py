@@ -9,7 +9,8 @@ and ``duration_s``, ``end_reason`` (as in the call record) and ``outcome`` (one 
 :data:`OUTCOMES`), ``slots`` (each slot's last value), ``summary`` (one line a turn), ``greeting``,
 ``transcript`` (a list of turns: what the caller said, what the agent said and what the caller heard
 of it, whether it was cut off), ``latency_ms`` (turns, p50, p95 and max from the end of the
-caller's speech to the first audio byte written), ``recording_url`` (or null), ``errors``.
+caller's speech to the first audio byte written), ``recording_url`` (the file's path, or its s3:// URL once
+uploaded; null when not recorded), ``errors``.
 The record it is built from is already redacted (``pipeline.redaction``) where redaction is on.
 """
 

@@ -134,3 +134,43 @@ def test_the_call_tier_is_an_ecs_service_that_never_drops_a_live_call():
     assert [r["SourceSecurityGroupId"] for r in db_rules] == [{"Ref": "CallTierSecurityGroupId"}]
     actions = res["TaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]
     assert "sagemaker:InvokeEndpoint" in actions["Action"] and "endpoint/${EndpointName}" in actions["Resource"]["Fn::Sub"]
+
+
+def test_the_recordings_bucket_is_private_encrypted_expires_its_calls_and_the_task_writes_only_there():
+    """parley-calls.yaml with RecordingRetentionDays: the servers upload each call's recording
+    (--recordings-s3) to a bucket with default encryption, every public access blocked, TLS only,
+    and a lifecycle rule that expires the recordings after the retention (and drops abandoned
+    multipart uploads); the task role may put, read and abort under that prefix, nothing else."""
+    calls = _load("parley-calls.yaml")
+    res, params = calls["Resources"], calls["Parameters"]
+    assert params["RecordingRetentionDays"]["Default"] == 0   # off unless the operator sets a retention
+    assert calls["Conditions"]["WithRecordings"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "RecordingRetentionDays"}, 0]}]}
+    bucket = res["RecordingsBucket"]
+    assert bucket["Condition"] == "WithRecordings" and bucket["DeletionPolicy"] == "Retain"
+    props = bucket["Properties"]
+    (encryption,) = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert encryption["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                                        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    (rule,) = props["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == "Enabled" and rule["Prefix"] == "calls/"
+    assert rule["ExpirationInDays"] == {"Ref": "RecordingRetentionDays"}
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    (tls_only,) = res["RecordingsBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert tls_only["Effect"] == "Deny" and tls_only["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+    policies = res["TaskRole"]["Properties"]["Policies"]
+    (conditional,) = [p["Fn::If"] for p in policies if "Fn::If" in p]
+    assert conditional[0] == "WithRecordings" and conditional[2] == {"Ref": "AWS::NoValue"}
+    objects, listing = conditional[1]["PolicyDocument"]["Statement"]
+    assert sorted(objects["Action"]) == ["s3:AbortMultipartUpload", "s3:GetObject", "s3:ListMultipartUploadParts",
+                                         "s3:PutObject"]
+    assert objects["Resource"] == {"Fn::Sub": "${RecordingsBucket.Arn}/calls/*"}
+    assert listing["Action"] == "s3:ListBucket" and listing["Condition"] == {"StringLike": {"s3:prefix": "calls/*"}}
+
+    command = res["Task"]["Properties"]["ContainerDefinitions"][0]["Command"]
+    added = [c["Fn::If"] for c in command if isinstance(c, dict) and "Fn::If" in c]
+    assert all(a[0] == "WithRecordings" and a[2] == {"Ref": "AWS::NoValue"} for a in added)
+    flags = [a[1] for a in added]
+    assert flags[flags.index("--recordings-s3") + 1] == {"Fn::Sub": "s3://${RecordingsBucket}/calls/"}
+    assert "--recordings" in flags   # written on the task's disk first, then uploaded
