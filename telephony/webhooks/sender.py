@@ -15,7 +15,9 @@ restarted with a webhook URL resumes the ones pending. Every network await (the 
 database) runs under ``asyncio.timeout``.
 
 An event lost: one queued by ``call_ended`` in the last moment before the process is killed
-(SIGKILL), not yet written. ``stop`` writes what is queued.
+(SIGKILL), not yet written. ``stop`` writes what is queued, and lets attempts in flight finish
+(each is bounded by the attempt timeout): a stopped server does not send an event the receiver
+took again, only a killed one does.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 
 DB_TIMEOUT_S = 15.0
 LEASE_MARGIN_S = 30.0
+STOP_MARGIN_S = 2.0      # past the attempt timeout: for the outbox's note of the answer
 T = TypeVar("T")
 
 
@@ -57,6 +60,7 @@ class WebhookSender:
         self._in_flight: dict[str, OutboxItem] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self._session: aiohttp.ClientSession | None = None
         self._once = LogLimiter()
         self.delivered = 0
@@ -75,17 +79,25 @@ class WebhookSender:
     async def start(self) -> None:
         if self._task is not None:
             return
+        self._stopping = False
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="webhooks")
         log.info("post-call webhooks to %s", self.config.url_shown)
 
     async def stop(self) -> None:
-        """Stop sending: attempts in flight are abandoned (due again at once for the next sender),
-        events queued and not yet written are written."""
+        """Stop sending: attempts in flight get the attempt timeout (and ``STOP_MARGIN_S``) to
+        finish, so a receiver that answers meanwhile is not sent the event again; those still
+        unanswered then are abandoned (due again at once for the next sender). Events queued and
+        not yet written are written."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+            self._stopping = True
+            self._wake.set()
+            try:
+                await asyncio.wait([self._task], timeout=self.config.timeout_s + STOP_MARGIN_S)
+            finally:
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+                self._task = None
         now = self._clock()
         try:
             for item in list(self._in_flight.values()):
@@ -105,6 +117,8 @@ class WebhookSender:
             self._wake.clear()
             try:
                 await self._persist()
+                if self._stopping:
+                    return
                 items = await self._db(self._outbox.outbox_claim, self._clock(), limit=self.config.batch,
                                        lease_s=self.config.timeout_s + LEASE_MARGIN_S)
                 if items:

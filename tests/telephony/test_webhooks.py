@@ -39,6 +39,7 @@ class Receiver:
     def __init__(self, port: int = 0):
         self.port = port
         self.status = 200
+        self.answer_delay_s = 0.0                      # stores the event, then answers this much later
         self.accepted: list[tuple[dict, bytes]] = []   # (headers, body) answered 2xx
         self.refused = 0                               # answered non-2xx
         self.check = docs_verifier()
@@ -54,6 +55,7 @@ class Receiver:
             self.refused += 1
             return web.Response(status=self.status)
         self.accepted.append((dict(request.headers), body))
+        await asyncio.sleep(self.answer_delay_s)
         return web.Response(status=204)
 
     async def start(self) -> None:
@@ -209,6 +211,35 @@ async def test_a_restarted_sender_delivers_what_was_pending(tmp_path):
     sids = ["CA0", "CA1", "CA2", "CA-late"]
     assert receiver.delivery_ids() == Counter({delivery_id(s): 1 for s in sids})
     assert {json.loads(b)["call_sid"] for _, b in receiver.accepted} == set(sids)
+    store.close()
+
+
+async def test_a_stopped_sender_lets_the_attempt_in_flight_finish_and_the_next_one_does_not_resend(tmp_path):
+    """Regression: ``stop`` (the server's SIGTERM) cancelled attempts in flight, so a slow receiver
+    that had stored the event got it again from the restarted server, the same delivery id twice
+    (benchmarks/bench_webhooks.py, its restart_sigterm part). Only a kill may do that now."""
+    receiver = Receiver()
+    receiver.answer_delay_s = 0.5
+    await receiver.start()
+    store = SQLiteCallStore(tmp_path / "calls.db")
+    first = WebhookSender(fast(receiver.url), outbox=store)
+    await first.start()
+    try:
+        first.call_ended(ended_call("CA1"))
+        await until(lambda: len(receiver.accepted) == 1)              # stored; the 204 is half a second off
+        started = time.monotonic()
+        await first.stop()
+        stop_s = time.monotonic() - started
+        status = store.outbox_status(delivery_id("CA1"))
+        second = WebhookSender(fast(receiver.url), outbox=store)      # the server started again
+        await second.start()
+        await asyncio.sleep(0.5)
+        await second.stop()
+    finally:
+        await receiver.stop()
+    assert status is not None and status["delivered_at"] is not None and status["attempts"] == 1, status
+    assert receiver.delivery_ids() == Counter({delivery_id("CA1"): 1})
+    assert stop_s < first.config.timeout_s                             # it waited for the answer, no more
     store.close()
 
 
