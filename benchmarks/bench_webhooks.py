@@ -22,10 +22,11 @@ does), keeps each event once per delivery id, and answers 204. Three parts, one 
   calls end (their events wait in the outbox), then comes back slow (it stores the event, then
   answers 204 after ``--slow-answer-s``); at its first request the server gets SIGTERM (a deploy)
   or SIGKILL (a crash) with attempts in flight. A new server on the same database then sends what
-  was pending. Reported: pending and in flight at the signal, events received, duplicates and
-  whether each is an attempt in flight at the signal (the receiver stored it, the server never
-  noted the 204: at-least-once, docs/webhooks.md), lost, and from the new server's start to the
-  last event.
+  was pending. Reported: events pending and attempts in flight at the signal, how many of those
+  the old server saw answered before it exited, events received, duplicates (``explained``: an
+  attempt in flight at the signal whose 204 the old server never noted, the at-least-once case
+  docs/webhooks.md describes; any other is ``unexplained``), lost, and the new server's start to
+  the last event.
 
 The sender's settings in force are printed (backoff base, cap, jitter, attempt timeout, lease).
 The default run takes about 4 minutes. One JSON line.
@@ -87,6 +88,7 @@ class Receiver:
         self.port, self.answer_delay_s = port, answer_delay_s
         self.mode: Mode = "closed"
         self.stored: list[Stored] = []
+        self.answered: set[str] = set()    # delivery ids answered 204 (the handler returned)
         self.bad_signatures = 0
         self.answered_503 = 0
         self._runner: web.AppRunner | None = None
@@ -126,6 +128,7 @@ class Receiver:
         self.stored.append(Stored(did, event["call_sid"], float(event["ended_at"]), time.time()))
         if self.mode == "slow":
             await asyncio.sleep(self.answer_delay_s)
+        self.answered.add(did)
         return web.Response(status=204)
 
     async def close(self) -> None:
@@ -264,7 +267,9 @@ async def restart(args, sig: signal.Signals, server: ServeProcess, receiver: Rec
     await receiver.set_mode("slow")
     await until(lambda: bool(ids & receiver.ids().keys()), time.time() + 60, poll_s=0.05)
     await asyncio.sleep(0.2)                   # the sender's batch: every attempt due now is in flight
-    stored = set(ids & receiver.ids().keys())
+    rows = outbox(db)
+    pending = {i for i in ids if i in rows and rows[i][1] is None}
+    in_flight = (ids & receiver.ids().keys()) - receiver.answered    # stored, the 204 not yet sent
     workers = worker_pids(server.proc.pid)
     signalled = time.perf_counter()
     server.proc.send_signal(sig)
@@ -279,8 +284,7 @@ async def restart(args, sig: signal.Signals, server: ServeProcess, receiver: Rec
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
     rows = outbox(db)
-    pending = {i for i in ids if i in rows and rows[i][1] is None}
-    in_flight = pending & stored
+    noted = {i for i in in_flight if rows[i][1] is not None}     # the old server saw the 204 before it went
     await receiver.set_mode("ok")
     new = start_server(args, tmp, db, receiver, n)
     await new.wait_ready(120)
@@ -292,10 +296,11 @@ async def restart(args, sig: signal.Signals, server: ServeProcess, receiver: Rec
     arrivals = [s.at for s in receiver.stored if s.delivery_id in ids and s.at > ready_at]
     return new, {"signal": sig.name, "calls_placed": len(calls), "calls_ok": sum(c.ok for c in calls),
                  "written_before_signal": written, "pending_at_signal": len(pending),
-                 "in_flight_at_signal": len(in_flight), "delivered_before_signal": len(ids) - len(pending),
-                 "exit_s": round(exit_s, 2), "workers_left_5s_after_exit": len(workers_left),
-                 **received(receiver, ids), "duplicates_in_flight_at_signal": len(dups & in_flight),
-                 "unexplained_duplicates": len(dups - in_flight),
+                 "in_flight_at_signal": len(in_flight), "in_flight_finished_before_exit": len(noted),
+                 "delivered_before_signal": len(ids) - len(pending), "exit_s": round(exit_s, 2),
+                 "workers_left_5s_after_exit": len(workers_left), **received(receiver, ids),
+                 "duplicates_explained": len(dups & (in_flight - noted)),
+                 "unexplained_duplicates": len(dups - (in_flight - noted)),
                  "all_verified": receiver.bad_signatures == bad_before, "deadline_met": met,
                  "restart_to_last_s": round(max(arrivals) - ready_at, 1) if arrivals else None}
 
