@@ -5,8 +5,9 @@
     sender.call_ended(record)                         # from the loop: cheap, never waits
     await sender.stop()
 
-``call_ended`` builds the event (``event.py``) and queues it; the sender's task writes it to the
-outbox on a worker thread, then claims due items (``pipeline.outbox``: a claim leases them, so
+``call_ended`` builds the event (``event.py``) and queues it; the sender's writer task writes it
+to the outbox on a worker thread at once (attempts in flight never hold it back), and its delivery
+task claims due items (``pipeline.outbox``: a claim leases them, so
 another server on the same database, or this one restarted, does not send them at once too) and
 POSTs each to the URL configured now, signed (``signing.py``), ``batch`` at a time. A 2xx marks
 the item delivered; anything else (refused, reset, a timeout, 3xx, 4xx, 5xx) schedules the next
@@ -15,7 +16,9 @@ restarted with a webhook URL resumes the ones pending. Every network await (the 
 database) runs under ``asyncio.timeout``.
 
 An event lost: one queued by ``call_ended`` in the last moment before the process is killed
-(SIGKILL), not yet written. ``stop`` writes what is queued.
+(SIGKILL), not yet written. ``stop`` writes what is queued, and lets attempts in flight finish
+(each is bounded by the attempt timeout): a stopped server does not send an event the receiver
+took again, only a killed one does.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ log = logging.getLogger(__name__)
 
 DB_TIMEOUT_S = 15.0
 LEASE_MARGIN_S = 30.0
+STOP_MARGIN_S = 2.0      # past the attempt timeout: for the outbox's note of the answer
 T = TypeVar("T")
 
 
@@ -55,8 +59,11 @@ class WebhookSender:
         self._unit = unit   # [0, 1): where in the jitter each wait falls
         self._queued: list[OutboxItem] = []
         self._in_flight: dict[str, OutboxItem] = {}
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()      # the delivery task: something new may be due
+        self._to_write = asyncio.Event()  # the writer task: something is queued
         self._task: asyncio.Task | None = None
+        self._writer: asyncio.Task | None = None
+        self._stopping = False
         self._session: aiohttp.ClientSession | None = None
         self._once = LogLimiter()
         self.delivered = 0
@@ -68,24 +75,36 @@ class WebhookSender:
         now = self._clock()
         self._queued.append(OutboxItem(delivery_id(record.call_sid), record.call_sid, self.config.url,
                                        event_body(record), created_at=now, next_at=now))
-        self._wake.set()
+        self._to_write.set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._task is not None:
             return
+        self._stopping = False
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="webhooks")
+        loop = asyncio.get_running_loop()
+        self._writer = loop.create_task(self._write(), name="webhooks-outbox")
+        self._task = loop.create_task(self._run(), name="webhooks")
         log.info("post-call webhooks to %s", self.config.url_shown)
 
     async def stop(self) -> None:
-        """Stop sending: attempts in flight are abandoned (due again at once for the next sender),
-        events queued and not yet written are written."""
+        """Stop sending: attempts in flight get the attempt timeout (and ``STOP_MARGIN_S``) to
+        finish, so a receiver that answers meanwhile is not sent the event again; those still
+        unanswered then are abandoned (due again at once for the next sender). Events queued and
+        not yet written are written."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+            self._stopping = True
+            self._wake.set()
+            try:
+                await asyncio.wait([self._task], timeout=self.config.timeout_s + STOP_MARGIN_S)
+            finally:
+                tasks = [t for t in (self._task, self._writer) if t is not None]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self._task = self._writer = None
         now = self._clock()
         try:
             for item in list(self._in_flight.values()):
@@ -98,13 +117,30 @@ class WebhookSender:
             await self._session.close()
             self._session = None
 
-    # -- the loop ------------------------------------------------------------------------------
+    # -- the tasks -----------------------------------------------------------------------------
+
+    async def _write(self) -> None:
+        """Queued events into the outbox as they come, then tell the delivery task."""
+        while True:
+            await self._to_write.wait()
+            self._to_write.clear()
+            try:
+                await self._persist()
+            except (PipelineError, TimeoutError) as exc:   # the database: try again a while later
+                if self._once("db-write"):
+                    log.warning("webhooks: %d event(s) cannot be written to the outbox (%s); retrying every "
+                                "%.0f s", len(self._queued), exc or "timed out", self.config.poll_s)
+                await asyncio.sleep(self.config.poll_s)
+                self._to_write.set()
+                continue
+            self._wake.set()
 
     async def _run(self) -> None:
         while True:
             self._wake.clear()
             try:
-                await self._persist()
+                if self._stopping:
+                    return
                 items = await self._db(self._outbox.outbox_claim, self._clock(), limit=self.config.batch,
                                        lease_s=self.config.timeout_s + LEASE_MARGIN_S)
                 if items:

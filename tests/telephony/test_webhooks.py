@@ -39,6 +39,7 @@ class Receiver:
     def __init__(self, port: int = 0):
         self.port = port
         self.status = 200
+        self.answer_delay_s = 0.0                      # stores the event, then answers this much later
         self.accepted: list[tuple[dict, bytes]] = []   # (headers, body) answered 2xx
         self.refused = 0                               # answered non-2xx
         self.check = docs_verifier()
@@ -54,6 +55,7 @@ class Receiver:
             self.refused += 1
             return web.Response(status=self.status)
         self.accepted.append((dict(request.headers), body))
+        await asyncio.sleep(self.answer_delay_s)
         return web.Response(status=204)
 
     async def start(self) -> None:
@@ -75,6 +77,23 @@ class Receiver:
 
     def delivery_ids(self) -> Counter:
         return Counter(h["X-Parley-Delivery"] for h, _ in self.accepted)
+
+
+class HangingReceiver(Receiver):
+    """A receiver that takes each request (``arrived``) and answers only once ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived, self.release = asyncio.Event(), asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.arrived.set()
+        await self.release.wait()
+        return web.Response(status=204)
+
+    async def stop(self) -> None:
+        self.release.set()
+        await super().stop()
 
 
 def free_port() -> int:
@@ -212,21 +231,61 @@ async def test_a_restarted_sender_delivers_what_was_pending(tmp_path):
     store.close()
 
 
-async def test_a_receiver_that_never_answers_times_out_and_is_retried(tmp_path):
-    hung = asyncio.Event()
-
-    async def hang(request: web.Request) -> web.Response:
-        await hung.wait()
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hang)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+async def test_a_stopped_sender_lets_the_attempt_in_flight_finish_and_the_next_one_does_not_resend(tmp_path):
+    """Regression: ``stop`` (the server's SIGTERM) cancelled attempts in flight, so a slow receiver
+    that had stored the event got it again from the restarted server, the same delivery id twice
+    (benchmarks/bench_webhooks.py, its restart_sigterm part). Only a kill may do that now."""
+    receiver = Receiver()
+    receiver.answer_delay_s = 0.5
+    await receiver.start()
     store = SQLiteCallStore(tmp_path / "calls.db")
-    sender = WebhookSender(fast(url, timeout_s=0.3), outbox=store)
+    first = WebhookSender(fast(receiver.url), outbox=store)
+    await first.start()
+    try:
+        first.call_ended(ended_call("CA1"))
+        await until(lambda: len(receiver.accepted) == 1)              # stored; the 204 is half a second off
+        started = time.monotonic()
+        await first.stop()
+        stop_s = time.monotonic() - started
+        status = store.outbox_status(delivery_id("CA1"))
+        second = WebhookSender(fast(receiver.url), outbox=store)      # the server started again
+        await second.start()
+        await asyncio.sleep(0.5)
+        await second.stop()
+    finally:
+        await receiver.stop()
+    assert status is not None and status["delivered_at"] is not None and status["attempts"] == 1, status
+    assert receiver.delivery_ids() == Counter({delivery_id("CA1"): 1})
+    assert stop_s < first.config.timeout_s                             # it waited for the answer, no more
+    store.close()
+
+
+async def test_an_event_is_written_to_the_outbox_while_an_attempt_hangs(tmp_path):
+    """Regression: the sender wrote queued events only between its batches of attempts, so while a
+    receiver held an attempt (up to the 10 s timeout) the events of calls ending meanwhile were in
+    memory only, and a SIGKILL then lost them; docs/webhooks.md promises only "the instant before"."""
+    receiver = HangingReceiver()
+    store = SQLiteCallStore(tmp_path / "calls.db")
+    await receiver.start()
+    sender = WebhookSender(fast(receiver.url, timeout_s=10.0), outbox=store)
+    await sender.start()
+    try:
+        sender.call_ended(ended_call("CA1"))
+        await until(receiver.arrived.is_set)                         # the receiver holds it
+        sender.call_ended(ended_call("CA2"))
+        await until(lambda: store.outbox_status(delivery_id("CA2")) is not None, timeout_s=2.0)
+    finally:
+        receiver.release.set()
+        await sender.stop()
+        await receiver.stop()
+    store.close()
+
+
+async def test_a_receiver_that_never_answers_times_out_and_is_retried(tmp_path):
+    receiver = HangingReceiver()
+    store = SQLiteCallStore(tmp_path / "calls.db")
+    await receiver.start()
+    sender = WebhookSender(fast(receiver.url, timeout_s=0.3), outbox=store)
     await sender.start()
     try:
         sender.call_ended(ended_call("CA1"))
@@ -240,9 +299,9 @@ async def test_a_receiver_that_never_answers_times_out_and_is_retried(tmp_path):
         await until(lambda: recorded() is not None, timeout_s=10)
         status = recorded()
     finally:
-        hung.set()
+        receiver.release.set()
         await sender.stop()
-        await runner.cleanup()
+        await receiver.stop()
     assert status is not None and status["attempts"] >= 2
     assert "no answer within 0.3 s" in status["last_error"]
     store.close()
