@@ -12,6 +12,17 @@ with recording off), ``realtime_x`` (audio seconds recorded per CPU second), ``b
 (one call's file), ``loop_us_per_frame`` (p50/p95/p99 of what the event loop pays per 20 ms:
 ``caller`` + ``agent``) and ``writer_us_per_frame`` (p50/p95/p99 of the writer thread's CPU per
 20 ms of audio, each batch's ``write`` over the frames in it). Warmed up first. One JSON line.
+
+    python benchmarks/bench_recording.py --live 16 [--rounds 2] [--turns 3]
+
+``--live N`` asks the same of real calls instead: two ``parley serve`` processes with ``make serve``'s
+defaults (bench_capacity's, its scripted LLM; no admission cap, so all N are answered), one
+recording every call (Ogg/Opus, the default) and one not, take N concurrent Twilio calls of
+``--turns`` turns in turn, ``--rounds`` times each, alternating. Per server: the server process's
+CPU (``server_cores``: its event loop and the recordings' writer thread; its engine workers apart,
+``engine_cores``), CPU seconds per call-minute of audio, the audio frames its records count dropped
+(caller frames lost, agent frames underrun) and late, and v2v p50/p95/p99; the ratios of
+recording's to not's. The bytes written per call-minute come from the files.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # bench_capacity, for --live
 
 from common import git_sha, percentiles  # noqa: E402
 
@@ -93,13 +105,93 @@ def run(fmt: str, *, calls: int, seconds: float, rate: int, seed: int, folder: P
     return out
 
 
+async def live(calls: int, rounds: int, turns: int, seed: int, work: Path) -> dict:
+    """``calls`` concurrent real calls, recorded and not (module docstring): one JSON-able dict."""
+    import asyncio
+    import random
+
+    from bench_capacity import SPEC, CapacityServer, load, place
+    from bench_transports import PHRASES
+
+    from harness.scripted_llm import ScriptedChatServer, ScriptedReply
+
+    rng = random.Random(seed)
+    folder = work / "recordings"
+    llm = ScriptedChatServer(lambda _req: ScriptedReply(text="Sure, I can help with that. What else?"))
+    await asyncio.to_thread((work / "agent.yaml").write_text, SPEC.format(url=await llm.start()))
+    common = ["--max-calls", "10000"]
+    servers = {"off": CapacityServer("off", work, str(work / "agent.yaml"), common),
+               "recorded": CapacityServer("recorded", work, str(work / "agent.yaml"),
+                                          [*common, "--recordings", str(folder)])}
+    runs: dict[str, list[dict]] = {name: [] for name in servers}
+    try:
+        await asyncio.gather(*(s.wait_ready(180) for s in servers.values()))
+        for s in servers.values():   # warm-up: the first call loads what every later one reuses
+            await place(s, PHRASES[:1], 0.0)
+        for _ in range(rounds):
+            for name, s in servers.items():
+                t0 = time.monotonic()
+                level = await load(s, calls, turns, 0.15, rng)
+                level["wall_s"] = time.monotonic() - t0
+                runs[name].append(level)
+                await asyncio.sleep(2.0)   # records and recordings close, workers go idle
+    finally:
+        for s in servers.values():
+            s.stop()
+        await llm.stop()
+    files = sorted(folder.rglob("*.opus"))
+    out: dict = {}
+    for name, levels in runs.items():
+        server = [lv["cpu_cores"].get("server", 0.0) * lv["wall_s"] for lv in levels]
+        engines = [sum(c * lv["wall_s"] for role, c in lv["cpu_cores"].items()
+                       if role not in ("server", "callers", "machine_busy")) for lv in levels]
+        wall = sum(lv["wall_s"] for lv in levels)
+        out[name] = {
+            "calls_answered": sum(lv["calls_answered"] for lv in levels),
+            "server_cores": round(sum(server) / wall, 3),
+            "engine_cores": round(sum(engines) / wall, 3),
+            "server_cpu_s_per_call_minute": round(sum(server) / (calls * wall / 60.0), 3),
+            "frames_dropped": [lv["frames_dropped"] for lv in levels],
+            "frames_late": [lv["frames_late"] for lv in levels],
+            "v2v_ms": [lv["v2v_ms"] for lv in levels],
+            "machine_busy": [lv["cpu_cores"].get("machine_busy") for lv in levels],
+        }
+    out["server_cpu_ratio"] = round(out["recorded"]["server_cores"] / max(out["off"]["server_cores"], 1e-9), 3)
+    out["all_cpu_ratio"] = round((out["recorded"]["server_cores"] + out["recorded"]["engine_cores"])
+                                 / max(out["off"]["server_cores"] + out["off"]["engine_cores"], 1e-9), 3)
+    out["recordings"] = len(files)
+    out["recorded_minutes"] = round(sum(read_seconds(f) for f in files) / 60.0, 2)
+    out["bytes_per_call_minute"] = int(sum(f.stat().st_size for f in files) / max(out["recorded_minutes"], 1e-9))
+    return out
+
+
+def read_seconds(path: Path) -> float:
+    from pipeline.audio.recordings import read_recording
+
+    pcm, rate = read_recording(path)
+    return pcm.shape[0] / rate
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=4)
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=4, help="synthetic calls (default %(default)s)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="of audio per synthetic call (default %(default)s)")
     ap.add_argument("--rate", type=int, choices=(8000, 16000), default=8000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--live", type=int, default=0, metavar="N",
+                    help="N concurrent real calls to a recording server and a non-recording one instead")
+    ap.add_argument("--rounds", type=int, default=2, help="with --live: loads per server, alternating (default %(default)s)")
+    ap.add_argument("--turns", type=int, default=3, help="with --live: turns per call (default %(default)s)")
     args = ap.parse_args()
+    if args.live:
+        import asyncio
+
+        with tempfile.TemporaryDirectory(prefix="bench-recording-") as tmp:
+            results = asyncio.run(live(args.live, args.rounds, args.turns, args.seed, Path(tmp)))
+        print(json.dumps({"bench": "recording", "mode": "live", "git": git_sha(),
+                          "config": {"calls": args.live, "rounds": args.rounds, "turns": args.turns, "seed": args.seed},
+                          "results": results}))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in FORMATS:                                     # warm-up: imports, encoder set-up
             run(fmt, calls=1, seconds=2.0, rate=args.rate, seed=args.seed, folder=Path(tmp) / "warm")
