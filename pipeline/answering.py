@@ -89,7 +89,7 @@ class AnsweringConfig:
     deadline_machine_s: float = 1.5
     words_every_s: float = 0.1
     words_tolerance: float = 0.15
-    words_max_greeting_s: float = 1.5
+    words_max_greeting_s: float = 2.0
     words_deadline_machine_s: float = 1.5
     words_person_cues: bool = False
 
