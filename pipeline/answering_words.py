@@ -14,9 +14,10 @@ its look-ahead) and are rough. So, once, when the callee first pauses for ``fina
 after speaking (a person's "hello?" then waiting, or a greeting's first sentence), the utterance
 is finished: its final pass (Whisper's encoding of the whole greeting so far, beam-searched with
 the LM) decodes it in the engine's final-pass worker while the detector's pause timer runs, and
-its text replaces the partial from then on. ``benchmarks/bench_answering.py`` measured that it
-comes 0.2-0.3 s later, before the detector's ``human_pause_s`` is over, and that it turns a
-garbled "lee er tessit" into "leave message". After it the words stay as they are: the rest of a
+its text replaces the partial from then on. On the bench's answers it took 65 ms (p50; 99 ms
+p95) on an otherwise idle 2-core machine, so it is in well before the detector's ``human_pause_s``
+(0.7 s) is over, and it turns a partial's garbled "lee er tessit" into "leave message"
+(``benchmarks/RESULTS.md``, bench_answering). After it the words stay as they are: the rest of a
 long greeting is for the length and beep rules.
 
 Only parley's SSM recogniser is used (``stt`` "ssm", in process or on the model tier); with the
