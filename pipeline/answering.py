@@ -30,8 +30,9 @@ consecutive tone frames at one pitch and level (within ``beep_drift_hz`` and ``b
 its first frame): a held vowel drifts in both, a beep does not.
 
 ``words`` is optional and injected: a callable returning the recogniser's text of the greeting so
-far (the streaming recogniser's greedy partial), asked every ``words_every_s`` until the first
-decision. Its phrases are matched approximately (``pipeline.greeting_words``, ``words_tolerance``
+far (on a call, ``pipeline.answering_words``: the streaming recogniser's greedy partial, then
+from the callee's first pause the final pass of the greeting), asked every ``words_every_s``
+until the first decision. Its phrases are matched approximately (``pipeline.greeting_words``, ``words_tolerance``
 edits per character): a voicemail phrase ("leave a message", "you have reached") decides
 ``machine`` at once. With words, length alone calls a greeting a machine only past
 ``words_max_greeting_s`` (the words are expected to name a machine sooner), and at the deadline
@@ -40,7 +41,8 @@ only after ``words_deadline_machine_s`` of speech that did not open with a perso
 (``telephony.core.screening`` feeds it the call's).
 
 ``benchmarks/bench_answering.py`` measures accuracy, time to decide and beep timing against a
-timing-only rule; the defaults below were chosen on its tuning half.
+timing-only rule; the defaults below were chosen on its tuning half (the words' on the tuning
+halves of both seeds).
 """
 
 from __future__ import annotations
