@@ -30,16 +30,23 @@ consecutive tone frames at one pitch and level (within ``beep_drift_hz`` and ``b
 its first frame): a held vowel drifts in both, a beep does not.
 
 ``words`` is optional and injected: a callable returning the recogniser's text of the greeting so
-far, asked every ``words_every_s``; a match of ``MACHINE_CUES`` decides ``machine``. The detector
-runs no recogniser itself.
+far (on a call, ``pipeline.answering_words``: the streaming recogniser's greedy partial, then
+from the callee's first pause the final pass of the greeting), asked every ``words_every_s``
+until the first decision. Its phrases are matched approximately (``pipeline.greeting_words``, ``words_tolerance``
+edits per character): a voicemail phrase ("leave a message", "you have reached") decides
+``machine`` at once. With words, length alone calls a greeting a machine only past
+``words_max_greeting_s`` (the words are expected to name a machine sooner), and at the deadline
+only after ``words_deadline_machine_s`` of speech that did not open with a person's cue ("hello",
+"yes?", with ``words_person_cues``). The detector runs no recogniser itself
+(``telephony.core.screening`` feeds it the call's).
 
 ``benchmarks/bench_answering.py`` measures accuracy, time to decide and beep timing against a
-timing-only rule; the defaults below were chosen on its tuning half.
+timing-only rule; the defaults below were chosen on its tuning half (the words' on the tuning
+halves of both seeds).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -49,23 +56,15 @@ import webrtcvad
 
 from pipeline.audio.pcm import as_int16
 from pipeline.errors import AudioFormatError, ConfigError
+from pipeline.greeting_words import GreetingCues, GreetingMatch
 
-__all__ = ["MACHINE_CUES", "AnsweringConfig", "AnsweringDetector", "Decision", "AnswerKind"]
+__all__ = ["AnsweringConfig", "AnsweringDetector", "Decision", "AnswerKind"]
 
 AnswerKind = Literal["human", "machine", "unknown"]
 FRAME_MS = 20
 _FFT_SIZE = 512
 _PEAK_HALF_WIDTH_HZ = 110.0         # a Hann window's main lobe on a 20 ms frame, a little more
 _BAND_HZ = (200.0, 3800.0)
-
-MACHINE_CUES = re.compile(
-    r"leave (?:a |your |me a )?(?:message|name|number)|after the (?:tone|beep)|at the (?:tone|beep)"
-    r"|not available|unavailable|can'?t (?:come to|take|get to) the phone|voice ?mail|mailbox"
-    r"|you(?:'ve| have)? reached|record your|is not answering|screening|please state your name",
-    re.IGNORECASE)
-"""Phrases of voicemail greetings, carrier messages and call screeners (matched on lower-cased
-recogniser text)."""
-
 
 @dataclass(frozen=True, slots=True)
 class AnsweringConfig:
@@ -91,6 +90,10 @@ class AnsweringConfig:
     tone_ratio: float = 0.9
     deadline_machine_s: float = 1.5
     words_every_s: float = 0.1
+    words_tolerance: float = 0.15
+    words_max_greeting_s: float = 2.0
+    words_deadline_machine_s: float = 1.5
+    words_person_cues: bool = False
 
     def __post_init__(self) -> None:
         if self.sample_rate_hz not in (8000, 16000):
@@ -100,7 +103,7 @@ class AnsweringConfig:
         for name in ("min_speech_s", "human_max_greeting_s", "human_pause_s", "no_speech_s",
                      "deadline_machine_s", "beep_drift_hz", "beep_level_db",
                      "max_decide_s", "greeting_end_s", "max_wait_s", "beep_min_s", "beep_max_s",
-                     "words_every_s"):
+                     "words_every_s", "words_max_greeting_s", "words_deadline_machine_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.no_speech_s > self.max_decide_s:
@@ -114,6 +117,8 @@ class AnsweringConfig:
         if not 0 < self.beep_min_hz < self.beep_max_hz < self.sample_rate_hz / 2:
             raise ConfigError(f"beep band {self.beep_min_hz}-{self.beep_max_hz} Hz is not inside "
                               f"0-{self.sample_rate_hz // 2} Hz")
+        if not 0 <= self.words_tolerance < 0.5:
+            raise ConfigError(f"words_tolerance must be in [0, 0.5), got {self.words_tolerance}")
         if not 0 < self.tone_ratio < 1:
             raise ConfigError(f"tone_ratio must be in (0, 1), got {self.tone_ratio}")
 
@@ -154,6 +159,8 @@ class AnsweringDetector:
                  words: Callable[[], str] | None = None) -> None:
         self.config = c = config or AnsweringConfig()
         self._words = words
+        self._cues = GreetingCues.shared(c.words_tolerance) if words is not None else None
+        self._heard = GreetingMatch()                   # what the words said at the last look
         self._vad = webrtcvad.Vad(c.vad_mode)
         self._hop = c.sample_rate_hz * FRAME_MS // 1000
         self._window = np.hanning(self._hop)
@@ -177,6 +184,14 @@ class AnsweringDetector:
     def done(self) -> bool:
         """True once a final decision has been made."""
         return bool(self.decisions) and self.decisions[-1].final
+
+    @property
+    def quiet_s(self) -> float | None:
+        """Seconds of quiet since the callee last spoke, once the first greeting has real speech
+        (``min_speech_s``); None before."""
+        if self._last_speech is None or self._burst_speech * FRAME_MS / 1000 < self.config.min_speech_s:
+            return None
+        return (self._frame - 1 - self._last_speech) * FRAME_MS / 1000
 
     @property
     def heard_s(self) -> float:
@@ -300,23 +315,31 @@ class AnsweringDetector:
 
     def _first_decision(self, i: int) -> None:
         c = self.config
-        if self._words is not None and i % self._words_every == 0:
-            cue = MACHINE_CUES.search(self._words() or "")
-            if cue is not None:
-                self._decide("machine", f"the greeting says {cue.group(0).lower()!r}", final=False)
-                return
+        max_greeting_s, deadline_machine_s = c.human_max_greeting_s, c.deadline_machine_s
+        by_length = True                                # length alone may say machine
+        if self._cues is not None:
+            assert self._words is not None
+            if i % self._words_every == 0:
+                self._heard = self._cues.match(self._words() or "")
+                if self._heard.machine is not None:
+                    self._decide("machine", f"the greeting says {self._heard.machine!r}", final=False)
+                    return
+            max_greeting_s, deadline_machine_s = c.words_max_greeting_s, c.words_deadline_machine_s
+            by_length = not (c.words_person_cues and self._heard.person is not None)   # "hello?"
         real_burst = self._burst_speech * FRAME_MS / 1000 >= c.min_speech_s
         greeting = self._greeting_s()
-        if real_burst and greeting > c.human_max_greeting_s:
-            self._decide("machine", f"greeting longer than {c.human_max_greeting_s:g} s", final=False)
+        if real_burst and by_length and greeting > max_greeting_s:
+            self._decide("machine", f"greeting longer than {max_greeting_s:g} s", final=False)
         elif real_burst and self._silence_s(i) >= c.human_pause_s:
             self._decide("human", f"a {greeting:.2f} s greeting, then {c.human_pause_s:g} s of silence")
         elif not real_burst and self.heard_s >= c.no_speech_s:
             self._decide("unknown", f"no speech in {c.no_speech_s:g} s")
-        elif self.heard_s >= c.max_decide_s and greeting >= c.deadline_machine_s and real_burst:
+        elif (self.heard_s >= c.max_decide_s and greeting >= deadline_machine_s and real_burst
+              and by_length):
             self._decide("machine", f"deadline: still speaking after {greeting:.2f} s", final=False)
         elif self.heard_s >= c.max_decide_s:
-            self._decide("human", f"deadline: {greeting:.2f} s of speech, too short for a machine")
+            why = "too short for a machine" if by_length else f"it opened with {self._heard.person!r}"
+            self._decide("human", f"deadline: {greeting:.2f} s of speech, {why}")
 
     def _when_to_speak(self, i: int) -> None:
         c = self.config

@@ -37,8 +37,9 @@ greeting's end, or its maximum wait) the plan's message is spoken in the agent's
 has played, or (``on_machine: hang_up``) the call is hung up at the first decision. Nobody speaking: the agent
 greets or the call is hung up (``on_unknown``). ``history`` adds ``screening`` and
 ``answered-by-human`` / ``-machine`` / ``-unknown`` (then ``greeting-over`` for a machine); the
-record and the result keep ``answered_by`` and ``voicemail_left``. The recogniser does not run
-while screening, so the detector decides from the audio alone (no words).
+record and the result keep ``answered_by`` and ``voicemail_left``. The call's recogniser (when it
+is parley's) hears the answer too, and the detector reads its words ("leave a message" is a
+machine): ``pipeline.answering_words``.
 """
 
 from __future__ import annotations
@@ -472,7 +473,8 @@ class DialedCall(ScreenedCall, SipCall):
             return
         self._step("screening")
         decision = await screen(self._read_audio, plan.detector, ended=lambda: self.end_reason is not None,
-                                on_decision=self._on_decision, first_only=plan.on_machine == "hang_up")
+                                on_decision=self._on_decision, first_only=plan.on_machine == "hang_up",
+                                words=await self._screening_words())
         if decision is None:  # the callee hung up (or we did) before anything was decided
             return
         await self._act_on(decision.kind, plan)

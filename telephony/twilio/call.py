@@ -137,7 +137,8 @@ class TwilioCall(ScreenedCall):
         if self._amd is None:
             decision = await screen(self._read_audio, plan.detector,
                                     ended=lambda: self.end_reason is not None or self._amd is not None,
-                                    on_decision=self._on_decision, first_only=plan.on_machine == "hang_up")
+                                    on_decision=self._on_decision, first_only=plan.on_machine == "hang_up",
+                                    words=await self._screening_words())
         if self.end_reason is not None:            # the callee hung up (or we did) meanwhile
             return
         kind: Answerer

@@ -8,6 +8,8 @@ import time
 import numpy as np
 
 from pipeline.answering import AnsweringConfig, Decision
+from pipeline.answering_words import GreetingWords, screening_recogniser
+from pipeline.builder import PipelineConfig
 from telephony.core.screening import screen
 
 
@@ -65,3 +67,33 @@ async def test_first_only_returns_at_the_first_machine_decision():
     decision = await screen(beep, config, ended=lambda: False, first_only=True)
     assert decision is not None and decision.kind == "machine" and not decision.final
     assert decision.beep_at_s == 0.0
+
+
+async def test_the_calls_recogniser_hears_a_one_sentence_greeting_say_machine(flite_speech):
+    """"Leave a message." and then silence: timing alone calls it a person (a short greeting, then
+    a pause); the words of the recogniser a call with ``stt="ssm"`` runs (the shipped model: its
+    partials, and its final pass at the first pause) call it a machine before the pause is over."""
+    speech = flite_speech("Leave a message.", 8000)
+    pcm = np.concatenate([np.zeros(2400, np.int16), speech, np.zeros(3 * 8000, np.int16)])
+    pcm = pcm + np.random.default_rng(0).integers(-30, 30, pcm.size).astype(np.int16)   # line noise
+
+    def line(paced: bool):
+        frames = iter(pcm[i: i + 160].tobytes() for i in range(0, pcm.size - 159, 160))
+
+        async def read(_timeout_s: float) -> bytes | None:
+            await asyncio.sleep(0.02 if paced else 0)          # paced as RTP: the final pass runs meanwhile
+            return next(frames, None)
+        return read
+
+    alone = await screen(line(paced=False), AnsweringConfig(), ended=lambda: False)
+    assert alone is not None and alone.kind == "human"
+
+    backend = screening_recogniser(PipelineConfig(stt="ssm"))
+    assert backend is not None and screening_recogniser(PipelineConfig(stt="sphinx")) is None
+    words = await GreetingWords.open(backend)
+    assert words is not None
+    seen: list[Decision] = []
+    await screen(line(paced=True), AnsweringConfig(), ended=lambda: False, on_decision=seen.append,
+                 words=words, first_only=True)
+    assert seen[0].kind == "machine" and seen[0].reason.startswith("the greeting says"), (seen, words.text)
+    assert seen[0].at_s < alone.at_s

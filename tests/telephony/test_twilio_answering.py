@@ -16,6 +16,7 @@ from agent.voicemail import fill_message
 from harness.callers.script import CallerUtterance
 from harness.twilio_rest import Scenario, StandInCall, TwilioRestStandIn
 from pipeline.answering import AnsweringConfig
+from pipeline.builder import PipelineConfig
 from pipeline.audio.wav import write_wav
 from pipeline.voicemail import AnsweringPlan
 from telephony.server import CallServer, ServerConfig
@@ -65,8 +66,9 @@ async def make_server(twilio):
     servers: list[CallServer] = []
 
     async def make(plan: AnsweringPlan | None = None, template: str = TEMPLATE,
-                   detector: AnsweringConfig = DEFAULT) -> CallServer:
-        srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN),
+                   detector: AnsweringConfig = DEFAULT, pipeline: PipelineConfig | None = None) -> CallServer:
+        srv = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN,
+                                      pipeline=pipeline or PipelineConfig()),
                          agent_factory=lambda _info: EchoAgentProcessor())
         # the message is filled from the call's parameters, as agent.voicemail does from the spec
         srv.answering_plans = lambda info: plan or AnsweringPlan(message=fill_message(template, info.params),
@@ -210,3 +212,20 @@ async def test_a_greeting_that_never_ends_gets_the_message_at_max_wait(make_serv
     first = first_audible_s(call)
     assert first is not None and 4.8 < first < 7.5, first
     assert call.report is not None and call.report.server_hung_up
+
+
+async def test_a_one_sentence_greeting_is_a_machine_by_the_calls_recognisers_words(make_server, twilio, flite_speech,
+                                                                                     tmp_path, caplog):
+    """A server whose calls run parley's recogniser (``stt="ssm"``) screens with its words: "Leave a
+    message." then silence, which timing alone takes for a person's "hello?", is a machine, and
+    the plan hangs up on it."""
+    server = await make_server(AnsweringPlan(on_machine="hang_up"), pipeline=PipelineConfig(stt="ssm"))
+    wav = tmp_path / "short.wav"
+    write_wav(wav, flite_speech("Leave a message.", RATE_HZ), RATE_HZ)
+    with caplog.at_level("INFO", logger="telephony.twilio.call"):
+        _, call, record = await _dial(server, twilio, Scenario(answered_by=None, greeting_quiet_s=0.1,
+                                                               utterances=(CallerUtterance(wav=wav),),
+                                                               linger_s=4.0), amd=False)
+    assert record.answered_by == "machine" and record.end_reason == "answering machine: no message left"
+    assert "the greeting says" in caplog.text
+    assert not record.turns and call.report is not None and call.report.server_hung_up
