@@ -50,7 +50,7 @@ lint: $(STAMP) $(AWS_STAMP)
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_call.py
