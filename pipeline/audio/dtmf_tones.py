@@ -4,6 +4,7 @@
     for start, end, key in detector.push(pcm_int16):     # each call: the tone found so far, in
         ...                                              # samples since the first pushed
     find_keys(pcm_int16, 8000)                           # a whole buffer: [(start, end, key), ...]
+    key_tone("5", duration_s=0.07, sample_rate_hz=8000)  # a key's tone, as a phone sends it (int16)
 
 A key is one of four row tones (697-941 Hz) plus one of four column tones (1209-1633 Hz). The
 audio is cut into 10 ms blocks; each window of two blocks (20 ms: 50 Hz apart, enough to tell
@@ -31,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["KEYS", "ROW_HZ", "COLUMN_HZ", "DtmfToneDetector", "ToneStretch", "find_keys"]
+__all__ = ["KEYS", "ROW_HZ", "COLUMN_HZ", "DtmfToneDetector", "ToneStretch", "find_keys", "key_tone"]
 
 ROW_HZ = (697.0, 770.0, 852.0, 941.0)
 COLUMN_HZ = (1209.0, 1336.0, 1477.0, 1633.0)
@@ -126,3 +127,17 @@ def _merged(stretches: list[ToneStretch]) -> list[ToneStretch]:
 def find_keys(pcm: np.ndarray, sample_rate_hz: int) -> list[ToneStretch]:
     """Every key stretch in a whole buffer (int16 mono)."""
     return DtmfToneDetector(sample_rate_hz).push(pcm)
+
+
+def key_tone(key: str, *, duration_s: float, sample_rate_hz: int, level_dbfs: float = -10.0,
+             twist_db: float = 0.0, phase: float = 0.0) -> np.ndarray:
+    """``key``'s tone (int16): its row and column sines, each at ``level_dbfs`` (the column
+    ``twist_db`` louder), both starting at ``phase`` radians."""
+    row = next((i for i, keys in enumerate(KEYS) if key in keys), None)
+    if row is None or len(key) != 1:
+        raise ValueError(f"not a keypad key: {key!r}")
+    t = np.arange(int(round(duration_s * sample_rate_hz))) / sample_rate_hz
+    a = 32767 * 10 ** (level_dbfs / 20)
+    x = (a * np.sin(2 * np.pi * ROW_HZ[row] * t + phase)
+         + a * 10 ** (twist_db / 20) * np.sin(2 * np.pi * COLUMN_HZ[KEYS[row].index(key)] * t + phase))
+    return np.clip(np.round(x), -32768, 32767).astype(np.int16)

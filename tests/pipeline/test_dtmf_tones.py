@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from harness.flite import synthesize_flite
-from pipeline.audio.dtmf_tones import COLUMN_HZ, KEYS, ROW_HZ, DtmfToneDetector, find_keys
+from pipeline.audio.dtmf_tones import KEYS, DtmfToneDetector, find_keys, key_tone
 from pipeline.audio.g711 import resample, ulaw_decode, ulaw_encode
 from pipeline.audio.hold import hold_pattern
 from pipeline.audio.wav import read_wav
@@ -32,15 +32,10 @@ needs_flite = pytest.mark.skipif(shutil.which("flite") is None, reason="flite is
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 
 
-def key_tone(key: str, ms: float, dbfs: float, rate: int, rng: np.random.Generator,
-             twist_db: float = 0.0) -> np.ndarray:
-    """``key``'s two sines (each at ``dbfs``, the column ``twist_db`` louder), float."""
-    row = next(i for i, keys in enumerate(KEYS) if key in keys)
-    col = KEYS[row].index(key)
-    t = np.arange(int(rate * ms / 1000)) / rate
-    a = 32768 * 10 ** (dbfs / 20)
-    return (a * np.sin(2 * np.pi * ROW_HZ[row] * t + rng.uniform(0, 2 * np.pi))
-            + a * 10 ** (twist_db / 20) * np.sin(2 * np.pi * COLUMN_HZ[col] * t + rng.uniform(0, 2 * np.pi)))
+def tone(key: str, ms: float, dbfs: float, rate: int, rng: np.random.Generator,
+         twist_db: float = 0.0) -> np.ndarray:
+    return key_tone(key, duration_s=ms / 1000, sample_rate_hz=rate, level_dbfs=dbfs, twist_db=twist_db,
+                    phase=rng.uniform(0, 2 * np.pi)).astype(np.float64)
 
 
 def noisy(x: np.ndarray, noise_dbfs: float, rng: np.random.Generator) -> np.ndarray:
@@ -54,12 +49,12 @@ def test_every_key_is_found_in_50_ms_of_quiet_tone_with_noise(rate):
     for dbfs in (-20, -25, -30):
         for key in ALL_KEYS:
             at = int(rng.integers(0, rate // 10))             # any phase against the 10 ms blocks
-            tone = key_tone(key, 50, dbfs, rate, rng, twist_db=rng.uniform(-4, 4))
-            x = np.zeros(at + tone.size + rate // 5)
-            x[at:at + tone.size] = tone
+            sound = tone(key, 50, dbfs, rate, rng, twist_db=rng.uniform(-4, 4))
+            x = np.zeros(at + sound.size + rate // 5)
+            x[at:at + sound.size] = sound
             found = find_keys(noisy(x, -45, rng), rate)
             assert [s.key for s in found] == [key], (dbfs, key, found)
-            assert at - rate // 50 <= found[0].start and found[0].end <= at + tone.size + rate // 50
+            assert at - rate // 50 <= found[0].start and found[0].end <= at + sound.size + rate // 50
 
 
 def test_keys_survive_the_phone_line_and_a_run_of_them_is_told_apart():
@@ -67,14 +62,14 @@ def test_keys_survive_the_phone_line_and_a_run_of_them_is_told_apart():
     rng = np.random.default_rng(7)
     digits = "4111222233334444"
     gap = np.zeros(480)
-    x = np.concatenate([np.concatenate((key_tone(d, 70, -12, 8000, rng), gap)) for d in digits])
+    x = np.concatenate([np.concatenate((tone(d, 70, -12, 8000, rng), gap)) for d in digits])
     line = ulaw_decode(ulaw_encode(noisy(x, -50, rng)))
     assert "".join(s.key for s in find_keys(line, 8000)) == digits
 
 
 def test_a_tone_too_short_for_a_key_and_a_lone_sine_are_not_keys():
     rng = np.random.default_rng(3)
-    blip = np.concatenate((np.zeros(400), key_tone("5", 15, -10, 8000, rng), np.zeros(400)))
+    blip = np.concatenate((np.zeros(400), tone("5", 15, -10, 8000, rng), np.zeros(400)))
     t = np.arange(8000) / 8000
     sine = 8000 * np.sin(2 * np.pi * 770 * t)                  # a row tone alone
     assert find_keys(noisy(blip, -60, rng), 8000) == []
@@ -86,7 +81,7 @@ def test_pushing_frame_by_frame_finds_what_the_whole_buffer_does(rate):
     rng = np.random.default_rng(11)
     parts = []
     for key in "159#":
-        parts += [np.zeros(int(rng.integers(rate // 20, rate // 5))), key_tone(key, 60, -20, rate, rng)]
+        parts += [np.zeros(int(rng.integers(rate // 20, rate // 5))), tone(key, 60, -20, rate, rng)]
     x = noisy(np.concatenate(parts + [np.zeros(rate // 10)]), -50, rng)
     whole = find_keys(x, rate)
     detector = DtmfToneDetector(rate)

@@ -16,12 +16,14 @@ import pytest
 from agent.echo import EchoAgentProcessor
 from harness.callers.script import load_utterance_audio
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
-from pipeline.audio.g711 import ulaw_decode
+from harness.flite import synthesize_flite
+from pipeline.audio.dtmf_tones import find_keys, key_tone
+from pipeline.audio.g711 import resample, ulaw_decode
 from pipeline.audio.recordings import read_recording
 from pipeline.audio.wav_stream import WavStreamWriter, read_wav_frames
 from pipeline.builder import PipelineConfig
 from pipeline.errors import PipelineError
-from telephony.core.recorder import CallRecorder, DiskWriter
+from telephony.core.recorder import KEY_AFTER_S, KEY_BEFORE_S, TONE_GUARD_S, CallRecorder, DiskWriter
 from telephony.server import CallServer, ServerConfig
 
 from .conftest import TOKEN
@@ -99,6 +101,44 @@ def test_other_rates_are_put_on_the_recordings_rate(tmp_path):
     assert rec.close().wait(5)
     pcm, _ = read_wav_frames(rec.path)
     assert pcm.shape == (FRAME, 2) and set(pcm[:, 0]) == {3} and set(pcm[:, 1]) == {5}
+
+
+async def test_keypad_tones_on_the_callers_channel_are_written_as_silence(tmp_path):
+    """Card digits keyed on the phone must not stay in a recording (PCI DSS): the caller's channel
+    is silent where each in-band tone was, ``TONE_GUARD_S`` either side, and around a key the edge
+    reported out of band whose tone was too faint to hear; everywhere else it is, sample for sample,
+    what the caller sent, and the agent's channel is untouched."""
+    pcm, rate_hz = await synthesize_flite("my card number is", "slt")
+    speech = resample(pcm, rate_hz, RATE)
+    ms = RATE // 1000
+    digits = [np.concatenate((key_tone(d, duration_s=0.07, sample_rate_hz=RATE), np.zeros(60 * ms, np.int16)))
+              for d in "4111"]
+    faint = key_tone("5", duration_s=0.07, sample_rate_hz=RATE, level_dbfs=-50)   # under the detector's floor
+    parts = [speech, np.zeros(200 * ms, np.int16), *digits, np.zeros(400 * ms, np.int16), faint]
+    pressed_at = -(-sum(p.size for p in parts) // FRAME) * FRAME     # the key is reported after that frame
+    parts += [np.zeros(pressed_at - sum(p.size for p in parts) + 500 * ms, np.int16), speech]
+    said = np.concatenate(parts)
+    said = np.concatenate((said, np.zeros(-said.size % FRAME, np.int16)))
+    tones_at = speech.size + 200 * ms
+    tones_end = tones_at + sum(d.size for d in digits) - 60 * ms
+
+    rec = CallRecorder.open(tmp_path, "KEYS", sample_rate_hz=RATE, fmt="wav", writer=DiskWriter())
+    rec.agent(frame(7, said.size), RATE)
+    for i in range(0, said.size, FRAME):
+        rec.caller(said[i:i + FRAME].tobytes(), RATE)
+        if i + FRAME == pressed_at:
+            rec.key_pressed()
+    assert rec.close().wait(5)
+    got, _ = read_wav_frames(rec.path)
+    caller = got[:, 0]
+    assert got.shape == (said.size, 2) and set(got[:, 1]) == {7}
+    guard = int(TONE_GUARD_S * RATE)
+    assert not caller[tones_at - guard:tones_end + guard].any()                   # the digits and their edges
+    assert not caller[pressed_at - int(KEY_BEFORE_S * RATE):pressed_at + int(KEY_AFTER_S * RATE)].any()
+    assert find_keys(caller, RATE) == [] and find_keys(said, RATE) != []
+    assert np.array_equal(caller[:speech.size], speech)                           # the speech as it was
+    assert np.array_equal(caller[-speech.size:], said[-speech.size:])
+    assert rec.keys_silenced == 2                                                 # the run of digits, the press
 
 
 def test_a_file_whose_writer_died_is_read_to_its_last_byte(tmp_path):
