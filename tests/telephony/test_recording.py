@@ -18,7 +18,8 @@ from harness.callers.script import load_utterance_audio
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
 from harness.flite import synthesize_flite
 from pipeline.audio.dtmf_tones import find_keys, key_tone
-from pipeline.audio.g711 import resample, ulaw_decode
+from pipeline.audio.g711 import resample, ulaw_decode, ulaw_encode
+from pipeline.audio.wav import write_wav
 from pipeline.audio.recordings import read_recording
 from pipeline.audio.wav_stream import WavStreamWriter, read_wav_frames
 from pipeline.builder import PipelineConfig
@@ -227,6 +228,40 @@ async def test_a_twilio_call_with_a_barge_in_is_recorded_on_two_channels(tmp_pat
 
     # and the record's times (speech, replies, the cut) are where the recording has them
     assert_lines_up(record, expect_cut=True)
+
+
+async def test_a_twilio_callers_keys_are_in_the_record_and_not_in_the_recording(tmp_path):
+    """The caller says a card number's start and keys four digits on its heels (tones only, no
+    ``dtmf`` message: the recorder's detector must find them), then presses a key as a phone line
+    carries it (its tone on the media, then Twilio's ``dtmf`` message). The recording's caller
+    channel has the speech and no tone; the record has the key and the stretches silenced."""
+    pcm, rate_hz = await synthesize_flite("my card number is", "slt")
+    speech = resample(pcm, rate_hz, RATE)
+    gap = np.zeros(RATE * 60 // 1000, np.int16)
+    keyed = np.concatenate([speech, np.zeros(RATE // 5, np.int16)]
+                           + [np.concatenate((key_tone(d, duration_s=0.07, sample_rate_hz=RATE), gap)) for d in "4111"])
+    wav = tmp_path / "keyed.wav"
+    write_wav(wav, keyed, RATE)
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN,
+                                     pipeline=PipelineConfig(recordings_dir=str(tmp_path))),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    await server.start()
+    utterances = (CallerUtterance(wav=wav), CallerUtterance(dtmf="5"))
+    config = CallerConfig(url=f"ws://127.0.0.1:{server.port}/twilio/stream", auth_token=TOKEN,
+                          utterances=utterances, dtmf_in_band=True, timeout_s=60)
+    try:
+        report = await run_call(config)
+    finally:
+        await server.stop()
+    sent = ulaw_decode(await load_utterance_audio(utterances[0], config.voice, 30))
+    assert "".join(k.key for k in find_keys(sent, RATE)) == "4111"          # the tones went on the line
+    record = server.store.get(report.call_sid)
+    assert record is not None and record.ended and record.recording is not None
+    assert record.stats["dtmf"] == 1                                          # the key is in the record
+    assert record.stats["recording_keys_silenced"] == 2                       # the four digits, the key
+    caller = read_recording(record.recording)[0][:, 0]
+    assert find_keys(caller, RATE) == []                                      # no tone in the recording
+    assert _find(caller, ulaw_decode(ulaw_encode(speech)))[1] > 0.95          # the speech is
 
 
 def test_old_recordings_are_pruned_and_the_spec_turns_recording_on(tmp_path):
