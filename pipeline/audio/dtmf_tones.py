@@ -8,7 +8,8 @@
 
 A key is one of four row tones (697-941 Hz) plus one of four column tones (1209-1633 Hz). The
 audio is cut into 10 ms blocks; each window of two blocks (20 ms: 50 Hz apart, enough to tell
-697 from 770 Hz) gets the power at the eight frequencies (the Goertzel filter's output, computed
+697 from 770 Hz) gets the power at the eight frequencies, each taken as the best of three probes
+(on it and 1.5 % either side, the drift a keypad may have; the Goertzel filter's output, computed
 for every window at once as one matrix product: a per-sample loop is slow in Python), and holds a
 key when
 
@@ -21,9 +22,9 @@ key when
 A key counts once two windows in a row (30 ms of tone) hold it; the stretch reported runs from
 the first such window's start to the last one's end. Tones of 40 ms (the shortest a keypad must
 send) are found from any start; what is shorter may not be, and the recorder's guard covers the
-edges. Measured on the build machine (2 cores, 8 kHz): about 2 us of CPU per 20 ms of audio
-when pushed in 0.5 s batches, 36-45 us when pushed 20 ms at a time (Python's overhead per push);
-``tests/pipeline/test_dtmf_tones.py`` prints the figure.
+edges. Measured on the build machine (2 cores, a busy neighbour, 2026-12-07): about 3 us of CPU
+per 20 ms of audio pushed in 0.5 s batches (3.4 us at 16 kHz), 40-55 us when pushed 20 ms at a time
+(Python's overhead per push); ``tests/pipeline/test_dtmf_tones.py`` prints the figure.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ KEYS = ("123A", "456B", "789C", "*0#D")   # KEYS[row][column]
 MIN_TONE_DBFS = -42.0      # each tone's level (a full-scale sine is 0 dBFS)
 MAX_TWIST_DB = 8.0         # row and column tones this far apart in level at most
 MIN_PEAK_RATIO_DB = 6.0    # each tone above its group's other three
-MIN_TONE_SHARE = 0.5       # of the window's energy, in the two tones
+MIN_TONE_SHARE = 0.7       # of the window's energy, in the two tones (recorded people: under 0.6)
 BLOCK_S = 0.01
+FREQ_PROBES = (-0.015, 0.0, 0.015)   # each tone looked for this far off its frequency too (keypads are within 1.5 %)
 
 
 class ToneStretch(NamedTuple):
@@ -61,9 +63,9 @@ class DtmfToneDetector:
         self._hop = int(sample_rate_hz * BLOCK_S)
         win = 2 * self._hop
         t = np.arange(win) / sample_rate_hz
-        freqs = np.array(ROW_HZ + COLUMN_HZ)
+        freqs = np.outer(ROW_HZ + COLUMN_HZ, 1 + np.array(FREQ_PROBES)).ravel()   # (8 * probes,)
         phase = 2 * np.pi * np.outer(t, freqs)
-        self._basis = np.concatenate((np.cos(phase), np.sin(phase)), axis=1).astype(np.float32)   # (win, 16)
+        self._basis = np.concatenate((np.cos(phase), np.sin(phase)), axis=1).astype(np.float32)   # (win, 2 * 8 * probes)
         # a sine of amplitude a over the window has |X|^2 = (a * win / 2)^2
         self._min_power = (10 ** (MIN_TONE_DBFS / 20) * 32768 * win / 2) ** 2
         self._twist = 10 ** (MAX_TWIST_DB / 10)
@@ -97,8 +99,10 @@ class DtmfToneDetector:
     def _window_keys(self, blocks: np.ndarray) -> np.ndarray:
         """(B, hop) blocks -> (B - 1,) key index (row * 4 + column) of each two-block window, or -1."""
         windows = np.concatenate((blocks[:-1], blocks[1:]), axis=1)        # (W, win)
-        spectrum = windows @ self._basis                                  # (W, 16)
-        power = spectrum[:, :8] ** 2 + spectrum[:, 8:] ** 2               # (W, 8): |X(f)|^2
+        spectrum = windows @ self._basis                                  # (W, 2 * 8 * probes)
+        half = spectrum.shape[1] // 2
+        power = (spectrum[:, :half] ** 2 + spectrum[:, half:] ** 2)       # |X(f)|^2 at each probe
+        power = power.reshape(power.shape[0], 8, len(FREQ_PROBES)).max(axis=2)   # (W, 8): the best probe
         energy = np.einsum("ij,ij->i", windows, windows)                  # sum x^2
         rows, cols = power[:, :4], power[:, 4:]
         r, c = rows.argmax(axis=1), cols.argmax(axis=1)
