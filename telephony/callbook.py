@@ -40,6 +40,7 @@ class CallBook:
         self.tracker = tracker
         self.frames = frames
         self._stats = stats or frames.as_dict
+        self.more_stats: Callable[[], dict[str, int]] = dict   # counters from beyond the transport (the recording's)
         self._on_turn_extra = on_turn
         self.latency: LatencyObserver | None = None
         self._live = False
@@ -124,7 +125,7 @@ class CallBook:
             rec.agent_text_heard = " ".join(h for h in (u.heard_text() for u in utts) if h)
             rec.interrupted = rec.interrupted or any(u.state is UtteranceState.CLEARED for u in utts)
             rec.at_s.update(self._spoken("agent", utts))
-        record.stats = self._stats()
+        record.stats = {**self._stats(), **self.more_stats()}
         self.store.update(record)
 
     def _spoken(self, name: str, utts: list[Utterance]) -> dict[str, float]:

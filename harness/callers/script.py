@@ -95,6 +95,9 @@ class CallerConfig:
     # ``max_turns`` times (a caller who answers what the agent said, not a fixed script)
     respond: Responder | None = field(default=None, hash=False, compare=False)
     max_turns: int = 12
+    # the Twilio caller: a key pressed also sounds on the media (its tone, as a phone line carries
+    # it) before its ``dtmf`` message goes
+    dtmf_in_band: bool = False
 
     def __post_init__(self) -> None:
         if urlsplit(self.url).scheme not in ("ws", "wss"):

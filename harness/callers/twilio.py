@@ -50,7 +50,8 @@ import aiohttp
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from pipeline.audio.g711 import ULAW_SILENCE, ulaw_decode
+from pipeline.audio.dtmf_tones import key_tone
+from pipeline.audio.g711 import ULAW_SILENCE, ulaw_decode, ulaw_encode
 from pipeline.audio.wav import write_wav
 from harness.callers.script import (
     FRAME_BYTES, FRAME_S, KEYS_ANSWER_S, DTMF_SPACING_S, POLL_S, REPORT_COUNTS, SAMPLE_RATE_HZ, STRAGGLER_GRACE_S,
@@ -72,6 +73,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+KEY_TONE_S = 0.07   # a key's tone with dtmf_in_band: what a phone sends for a quick press
 
 
 def _new_sid(prefix: str) -> str:
@@ -102,6 +105,7 @@ class TwilioCaller:
         # Outgoing speech, and the turn it belongs to.
         self._tx_buf = bytearray()
         self._tx_turn: TurnState | None = None
+        self._tx_keys = bytearray()   # keys' tones to send (dtmf_in_band)
         # Agent audio not yet played (bytes) with marks in between.
         self._speaker = MarkedSpeaker()
         self._recorded = bytearray()
@@ -206,8 +210,7 @@ class TwilioCaller:
                 if keys_sent_t is None and prev is not None:
                     await self._wait_agent_done(prev)  # a person keys in after hearing the reply
                     prev = None
-                if await self._send(Dtmf(self._next_seq(), self.stream_sid, utt.dtmf)):
-                    self._counts["dtmf_sent"] += 1
+                await self._key(utt.dtmf)
                 keys_sent_t = loop.time()
                 await asyncio.sleep(DTMF_SPACING_S)
                 continue
@@ -241,12 +244,22 @@ class TwilioCaller:
             if i:
                 await asyncio.sleep(DTMF_SPACING_S)
             assert key.dtmf is not None
-            if await self._send(Dtmf(self._next_seq(), self.stream_sid, key.dtmf)):
-                self._counts["dtmf_sent"] += 1
+            await self._key(key.dtmf)
         sent = asyncio.get_running_loop().time()
         if await self._wait_until(lambda: self._last_media_t > sent or self._closed.is_set(),
                                   KEYS_ANSWER_S):
             await self._wait_agent_done(None)
+
+    async def _key(self, digit: str) -> None:
+        """Press ``digit``: with ``dtmf_in_band``, its tone goes out on the media first; then the
+        ``dtmf`` message."""
+        if self._cfg.dtmf_in_band:
+            tone = ulaw_encode(key_tone(digit, duration_s=KEY_TONE_S, sample_rate_hz=SAMPLE_RATE_HZ))
+            self._tx_keys += tone.ljust(-(-len(tone) // FRAME_BYTES) * FRAME_BYTES, bytes([ULAW_SILENCE]))
+            await self._wait_until(lambda: not self._tx_keys or self._closed.is_set(),
+                                   KEY_TONE_S + self._cfg.io_timeout_s)
+        if await self._send(Dtmf(self._next_seq(), self.stream_sid, digit)):
+            self._counts["dtmf_sent"] += 1
 
     async def _converse(self) -> None:
         """A caller who listens: each step is ``respond``'s answer to what the agent last said."""
@@ -432,6 +445,10 @@ class TwilioCaller:
         is the first / last of an utterance."""
         turn = self._tx_turn
         if not self._tx_buf or turn is None:
+            if self._tx_keys:   # a key's tone (dtmf_in_band), between utterances
+                frame = bytes(self._tx_keys[:FRAME_BYTES])
+                del self._tx_keys[:FRAME_BYTES]
+                return frame, None, False, False
             return bytes([ULAW_SILENCE]) * FRAME_BYTES, None, False, False
         first = turn.speech_start_t is None
         frame = bytes(self._tx_buf[:FRAME_BYTES]).ljust(FRAME_BYTES, bytes([ULAW_SILENCE]))

@@ -28,7 +28,9 @@ input side (one task reads the wire for the pipeline's life). :class:`RecordedIn
 ``ReceivingInput``, and the browser's input on its own) hands the caller's audio to the recording.
 
 :func:`keypad_frame` turns a key the caller pressed (Twilio's ``dtmf``, RFC 4733) into pipecat's
-``InputDTMFFrame``, or None for a key pipecat's keypad lacks.
+``InputDTMFFrame``, or None for a key pipecat's keypad lacks. A phone line's edge (Twilio, SIP,
+Genesys) also calls its recorder's ``key_pressed`` there: the key's tone must not stay in the
+recording (a browser's keypad sends no tone).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
     recorder.caller(pcm, rate)     # the input transport, for each frame from the caller
     recorder.agent(pcm, rate)      # the output transport, for each chunk it put on the wire
     recorder.clear()               # barge-in: what was sent and not yet played is not heard
+    recorder.key_pressed()         # the edge heard a key out of band: the caller's channel goes quiet around it
     recorder.close()               # hang-up: the rest written, the file closed whole
 
 Channel 0 is the caller, channel 1 the agent as the caller heard it. The timeline is the
@@ -16,7 +17,18 @@ audio past the timeline (the lead the pacer keeps, ~120 ms) waits in memory; the
 in batches of ``batch_s`` through one writer thread shared by every call (:class:`DiskWriter`), so
 the event loop never waits on a file and the encoder never runs on it. The file is Ogg/Opus by
 default, a 16-bit WAV with ``fmt="wav"`` (``pipeline.audio.recordings``); either keeps what reached
-the disk when the process dies (about ``batch_s`` plus an Ogg page, 0.5 s, is lost at most).
+the disk when the process dies (about ``batch_s`` + ``HOLD_S`` plus an Ogg page, under a second, is lost
+at most).
+
+Keypad tones never reach the file (card numbers keyed on the phone must not be kept, PCI DSS): on
+the caller's channel, each 10 ms block where :class:`~pipeline.audio.dtmf_tones.DtmfToneDetector`
+hears a key is written as silence, with ``TONE_GUARD_S`` either side (the tone's edges, an echo), and
+so is ``KEY_BEFORE_S``..``KEY_AFTER_S`` around each key the edge reports out of band
+(``key_pressed``: Twilio's ``dtmf``, RFC 4733, Genesys), whose tone may be partly in-band and
+too faint or short to hear. The detector runs once a batch, on the batch, and the last
+``HOLD_S`` of each batch waits for the next, so a tone found late is silenced from its start;
+``keys_silenced`` counts the stretches.
+
 Hooked in once for every transport: the output side in
 :class:`~telephony.core.output.PlayoutOutput`, the input side in
 :class:`~telephony.core.output.RecordedInput`, opened and closed by the
@@ -35,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.audio.dtmf_tones import DtmfToneDetector
 from pipeline.audio.recordings import SUFFIXES, RecordingWriter, open_recording
 from pipeline.errors import AudioFormatError
 from pipeline.options import RecordingFormat
@@ -45,6 +58,10 @@ log = logging.getLogger(__name__)
 
 MAX_AGENT_AHEAD_S = 60.0   # agent audio written faster than real time is kept this far ahead at most
 MAX_READ_LAG_S = 0.5       # how far the caller's clock may be taken to run ahead of the frames read
+TONE_GUARD_S = 0.04        # silenced either side of an in-band keypad tone
+KEY_BEFORE_S = 0.3         # a key reported out of band: silenced this long before the report
+KEY_AFTER_S = 0.3          # ... and after it (RFC 4733 reports a key as it starts, Twilio as it ends)
+HOLD_S = 0.3               # of each batch, kept back for the next: the look-behind of both
 
 
 class DiskWriter:
@@ -113,6 +130,11 @@ class CallRecorder:
         self._out: list[np.ndarray] = []     # (n, 2) frames not yet handed to the writer
         self._out_samples = 0
         self._batch = int(batch_s * self.sample_rate_hz)
+        self._hold = int(HOLD_S * self.sample_rate_hz)
+        self._detector = DtmfToneDetector(self.sample_rate_hz)
+        self._detected_to = 0                # timeline: caller samples the detector has had
+        self._quiet: list[list[int]] = []    # [start, end) of the caller's channel to silence, in order
+        self._quiet_done = 0                 # stretches written out already
         self._closed = False
         self._clock = clock
         self._t0: float | None = None        # when the caller's clock was 0 (the least late frame says)
@@ -135,6 +157,11 @@ class CallRecorder:
     def seconds(self) -> float:
         return self._now / self.sample_rate_hz
 
+    @property
+    def keys_silenced(self) -> int:
+        """How many stretches of the caller's channel were (or will be) written as silence for keys."""
+        return self._quiet_done + len(self._quiet)
+
     def caller(self, pcm: bytes, sample_rate_hz: int) -> None:
         if self._closed:
             return
@@ -156,8 +183,8 @@ class CallRecorder:
         self._agent_at = max(self._agent_at, self._now) if not self._agent.size else self._agent_at
         self._out.append(np.column_stack((said, heard)))
         self._out_samples += n
-        if self._out_samples >= self._batch:
-            self._flush()
+        if self._out_samples >= self._batch + self._hold:
+            self._flush(keep=self._hold)
 
     def agent(self, pcm: bytes, sample_rate_hz: int) -> None:
         if self._closed:
@@ -180,6 +207,12 @@ class CallRecorder:
         if not self._agent.size:
             self._agent_at = self._now
 
+    def key_pressed(self) -> None:
+        """The edge reported a key (out of band) now: the caller's channel around it is silenced."""
+        if not self._closed:
+            rate = self.sample_rate_hz
+            self._silence(self._now - int(KEY_BEFORE_S * rate), self._now + int(KEY_AFTER_S * rate))
+
     def close(self) -> threading.Event:
         """Write what is left (not the agent's unplayed audio) and close; the event is set once the
         file is closed on disk."""
@@ -190,10 +223,37 @@ class CallRecorder:
             self._done = self._writer.close(self.file)
         return self._done
 
-    def _flush(self) -> None:
-        if self._out:
-            self._writer.write(self.file, np.concatenate(self._out).astype("<i2").tobytes())
-            self._out, self._out_samples = [], 0
+    def _flush(self, keep: int = 0) -> None:
+        """Find the keys in what came since the last batch, silence them, and hand all but the last
+        ``keep`` samples to the writer."""
+        if not self._out:
+            return
+        out = np.concatenate(self._out)
+        first = self._now - out.shape[0]     # timeline index of out[0]
+        guard = int(TONE_GUARD_S * self.sample_rate_hz)
+        for tone in self._detector.push(out[self._detected_to - first:, 0]):
+            self._silence(tone.start - guard, tone.end + guard)
+        self._detected_to = self._now
+        for start, end in self._quiet:
+            if end > first:
+                out[max(0, start - first):max(0, end - first), 0] = 0
+        cut = max(0, out.shape[0] - keep)
+        if cut > 0:
+            self._writer.write(self.file, out[:cut].astype("<i2").tobytes())
+        self._out, self._out_samples = [out[cut:]], out.shape[0] - cut
+        done = sum(1 for _, end in self._quiet if end <= first + cut)
+        self._quiet_done += done
+        del self._quiet[:done]
+
+    def _silence(self, start: int, end: int) -> None:
+        """Mark ``[start, end)`` of the caller's channel to be written as silence (merged with any
+        stretch it touches)."""
+        start = max(start, 0)
+        kept = [q for q in self._quiet if q[1] < start or q[0] > end]
+        touched = [q for q in self._quiet if not (q[1] < start or q[0] > end)]
+        if touched:
+            start, end = min(start, *(q[0] for q in touched)), max(end, *(q[1] for q in touched))
+        self._quiet = sorted(kept + [[start, end]])
 
 
 def prune_recordings(folder: str | Path, retention_days: int, *, now: float | None = None) -> int:

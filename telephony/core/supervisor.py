@@ -178,6 +178,8 @@ class CallSupervisor:
         if isinstance(input_, RecordedInput):
             input_.recorder = self.recorder
         self.record.recording = str(self.recorder.path)
+        recorder = self.recorder
+        self.book.more_stats = lambda: {"recording_keys_silenced": recorder.keys_silenced}
 
     async def _stop_recording(self) -> None:
         """Close the recording and wait (off the loop) until it is whole on disk, so the record's

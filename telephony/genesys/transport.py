@@ -218,6 +218,8 @@ class GenesysInputTransport(ReceivingInput, BaseInputTransport):
                 if got == "close":
                     break
                 if got is not None:
+                    if self.recorder is not None:
+                        self.recorder.key_pressed()
                     key = keypad_frame(got, session.call_id)
                     if key is not None:
                         await self.push_frame(key)

@@ -489,7 +489,8 @@ class DialedCall(ScreenedCall, SipCall):
 
     async def _read_audio(self, timeout_s: float) -> bytes | None:
         """The callee's next 20 ms (into the recording too), or None when none came in time; a
-        key pressed while screening reaches nobody (the agent has not started)."""
+        key pressed while screening reaches nobody (the agent has not started) and the recording
+        is silenced around it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -502,6 +503,8 @@ class DialedCall(ScreenedCall, SipCall):
                 if self.recorder is not None:
                     self.recorder.caller(item.pcm, SAMPLE_RATE_HZ)
                 return item.pcm
+            if self.recorder is not None:   # a key (RFC 4733): its tone is kept out of the recording
+                self.recorder.key_pressed()
 
     async def _pipeline_ended(self) -> str | None:
         if self._message is not None:  # it ends the pipeline once the message's last packet went out

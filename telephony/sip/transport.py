@@ -68,6 +68,8 @@ class SipInputTransport(ReceivingInput, BaseInputTransport):
                 await self.push_audio_frame(
                     InputAudioRawFrame(audio=item.pcm, sample_rate=SAMPLE_RATE_HZ, num_channels=1))
             elif isinstance(item, DtmfIn):
+                if self.recorder is not None:
+                    self.recorder.key_pressed()
                 key = keypad_frame(item.digit, session.call_id)
                 if key is not None:
                     await self.push_frame(key)

@@ -194,6 +194,8 @@ class TwilioCall(ScreenedCall):
                 return None
             if isinstance(message, Dtmf):
                 link.stats.dtmf.append(message.digit)
+                if self.recorder is not None:
+                    self.recorder.key_pressed()
         return None
 
     # -- the end ---------------------------------------------------------------------------------

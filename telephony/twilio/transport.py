@@ -177,6 +177,8 @@ class TwilioInputTransport(ReceivingInput, BaseInputTransport):
                     await self._report_heard(utt)
             elif isinstance(message, Dtmf):
                 link.stats.dtmf.append(message.digit)
+                if self.recorder is not None:
+                    self.recorder.key_pressed()
                 key = keypad_frame(message.digit, link.call_id)
                 if key is not None:
                     await self.push_frame(key)

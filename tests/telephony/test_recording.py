@@ -16,12 +16,15 @@ import pytest
 from agent.echo import EchoAgentProcessor
 from harness.callers.script import load_utterance_audio
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
-from pipeline.audio.g711 import ulaw_decode
+from harness.flite import synthesize_flite
+from pipeline.audio.dtmf_tones import find_keys, key_tone
+from pipeline.audio.g711 import resample, ulaw_decode, ulaw_encode
+from pipeline.audio.wav import write_wav
 from pipeline.audio.recordings import read_recording
 from pipeline.audio.wav_stream import WavStreamWriter, read_wav_frames
 from pipeline.builder import PipelineConfig
 from pipeline.errors import PipelineError
-from telephony.core.recorder import CallRecorder, DiskWriter
+from telephony.core.recorder import KEY_AFTER_S, KEY_BEFORE_S, TONE_GUARD_S, CallRecorder, DiskWriter
 from telephony.server import CallServer, ServerConfig
 
 from .conftest import TOKEN
@@ -99,6 +102,44 @@ def test_other_rates_are_put_on_the_recordings_rate(tmp_path):
     assert rec.close().wait(5)
     pcm, _ = read_wav_frames(rec.path)
     assert pcm.shape == (FRAME, 2) and set(pcm[:, 0]) == {3} and set(pcm[:, 1]) == {5}
+
+
+async def test_keypad_tones_on_the_callers_channel_are_written_as_silence(tmp_path):
+    """Card digits keyed on the phone must not stay in a recording (PCI DSS): the caller's channel
+    is silent where each in-band tone was, ``TONE_GUARD_S`` either side, and around a key the edge
+    reported out of band whose tone was too faint to hear; everywhere else it is, sample for sample,
+    what the caller sent, and the agent's channel is untouched."""
+    pcm, rate_hz = await synthesize_flite("my card number is", "slt")
+    speech = resample(pcm, rate_hz, RATE)
+    ms = RATE // 1000
+    digits = [np.concatenate((key_tone(d, duration_s=0.07, sample_rate_hz=RATE), np.zeros(60 * ms, np.int16)))
+              for d in "4111"]
+    faint = key_tone("5", duration_s=0.07, sample_rate_hz=RATE, level_dbfs=-50)   # under the detector's floor
+    parts = [speech, np.zeros(200 * ms, np.int16), *digits, np.zeros(400 * ms, np.int16), faint]
+    pressed_at = -(-sum(p.size for p in parts) // FRAME) * FRAME     # the key is reported after that frame
+    parts += [np.zeros(pressed_at - sum(p.size for p in parts) + 500 * ms, np.int16), speech]
+    said = np.concatenate(parts)
+    said = np.concatenate((said, np.zeros(-said.size % FRAME, np.int16)))
+    tones_at = speech.size + 200 * ms
+    tones_end = tones_at + sum(d.size for d in digits) - 60 * ms
+
+    rec = CallRecorder.open(tmp_path, "KEYS", sample_rate_hz=RATE, fmt="wav", writer=DiskWriter())
+    rec.agent(frame(7, said.size), RATE)
+    for i in range(0, said.size, FRAME):
+        rec.caller(said[i:i + FRAME].tobytes(), RATE)
+        if i + FRAME == pressed_at:
+            rec.key_pressed()
+    assert rec.close().wait(5)
+    got, _ = read_wav_frames(rec.path)
+    caller = got[:, 0]
+    assert got.shape == (said.size, 2) and set(got[:, 1]) == {7}
+    guard = int(TONE_GUARD_S * RATE)
+    assert not caller[tones_at - guard:tones_end + guard].any()                   # the digits and their edges
+    assert not caller[pressed_at - int(KEY_BEFORE_S * RATE):pressed_at + int(KEY_AFTER_S * RATE)].any()
+    assert find_keys(caller, RATE) == [] and find_keys(said, RATE) != []
+    assert np.array_equal(caller[:speech.size], speech)                           # the speech as it was
+    assert np.array_equal(caller[-speech.size:], said[-speech.size:])
+    assert rec.keys_silenced == 2                                                 # the run of digits, the press
 
 
 def test_a_file_whose_writer_died_is_read_to_its_last_byte(tmp_path):
@@ -187,6 +228,40 @@ async def test_a_twilio_call_with_a_barge_in_is_recorded_on_two_channels(tmp_pat
 
     # and the record's times (speech, replies, the cut) are where the recording has them
     assert_lines_up(record, expect_cut=True)
+
+
+async def test_a_twilio_callers_keys_are_in_the_record_and_not_in_the_recording(tmp_path):
+    """The caller says a card number's start and keys four digits on its heels (tones only, no
+    ``dtmf`` message: the recorder's detector must find them), then presses a key as a phone line
+    carries it (its tone on the media, then Twilio's ``dtmf`` message). The recording's caller
+    channel has the speech and no tone; the record has the key and the stretches silenced."""
+    pcm, rate_hz = await synthesize_flite("my card number is", "slt")
+    speech = resample(pcm, rate_hz, RATE)
+    gap = np.zeros(RATE * 60 // 1000, np.int16)
+    keyed = np.concatenate([speech, np.zeros(RATE // 5, np.int16)]
+                           + [np.concatenate((key_tone(d, duration_s=0.07, sample_rate_hz=RATE), gap)) for d in "4111"])
+    wav = tmp_path / "keyed.wav"
+    write_wav(wav, keyed, RATE)
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN,
+                                     pipeline=PipelineConfig(recordings_dir=str(tmp_path))),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    await server.start()
+    utterances = (CallerUtterance(wav=wav), CallerUtterance(dtmf="5"))
+    config = CallerConfig(url=f"ws://127.0.0.1:{server.port}/twilio/stream", auth_token=TOKEN,
+                          utterances=utterances, dtmf_in_band=True, timeout_s=60)
+    try:
+        report = await run_call(config)
+    finally:
+        await server.stop()
+    sent = ulaw_decode(await load_utterance_audio(utterances[0], config.voice, 30))
+    assert "".join(k.key for k in find_keys(sent, RATE)) == "4111"          # the tones went on the line
+    record = server.store.get(report.call_sid)
+    assert record is not None and record.ended and record.recording is not None
+    assert record.stats["dtmf"] == 1                                          # the key is in the record
+    assert record.stats["recording_keys_silenced"] == 2                       # the four digits, the key
+    caller = read_recording(record.recording)[0][:, 0]
+    assert find_keys(caller, RATE) == []                                      # no tone in the recording
+    assert _find(caller, ulaw_decode(ulaw_encode(speech)))[1] > 0.95          # the speech is
 
 
 def test_old_recordings_are_pruned_and_the_spec_turns_recording_on(tmp_path):
