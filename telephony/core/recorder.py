@@ -17,8 +17,7 @@ audio past the timeline (the lead the pacer keeps, ~120 ms) waits in memory; the
 in batches of ``batch_s`` through one writer thread shared by every call (:class:`DiskWriter`), so
 the event loop never waits on a file and the encoder never runs on it. The file is Ogg/Opus by
 default, a 16-bit WAV with ``fmt="wav"`` (``pipeline.audio.recordings``); either keeps what reached
-the disk when the process dies (about ``batch_s`` + ``HOLD_S`` plus an Ogg page, under a second, is lost
-at most).
+the disk when the process dies (at most ``batch_s`` + ``HOLD_S`` plus an Ogg page, 1.3 s, is lost).
 
 Keypad tones never reach the file (card numbers keyed on the phone must not be kept, PCI DSS): on
 the caller's channel, each 10 ms block where :class:`~pipeline.audio.dtmf_tones.DtmfToneDetector`
@@ -57,7 +56,7 @@ __all__ = ["CallRecorder", "DiskWriter", "prune_recordings"]
 log = logging.getLogger(__name__)
 
 MAX_AGENT_AHEAD_S = 60.0   # agent audio written faster than real time is kept this far ahead at most
-MAX_READ_LAG_S = 0.5       # how far the caller's clock may be taken to run ahead of the frames read
+MAX_READ_LAG_S = 2.0       # how far the caller's clock may be taken to run ahead of the frames read
 TONE_GUARD_S = 0.04        # silenced either side of an in-band keypad tone
 KEY_BEFORE_S = 0.3         # a key reported out of band: silenced this long before the report
 KEY_AFTER_S = 0.3          # ... and after it (RFC 4733 reports a key as it starts, Twilio as it ends)
@@ -186,12 +185,17 @@ class CallRecorder:
         if self._out_samples >= self._batch + self._hold:
             self._flush(keep=self._hold)
 
-    def agent(self, pcm: bytes, sample_rate_hz: int) -> None:
+    def agent(self, pcm: bytes, sample_rate_hz: int, *, playing: bool = False) -> None:
+        """Agent audio put on the wire. ``playing``: it plays as it is handed over (a browser's
+        track is paced at real time), so when the far end's buffer ran dry it starts where the
+        caller's clock is, not where the frames read so far are (behind it when the loop is late);
+        otherwise (a line paced on the caller's frames, as Twilio's and SIP's are) at the frames read."""
         if self._closed:
             return
         sent = _resample(np.frombuffer(pcm, np.int16), sample_rate_hz, self.sample_rate_hz)
         if not self._agent.size:
-            self._agent_at = self._now       # the far end's buffer ran dry: this plays now
+            # the far end's buffer ran dry: this plays now
+            self._agent_at = self._playing_at() if playing else self._now
             if self._t0 is None:
                 self._early_s = self._clock()
         room = int(MAX_AGENT_AHEAD_S * self.sample_rate_hz) - self._agent.size
@@ -199,13 +203,17 @@ class CallRecorder:
 
     def clear(self) -> None:
         """Barge-in: the agent's audio not yet played by the caller's clock is dropped."""
-        played_to = self._now
-        if self._t0 is not None:
-            by_clock = round((self._clock() - self._t0) * self.sample_rate_hz)
-            played_to = max(self._now, min(by_clock, self._now + int(MAX_READ_LAG_S * self.sample_rate_hz)))
-        self._agent = self._agent[:max(0, played_to - self._agent_at)]
+        self._agent = self._agent[:max(0, self._playing_at() - self._agent_at)]
         if not self._agent.size:
             self._agent_at = self._now
+
+    def _playing_at(self) -> int:
+        """Where on the timeline the caller's clock is now: the frames read so far, or, where the
+        loop reads them late, the wall clock since the least late one (at most ``MAX_READ_LAG_S`` on)."""
+        if self._t0 is None:
+            return self._now
+        by_clock = round((self._clock() - self._t0) * self.sample_rate_hz)
+        return max(self._now, min(by_clock, self._now + int(MAX_READ_LAG_S * self.sample_rate_hz)))
 
     def key_pressed(self) -> None:
         """The edge reported a key (out of band) now: the caller's channel around it is silenced."""

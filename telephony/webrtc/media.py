@@ -245,7 +245,7 @@ class MeteredWebRTCClient(SmallWebRTCClient):
 
     def _agent_sent(self, pcm: bytes) -> None:
         if self.recorder is not None:
-            self.recorder.agent(pcm, self._out_sample_rate)
+            self.recorder.agent(pcm, self._out_sample_rate, playing=True)
 
     async def write_audio(self, pcm: bytes, utterance: Utterance | None) -> bool:
         track = self._audio_output_track

@@ -68,15 +68,17 @@ def assert_lines_up(record: CallRecord, *, tolerance_s: float = TOLERANCE_S,
     pcm, rate = read_recording(record.recording)
     offset = record.marks_s["recording_start"]
     worst: dict[str, float] = {}
+    caller, agent = sound_spans(pcm[:, 0], rate), sound_spans(pcm[:, 1], rate)
 
     def near(kind: str, expected: float, found: float, what: str) -> None:
         error = found - (expected - offset)
         worst[kind] = max(worst.get(kind, 0.0), abs(error))
         assert abs(error) <= tolerance_s, (
             f"{what}: the recording has it at {found:.3f} s, the record at {expected - offset:.3f} s "
-            f"({error * 1000:+.0f} ms)")
+            f"({error * 1000:+.0f} ms); the record: {record.marks_s}, turns "
+            f"{[(t.at_s, t.agent_text[:30], t.agent_text_heard[:30]) for t in record.turns]}; sound: caller "
+            f"{[(round(a, 2), round(b, 2)) for a, b in caller]}, agent {[(round(a, 2), round(b, 2)) for a, b in agent]}")
 
-    caller = sound_spans(pcm[:, 0], rate)
     for turn in record.turns:
         at = turn.at_s
         if "speech_start" not in at:
@@ -86,7 +88,6 @@ def assert_lines_up(record: CallRecord, *, tolerance_s: float = TOLERANCE_S,
         near("speech_start", at["speech_start"], span[0], f"turn {turn.turn}'s caller speech start")
         near("speech_end", at["speech_end"], span[1], f"turn {turn.turn}'s caller speech end")
 
-    agent = sound_spans(pcm[:, 1], rate)
     replies = _agent_spans(record)
     cuts = 0
     for i, (name, began, heard_end, cut) in enumerate(replies):
