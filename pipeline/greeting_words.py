@@ -17,9 +17,9 @@ call-screening greetings. Person cues (``PERSON_CUES``) are what a person says o
 only at the start of a text that has no machine phrase (``GreetingMatch.person``), and the
 answering detector uses it only to hold back a call of ``machine`` made on length alone.
 
-Fast path and reference: ``substring_distance`` is Myers' bit-parallel approximate matching
+``substring_distance`` is Myers' bit-parallel approximate matching
 (Hyyro's formulation), one pass over the text per phrase with Python ints as bit vectors;
-``substring_distance_reference`` is the textbook dynamic programme, the test checks they agree.
+tests/pipeline/test_greeting_words.py checks it against the textbook dynamic programme.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["MACHINE_PHRASES", "PERSON_CUES", "GreetingCues", "GreetingMatch", "normalise",
-           "substring_distance", "substring_distance_reference"]
+           "substring_distance"]
 
 MACHINE_PHRASES: tuple[str, ...] = (
     "message", "leave a message", "leave your message", "leave me a message", "leave your name",
@@ -103,17 +103,6 @@ def substring_distance(pattern: str, text: str, *, within: int = 0) -> tuple[int
         if score < best and (not within or j < within + m):
             best, end = score, j
     return best, end
-
-
-def substring_distance_reference(pattern: str, text: str) -> int:
-    """The same distance by the textbook table (slow; the test's reference)."""
-    prev = [0] * (len(text) + 1)                 # row 0: the text's start is free
-    for i, p in enumerate(pattern, 1):
-        cur = [i] + [0] * len(text)
-        for j, t in enumerate(text, 1):
-            cur[j] = min(prev[j - 1] + (p != t), prev[j] + 1, cur[j - 1] + 1)
-        prev = cur
-    return min(prev)
 
 
 @dataclass(frozen=True, slots=True)
