@@ -93,18 +93,23 @@ class SpeechEdges:
         self._floor = ONSET_CONFIDENCE * confidence
         windows = max(1, int(ONSET_MAX_S * sample_rate_hz / window_samples))
         self._confidences: deque[float] = deque(maxlen=windows)
-        self._levels: deque[float] = deque(maxlen=windows * self.QUARTERS)  # dBFS a quarter
+        self._powers: deque[float] = deque(maxlen=windows * self.QUARTERS)  # mean square a quarter
 
     def add(self, window: bytes, confidence: float) -> None:
+        """Each window scored (on the event loop, every call): its confidence and its quarters'
+        power; levels in dB are worked out only when an edge is asked for."""
         self._confidences.append(confidence)
         x = np.frombuffer(window, np.int16).astype(np.float32)
         n = x.size // self.QUARTERS
         if n:
-            power = np.mean(x[: n * self.QUARTERS].reshape(self.QUARTERS, n) ** 2, axis=1)
-            self._levels.extend(10.0 * np.log10(power + 1.0) - 90.3)  # 0 dBFS: full scale
+            self._powers.extend(np.mean(x[: n * self.QUARTERS].reshape(self.QUARTERS, n) ** 2, axis=1))
 
-    def _threshold(self) -> float:
-        levels = np.fromiter(self._levels, np.float32)
+    def _levels(self) -> np.ndarray:
+        """The quarters' loudness, dBFS (0: full scale)."""
+        return 10.0 * np.log10(np.fromiter(self._powers, np.float64, len(self._powers)) + 1.0) - 90.3
+
+    @staticmethod
+    def _threshold(levels: np.ndarray) -> float:
         noise, speech = np.percentile(levels, 10), np.percentile(levels, 90)
         return max(float(noise + LEVEL_SPLIT * (speech - noise)), LEVEL_FLOOR_DBFS)
 
@@ -118,10 +123,10 @@ class SpeechEdges:
             if confidence < self._floor:
                 break
             windows += 1
-        levels = list(self._levels)
+        levels = self._levels()
         at = len(levels) - windows * self.QUARTERS   # the first quarter of the model's run
-        if levels:
-            loud, reach = self._threshold(), round(EDGE_SEARCH_S / self._quarter_s)
+        if len(levels):
+            loud, reach = self._threshold(levels), round(EDGE_SEARCH_S / self._quarter_s)
             back = at
             while back > max(0, at - reach) and levels[back - 1] >= loud:
                 back -= 1
@@ -135,11 +140,11 @@ class SpeechEdges:
     def offset_s(self, stop_secs: float, waiting_s: float) -> float | None:
         """Seconds of audio since the speech ended, for a stop called ``stop_secs`` after the
         state machine's last speech window (None before any window)."""
-        levels = list(self._levels)
-        if not levels:
+        levels = self._levels()
+        if not len(levels):
             return None
         end = max(0, len(levels) - round(stop_secs / self._quarter_s))   # the quarter after pipecat's end
-        loud, reach = self._threshold(), round(EDGE_SEARCH_S / self._quarter_s)
+        loud, reach = self._threshold(levels), round(EDGE_SEARCH_S / self._quarter_s)
         last = end
         if last > 0 and levels[last - 1] >= loud:   # the smoothed loudness fell before the sound did
             while last < min(len(levels), end + reach) and levels[last] >= loud:
