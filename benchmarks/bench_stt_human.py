@@ -2,13 +2,15 @@
 
     scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
     .venv/bin/python benchmarks/bench_stt_human.py [--manifest data/stt/human/human.tsv]
-        [--engines ssm ssm-stream ssm-pure whisper pocketsphinx] [--model models/stt] [--decoder beam]
+        [--engines ssm ssm-ctc ssm-stream ssm-pure whisper pocketsphinx] [--model models/stt]
+        [--decoder beam]
 
 Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
 through the 8 kHz mu-law phone channel to parley's streaming recogniser (``ssm``: the shipped
 one, on Whisper tiny.en's streamed encoder, its finals from the final pass when the folder has a
-``final/`` model; ``ssm-stream``: the same folder with the stream's own finals; ``ssm-pure``: the
-pure SSM one before it), Whisper tiny.en (the
+``final/`` model, made by the decoder its ``decoder.json`` names; ``ssm-ctc``: the final pass
+with the final model's CTC heads and search; ``ssm-stream``: the same folder with the stream's
+own finals; ``ssm-pure``: the pure SSM one before it), Whisper tiny.en (the
 accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
 in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
 one thread, and the final latency (end of audio to final transcript) p50/p95/p99; and the
@@ -38,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
     ap.add_argument("--engines", nargs="+", default=["ssm", "whisper", "pocketsphinx"],
-                    choices=["ssm", "ssm-stream", "ssm-pure", "whisper", "pocketsphinx"],
+                    choices=["ssm", "ssm-ctc", "ssm-stream", "ssm-pure", "whisper", "pocketsphinx"],
                     help="ssm: the recogniser in --model (default models/stt, on Whisper's "
-                    "streamed encoder); ssm-pure: the pure SSM recogniser in --pure-model, in "
+                    "streamed encoder); ssm-ctc: its final pass decoded by the CTC heads; "
+                    "ssm-pure: the pure SSM recogniser in --pure-model, in "
                     "the same run (default: %(default)s)")
     ap.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
     ap.add_argument("--pure-model", default="models/stt-ssm",
@@ -75,7 +78,8 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
         res = evaluate("ssm" if name.startswith("ssm") else name, manifest,
                        model_dir=args.pure_model if name == "ssm-pure" else args.model,
                        decoder=args.decoder, lm_path=args.lm, compile=False,
-                       final_pass=False if name == "ssm-stream" else None)
+                       final_pass=False if name == "ssm-stream" else None,
+                       final_decoder="ctc" if name == "ssm-ctc" else None)
         if args.hyps:
             Path(args.hyps).mkdir(parents=True, exist_ok=True)
             write_hyps(res, Path(args.hyps) / f"{name}.tsv")
@@ -90,6 +94,9 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     if "ssm" in eng and "whisper" in eng:
         out["ssm_over_whisper_wer"] = round(eng["ssm"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
         out["ssm_over_whisper_cer"] = round(eng["ssm"]["cer"] / max(eng["whisper"]["cer"], 1e-9), 2)
+    if "ssm-ctc" in eng and "whisper" in eng:
+        out["ssm_ctc_over_whisper_wer"] = round(
+            eng["ssm-ctc"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
     if "ssm-stream" in eng and "whisper" in eng:
         out["ssm_stream_over_whisper_wer"] = round(
             eng["ssm-stream"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)

@@ -75,13 +75,14 @@ class STTEvalResult:
 class _SSM:
     def __init__(self, rate_hz: int, model_dir: str | None, decoder: str = "beam",
                  lm_path: str | None = None, stride: int | None = None,
-                 compile: bool | None = None, final_pass: bool | None = None) -> None:
+                 compile: bool | None = None, final_pass: bool | None = None,
+                 final_decoder: str | None = None) -> None:
         from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, DEFAULT_STRIDE, SSMSTTEngine
 
         self.engine = SSMSTTEngine(model_dir or DEFAULT_MODEL_DIR, lm_path=lm_path,
                                    decoder=decoder,  # type: ignore[arg-type]
                                    stride=stride or DEFAULT_STRIDE, compile=compile,
-                                   final_pass=final_pass)
+                                   final_pass=final_pass, final_decoder=final_decoder)
         self.rate_hz = rate_hz
 
     def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
@@ -143,9 +144,11 @@ ENGINES = ("ssm", "pocketsphinx", "whisper")
 
 def make_engine(name: str, rate_hz: int, model_dir: str | None = None, decoder: str = "beam",
                 lm_path: str | None = None, stride: int | None = None,
-                compile: bool | None = None, final_pass: bool | None = None) -> _Streamer:
+                compile: bool | None = None, final_pass: bool | None = None,
+                final_decoder: str | None = None) -> _Streamer:
     if name == "ssm":
-        return _SSM(rate_hz, model_dir, decoder, lm_path, stride, compile, final_pass)
+        return _SSM(rate_hz, model_dir, decoder, lm_path, stride, compile, final_pass,
+                    final_decoder)
     if name == "pocketsphinx":
         return _Sphinx(rate_hz)
     if name == "whisper":
@@ -179,8 +182,11 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              codec: Codec = "mulaw", limit: int | None = None, model_dir: str | None = None,
              decoder: str = "beam", lm_path: str | None = None,
              progress: bool = False, stride: int | None = None,
-             compile: bool | None = None, final_pass: bool | None = None) -> STTEvalResult:
-    """Run one engine over a manifest; see the module docstring for what is measured."""
+             compile: bool | None = None, final_pass: bool | None = None,
+             final_decoder: str | None = None) -> STTEvalResult:
+    """Run one engine over a manifest; see the module docstring for what is measured.
+    ``final_decoder`` ("whisper" or "ctc"; None: the model folder's choice) makes the SSM
+    recogniser's finals (``SSMSTTEngine``)."""
     if rate_hz not in (8000, 16000):
         raise PipelineError(f"--rate must be 8000 or 16000, got {rate_hz}")
     rows = read_manifest(manifest)
@@ -195,7 +201,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         clips.append((phone_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
         voices.append(voice_of.get(path, ""))
     engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path, stride, compile,
-                         final_pass)
+                         final_pass, final_decoder)
     refs, hyps, finals = [], [], []
     busy_s = audio_s = 0.0
     it = clips

@@ -6,7 +6,8 @@ runs the beam search over it: tens of milliseconds of CPU per utterance, most of
 Python's GIL. In a thread of the server process it competed with the event loop of every call;
 here it has a process (and a GIL) of its own, as the stream's model has (``runner_procs``).
 
-    proc = FinalPassProcess(["models/stt/final", "models/stt/lm.arpa.gz", "", "joint", "{}", ""])
+    proc = FinalPassProcess(["models/stt/final", "models/stt/lm.arpa.gz", "", "joint", "{}", "",
+                             "whisper"])
     proc.start()                                  # the child loads the model and the LM
     proc.piece(uid, audio, hints=hints)           # a piece while the caller speaks (no reply)
     fut = proc.last(uid, rest)                    # -> Future of the final (Recognition | None)
@@ -86,8 +87,9 @@ def decode_recognition(d: dict[str, Any] | None) -> Recognition | None:
 class FinalPassProcess(ChildClient):
     """The final pass's model and search in a child process (see the module docstring).
     ``args``: the final model's folder, the LM's path, the lexicon's path ("" for none), the
-    search's kind ("joint", "phones", or "greedy": no search), the BeamConfig's fields as JSON and
-    the free-recognition JointConfig's ("": the defaults)."""
+    search's kind ("joint", "phones", or "greedy": no search), the BeamConfig's fields as JSON,
+    the free-recognition JointConfig's ("": the defaults) and, optionally, the finals' decoder
+    ("whisper": Whisper's own, ``whisper_final``; "ctc", the default: the final model's heads)."""
 
     unavailable = EngineUnavailableError
     closed_word = "stopped"
@@ -155,8 +157,9 @@ def _pcm(audio: np.ndarray) -> bytes:
 
 
 def _load(folder: str, lm_path: str, lexicon: str, kind: str, beam_json: str,  # noqa: ANN202
-          joint_json: str = ""):
-    """The final model and its search, as the server's engine builds them."""
+          joint_json: str = "", decoder: str = "ctc"):
+    """The final model, its search and Whisper's decoder (None: CTC finals), as the server's
+    engine builds them."""
     from pathlib import Path
 
     import torch
@@ -172,7 +175,11 @@ def _load(folder: str, lm_path: str, lexicon: str, kind: str, beam_json: str,  #
                             Path(lexicon) if lexicon else None,
                             "phones" if kind == "phones" else "joint",
                             JointConfig(**json.loads(joint_json)) if joint_json else None)
-    return model, beam
+    whisper = None
+    if decoder == "whisper":
+        from pipeline.engines.whisper_final import shared_whisper_final
+        whisper = shared_whisper_final()
+    return model, beam, whisper
 
 
 def _child_main(fd: int, args: list[str]) -> int:
@@ -180,18 +187,18 @@ def _child_main(fd: int, args: list[str]) -> int:
 
     import torch
 
-    from ssm_engine.stt.final_pass import FinalPassDecoder, decode_whole
+    from pipeline.engines.whisper_final import decode_whole_final, make_final_decoder
 
     end = ChildEnd(fd, engine="ssm-stt-final")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     try:
-        model, beam = _load(*args)
+        model, beam, whisper = _load(*args)
     except Exception as exc:  # noqa: BLE001 - reported to the server, which raises it
         end.fail(0, exc)
         return 1
     end.ready(time.perf_counter() - t0, phone_vocab_size=model.config.phone_vocab_size)
-    open_: OrderedDict[int, FinalPassDecoder] = OrderedDict()
+    open_: OrderedDict[int, Any] = OrderedDict()   # a FinalPassDecoder or a WhisperFinalDecoder
     failed: set[int] = set()     # utterances whose piece failed: their final is None
 
     for head, payload in end.requests():
@@ -203,7 +210,7 @@ def _child_main(fd: int, args: list[str]) -> int:
                 failed.discard(uid)
                 continue
             if op == "whole":
-                whole = decode_whole(model, beam, decode_hints(head["hints"]), audio)
+                whole = decode_whole_final(model, beam, decode_hints(head["hints"]), audio, whisper)
                 end.send({"id": rid, "final": encode_recognition(whole)})
                 continue
             if op not in ("piece", "last"):
@@ -215,7 +222,8 @@ def _child_main(fd: int, args: list[str]) -> int:
                                    "died; its stream's final stands", uid)
                     failed.add(uid)
                 else:
-                    dec = open_[uid] = FinalPassDecoder(model, beam, decode_hints(head["hints"]))
+                    dec = open_[uid] = make_final_decoder(model, beam, decode_hints(head["hints"]),
+                                                          whisper)
                     while len(open_) > MAX_OPEN_UTTERANCES:
                         open_.popitem(last=False)
             if dec is not None and uid not in failed:

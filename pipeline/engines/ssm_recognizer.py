@@ -65,6 +65,8 @@ import torch
 
 from pipeline.engines.final_procs import FinalPassProcess
 from pipeline.engines.stt_loading import beam_search as _beam_search, load_final_model, search_weights
+from pipeline.engines.whisper_final import (WhisperFinal, decode_whole_final, final_decoder_choice,
+                                            make_final_decoder, shared_whisper_final)
 from pipeline.engines.runner_procs import RunnerProcess
 from pipeline.errors import AudioFormatError, EngineUnavailableError, PipelineError
 from pipeline.options import SttDecoder, SttRunner
@@ -77,7 +79,6 @@ from ssm_engine.stt.errors import AudioInputError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 from ssm_engine.stt.encoder_model import WhisperSTTModel
 from ssm_engine.stt.model import STTModel
-from ssm_engine.stt.final_pass import FinalPassDecoder, decode_whole
 from ssm_engine.stt.recognizers import load_recognizer
 from ssm_engine.stt.joint import JointSearch
 from ssm_engine.stt.phone_beam import PhoneBeamSearch
@@ -163,7 +164,8 @@ class _FinalPass:
         self._rate = engine.model.config.sample_rate_hz
         self._beam, self._hints = engine.beam, hints
         self._uid = next(self._uids)
-        self._decoder = (FinalPassDecoder(self._model, engine.beam, hints)
+        self._whisper = engine.final_whisper
+        self._decoder = (make_final_decoder(self._model, engine.beam, hints, self._whisper)
                          if self._model is not None else None)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
@@ -226,7 +228,7 @@ class _FinalPass:
         own are untouched)."""
         assert self._model is not None
         try:
-            return decode_whole(self._model, self._beam, self._hints, audio)
+            return decode_whole_final(self._model, self._beam, self._hints, audio, self._whisper)
         except Exception:           # our bug: the stream's final stands
             logger.exception("STT: an early final failed; the stream's final stands")
             return None
@@ -484,7 +486,8 @@ class SSMSTTEngine:
                  beam_config: BeamConfig | None = None,
                  runner: Runner = "thread",
                  stride: int = DEFAULT_STRIDE, compile: bool | None = None,
-                 device: str = "cpu", final_pass: bool | None = None) -> None:
+                 device: str = "cpu", final_pass: bool | None = None,
+                 final_decoder: str | None = None) -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
         (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
         it searches both heads with the folder's ``lexicon.dict.gz`` (``Decoder``; "char-beam"
@@ -496,7 +499,9 @@ class SSMSTTEngine:
         ``device``: ``cpu``, ``cuda[:N]`` or ``auto`` (``ssm_engine.device.resolve_device``);
         audio and log-probs stay on the CPU, the batcher moves them. ``final_pass``: decode
         finals with the folder's ``final/`` model (the module docstring); None (the default)
-        when the folder has one, True requires it, False never."""
+        when the folder has one, True requires it, False never. ``final_decoder``: "whisper"
+        (Whisper's own decoder makes the final, ``whisper_final``) or "ctc" (the final model's
+        heads and search); None (the default): as the final folder's ``decoder.json`` says."""
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
         compile = DEFAULT_COMPILE if compile is None else compile
@@ -540,6 +545,11 @@ class SSMSTTEngine:
         # the final pass's own rescoring weights for turns with no hints, if its folder chose some
         # (stt_loading.SEARCH_FILE)
         self.free_weights = search_weights(final_dir) if use_final else None
+        if final_decoder not in (None, "whisper", "ctc"):
+            raise PipelineError(f"final_decoder must be 'whisper' or 'ctc', got {final_decoder!r}")
+        self.final_decoder = ((final_decoder or final_decoder_choice(final_dir)) if use_final
+                              else None)
+        self.final_whisper: WhisperFinal | None = None
         if use_final and runner == "thread":
             self.final_model = load_final_model(final_dir, target)
             self._check_final(final_dir, self.final_model.config.phone_vocab_size,
@@ -547,6 +557,8 @@ class SSMSTTEngine:
             # the pieces of every utterance of the process, one at a time (the beam searches
             # share the LM's and lexicon's caches, which the event loop used alone before)
             self._final_pool = ThreadPoolExecutor(1, thread_name_prefix="ssm-stt-final")
+            if self.final_decoder == "whisper":
+                self.final_whisper = shared_whisper_final()
         if decoder != "greedy":
             lexicon = None
             if decoder == "phone-beam" or (decoder == "beam" and model.config.phone_vocab_size):
@@ -619,7 +631,7 @@ class SSMSTTEngine:
 
     def _start_final(self, final_dir: Path) -> FinalPassProcess:
         """The final pass in its worker process, with the search this engine would run."""
-        args = [str(final_dir.resolve()), "", "", "greedy", "{}", ""]
+        args = [str(final_dir.resolve()), "", "", "greedy", "{}", "", self.final_decoder or "ctc"]
         if self._worker_search is not None:
             lm, config, lexicon, kind = self._worker_search
             args[1:5] = [str(lm), str(lexicon or ""), kind, json.dumps(dataclasses.asdict(config))]

@@ -18,31 +18,18 @@ from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTT
 from pipeline.errors import EngineUnavailableError
 from ssm_engine.stt.hints import NO_HINTS, Hints
 from ssm_engine.stt.joint import JointConfig
-from ssm_engine.stt.encoder_model import WhisperSTTConfig, WhisperSTTModel, save_whisper_stt
+from ssm_engine.stt.encoder_model import save_whisper_stt
 from ssm_engine.stt.stream import decode_utterance
-from ssm_engine.stt.text import VOCAB
+from tests.pipeline.stt_models import saying
 
-TINY_SSM = {"d_model": 32, "n_layers": 1, "d_state": 16, "headdim": 16, "expand": 2}
-
-
-def _saying(letter: str, features: str = "stream") -> WhisperSTTModel:
-    """A tiny untrained recogniser rigged to say ``letter`` on every frame (plumbing only)."""
-    torch.manual_seed(0)
-    model = WhisperSTTModel(WhisperSTTConfig(window_frames=20, hop_frames=4, lookahead_frames=2,
-                                             features=features, ssm=TINY_SSM))
-    with torch.no_grad():
-        model.head.weight.zero_()
-        model.head.bias.zero_()
-        model.head.bias[VOCAB.index(letter)] = 5.0
-    return model.eval()
 
 
 @pytest.fixture
 def folder(tmp_path):
     """A recogniser folder: a stream model saying "h", a final-pass model saying "b"."""
     d = tmp_path / "stt"
-    save_whisper_stt(_saying("h"), d)
-    save_whisper_stt(_saying("b", "utterance"), d / FINAL_DIR)
+    save_whisper_stt(saying("h"), d)
+    save_whisper_stt(saying("b", "utterance"), d / FINAL_DIR)
     for name in ("lm.arpa.gz", "lexicon.dict.gz"):
         shutil.copy(DEFAULT_MODEL_DIR / name, d / name)
     return d
@@ -134,7 +121,7 @@ def test_a_long_utterance_is_encoded_in_pieces_while_the_caller_speaks(folder, m
 
 
 def test_pieces_carry_the_ssm_on_and_cut_at_the_pause():
-    model = _saying("b", "utterance")
+    model = saying("b", "utterance")
     torch.manual_seed(1)
     with torch.no_grad():                                     # a state worth carrying
         for p in model.stack.parameters():
@@ -152,7 +139,7 @@ def test_pieces_carry_the_ssm_on_and_cut_at_the_pause():
 
 
 def test_a_final_folder_that_is_not_a_final_pass_model_is_refused(folder):
-    save_whisper_stt(_saying("b"), folder / FINAL_DIR)        # a stream model in final/
+    save_whisper_stt(saying("b"), folder / FINAL_DIR)        # a stream model in final/
     with pytest.raises(EngineUnavailableError, match="not a final-pass model"):
         SSMSTTEngine(folder, decoder="greedy")
     shutil.rmtree(folder / FINAL_DIR)
