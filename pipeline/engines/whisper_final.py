@@ -123,8 +123,7 @@ class WhisperFinal:
             n = min(_FRAMES, mel.shape[1] - mel.shape[1] % 2)
             enc = np.array(model.model.encode(ctranslate2.StorageView.from_array(
                 np.ascontiguousarray(mel[None, :, :n], dtype=np.float32))))
-            memory = self._silence.copy()
-            memory[:, : enc.shape[1]] = enc
+            memory = np.concatenate([enc, self._silence[:, enc.shape[1]:]], axis=1)
             res = model.model.generate(
                 ctranslate2.StorageView.from_array(memory), [self._prompt], beam_size=1,
                 suppress_tokens=self._asr._suppress, max_length=budget, return_scores=True,
