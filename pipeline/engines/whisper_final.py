@@ -48,7 +48,7 @@ from ssm_engine.stt.hints import DIGIT_WORDS, NO_HINTS, Hints, Recognition
 from ssm_engine.stt.text import normalize_text
 
 __all__ = ["WhisperFinal", "WhisperFinalDecoder", "DECODER_FILE", "final_decoder_choice",
-           "PAD_S", "CHUNK_S"]
+           "final_text", "PAD_S", "CHUNK_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +165,11 @@ def _unloop(text: str, times: int = LOOP_REPEATS) -> str:
     return " ".join(out)
 
 
+def final_text(text: str) -> str:
+    """Whisper's written text as a final: words as said, lower case, a loop kept once."""
+    return _unloop(normalize_text(_spoken(text)))
+
+
 def _hinted(text: str, hints: Hints) -> bool:
     """The text is one of the hinted sentences, or a digit string where digits were hinted."""
     if not text:
@@ -233,7 +238,7 @@ class WhisperFinalDecoder:
             if self._whole is not None:
                 return self._whole(np.concatenate(self._audio))
             return None
-        text = _unloop(normalize_text(_spoken(" ".join(self._texts))))
+        text = final_text(" ".join(self._texts))
         conf = min(self._confidence) if self._confidence else 0.0
         return Recognition(text, conf, ((text, conf),) if text else (),
                            hinted=_hinted(text, self._hints),
