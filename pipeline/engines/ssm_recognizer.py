@@ -33,8 +33,14 @@ around each frame; the stream then only makes the greedy partials (no beam searc
 loop). A long utterance is encoded in pieces while the caller speaks (every ``FINAL_PIECE_S``,
 cut at the quietest 20 ms of the last ``FINAL_CUT_SEARCH_S``, the SSM and the beam carried on
 from piece to piece), so that at its end only the last piece is left: the final's wait stays
-bounded however long the caller talks. Early finals (``SPECULATE_MAX`` > 0, off by default:
-they cost accuracy, see there): once 100 ms of quiet follow speech, the utterance so far is
+bounded however long the caller talks. Who makes the final: the final folder's
+``decoder.json`` (``whisper_final``): Whisper tiny.en's own decoder over the utterance encoded
+with two seconds of silence (the shipped default: it reads recorded people as Whisper itself
+does), or the final model's CTC heads and the beam search (``final_decoder="ctc"``; beside
+Whisper's on turns that spell a name or spot keywords). Whisper's decoder reads a long
+utterance in blocks of up to ``whisper_final.CHUNK_S`` (18 s), so its final waits for the last
+block's encoding and decoding. Early finals (``SPECULATE_MAX`` > 0, off by default: they cost
+accuracy, see there): once 100 ms of quiet follow speech, the utterance so far is
 decoded at once, while the VAD's stop timer runs, and is the final if only quiet follows.
 
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
