@@ -104,6 +104,24 @@ class WhisperRecognizer:
                                      if any(c in _NUMERIC for c in tok.decode([i]))]
         self.load_s = time.perf_counter() - t0
 
+    @property
+    def model(self) -> Any:
+        """The loaded faster-whisper ``WhisperModel`` (loading it first); hold ``lock`` while
+        using it."""
+        self.load()
+        return self._model
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Serialises every use of the model."""
+        return self._lock
+
+    @property
+    def suppress_tokens(self) -> list[int]:
+        """The token ids decoding suppresses (Whisper's default set, and numbers' when
+        ``spell_numbers``); complete once the model is loaded."""
+        return list(self._suppress)
+
     def transcribe(self, pcm: np.ndarray, sample_rate_hz: int) -> str:
         """One whole utterance -> Whisper's text ("" for silence). Blocks; run it off the loop.
 

@@ -10,9 +10,9 @@ cost (about 0.5 s a clip on one core). Its decoder needs those 1,500 frames: giv
 utterance's own frames, it reads the start and then repeats itself ("old-s-y-y-y-y"). Here the
 utterance is encoded with ``PAD_S`` of silence after it, and the frames past those are Whisper's
 encoding of 30 s of silence, computed once at load: the decoder cross-attends to 1,500 frames
-as in training, for the price of encoding the utterance and two seconds. On the 156 recorded
-clips of the human development set this reads people as well as Whisper's own 30 s pass or
-better (RESULTS, "bench_stt_human"), in a fifth of the time.
+as in training, for the price of encoding the utterance and two seconds. On recorded people
+this reads about as well as Whisper's own 30 s pass with its beam of 5, in an eighth of the
+time (RESULTS: "bench_whisper_final", "bench_stt_human").
 
 The final-pass worker runs it (``final_procs``, or the engine's thread) when the final model's
 folder says so (``decoder.json``: ``{"decoder": "whisper"}``; ``final_decoder``). parley's SSM
@@ -25,7 +25,8 @@ loop ("Code Code Code ..."); the CTC final pass decodes that utterance instead. 
 four words repeated ``LOOP_REPEATS`` times in a row within the text is kept once. Silence or noise
 that Whisper reads as speech with low confidence (its no-speech probability over
 ``NO_SPEECH_PROB`` and its mean token log-probability under ``LOW_LOGPROB``: Whisper's own rule,
-with a stricter bound than its -1, which silence's "you" passes) is an empty final. Numbers come out as words (digit and symbol tokens are suppressed).
+with a stricter bound than its -1, which silence's "you" passes) is an empty final. Numbers
+come out as words (digit and symbol tokens are suppressed).
 """
 
 from __future__ import annotations
@@ -86,22 +87,23 @@ class WhisperFinal:
         self.pad_s = pad_s
         self._silence: np.ndarray | None = None     # Whisper's encoding of 30 s of silence
         self._prompt: list[int] = []
+        self._suppress: list[int] = [-1]
 
     def load(self) -> None:
         """Load the model and encode the silence (about a second); idempotent. Raises
         ``EngineUnavailableError`` naming what to install."""
         if self._silence is not None:
             return
-        import ctranslate2
+        model = self._asr.model                # EngineUnavailableError: what to install
+        import ctranslate2                     # faster-whisper's own dependency
 
-        self._asr.load()
-        model = self._asr._model
         tok = model.hf_tokenizer
         self._prompt = [tok.token_to_id("<|startoftranscript|>"), tok.token_to_id("<|notimestamps|>")]
         mel = model.feature_extractor(np.zeros(_FRAMES * _MEL_HOP + 400, np.float32), padding=0)
         sv = ctranslate2.StorageView.from_array(
             np.ascontiguousarray(mel[None, :, :_FRAMES], dtype=np.float32))
         self._silence = np.array(model.model.encode(sv))
+        self._suppress = self._asr.suppress_tokens
 
     def decode(self, audio: np.ndarray, rate: int) -> tuple[str, float, bool]:
         """One utterance (float32 mono at ``rate``, at most 30 s less ``pad_s``) -> (text,
@@ -117,8 +119,8 @@ class WhisperFinal:
         limit = int((30.0 - self.pad_s) * MODEL_RATE_HZ)
         x = np.concatenate([x[-limit:], np.zeros(int(self.pad_s * MODEL_RATE_HZ), np.float32)])
         budget = int(10 + MAX_TOKENS_S * x.size / MODEL_RATE_HZ)
-        with self._asr._lock:
-            model = self._asr._model
+        model = self._asr.model
+        with self._asr.lock:
             mel = model.feature_extractor(x, padding=0)
             n = min(_FRAMES, mel.shape[1] - mel.shape[1] % 2)
             enc = np.array(model.model.encode(ctranslate2.StorageView.from_array(
@@ -126,7 +128,7 @@ class WhisperFinal:
             memory = np.concatenate([enc, self._silence[:, enc.shape[1]:]], axis=1)
             res = model.model.generate(
                 ctranslate2.StorageView.from_array(memory), [self._prompt], beam_size=1,
-                suppress_tokens=self._asr._suppress, max_length=budget, return_scores=True,
+                suppress_tokens=self._suppress, max_length=budget, return_scores=True,
                 return_no_speech_prob=True)[0]
             ids = [t for t in res.sequences_ids[0] if t < self._prompt[0]]
             text = model.hf_tokenizer.decode(ids).strip()

@@ -13,7 +13,7 @@ import pytest
 from ssm_engine.stt.decode import cer
 from pipeline.engines import whisper_final
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
-from pipeline.engines.whisper_final import (DECODER_FILE, WhisperFinal, WhisperFinalDecoder,
+from pipeline.engines.whisper_final import (DECODER_FILE, WhisperFinalDecoder,
                                             shared_whisper_final)
 from pipeline.errors import EngineUnavailableError
 from ssm_engine.stt.encoder_model import save_whisper_stt
@@ -161,7 +161,7 @@ def test_nothing_decoded_is_no_final():
 
 def test_the_audio_past_thirty_seconds_keeps_its_end(flite_speech):
     """An over-long block keeps its last 28 s (Whisper reads 30, two of them the padding)."""
-    wf = WhisperFinal(shared_whisper_final()._asr)
+    wf = shared_whisper_final()
     speech = _as_float(flite_speech(SENTENCE, 8000))
     audio = np.concatenate([np.zeros(8000 * 30, np.float32), speech])
     text, _confidence, ended = wf.decode(audio, 8000)
