@@ -148,16 +148,20 @@ def _spoken(text: str) -> str:
     return re.sub(r"\b(Mr|Mrs|Dr|St|vs)\.(?=\s|$)", lambda m: _SPOKEN[m.group(1).lower()], text)
 
 
+_DIGITS = frozenset(DIGIT_WORDS) | {"for", "to", "too"}
+
+
 def _unloop(text: str, times: int = LOOP_REPEATS) -> str:
     """A run of one to four words said ``times`` times or more in a row, kept once: Whisper's
-    loop ("montreal up up up up up ..."). Four zeros in a phone number stay."""
+    loop ("montreal up up up up up ..."). Digits stay as they are: a number's runs are its own
+    ("five five five five" in 415 555 ...), and a caller reads them back if one is extra."""
     words, out, i = text.split(), [], 0
     while i < len(words):
         for n in range(1, 5):
             unit, reps = words[i: i + n], 1
             while words[i + reps * n: i + (reps + 1) * n] == unit:
                 reps += 1
-            if len(unit) == n and reps >= times:
+            if len(unit) == n and reps >= times and not set(unit) <= _DIGITS:
                 out += unit
                 i += reps * n
                 break

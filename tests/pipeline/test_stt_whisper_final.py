@@ -174,3 +174,12 @@ def test_a_run_said_five_times_in_a_row_is_a_loop_kept_once():
     dec.piece(np.ones(8000, np.float32))
     rec = dec.result()
     assert rec is not None and rec.text == "montreal up aligner four zero zero zero zero"
+
+
+def test_digits_said_five_times_in_a_row_are_a_number_not_a_loop():
+    dec = WhisperFinalDecoder(_Scripted(("My number is four one five, five, five, five, five, zero "  # type: ignore[arg-type]
+                                         "one nine nine.", 0.8, True)), 8000)
+    dec.piece(np.ones(8000, np.float32))
+    rec = dec.result()
+    assert rec is not None
+    assert rec.text == "my number is four one five five five five five zero one nine nine"
