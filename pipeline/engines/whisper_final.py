@@ -26,7 +26,10 @@ four words repeated ``LOOP_REPEATS`` times in a row within the text is kept once
 that Whisper reads as speech with low confidence (its no-speech probability over
 ``NO_SPEECH_PROB`` and its mean token log-probability under ``LOW_LOGPROB``: Whisper's own rule,
 with a stricter bound than its -1, which silence's "you" passes) is an empty final. Numbers
-come out as words (digit and symbol tokens are suppressed).
+come out as words (digit and symbol tokens are suppressed). The finals carry no confidence and
+no alternatives (None, as a greedy decoder's): Whisper's mean token probability is no posterior
+(a plain "yes" fell under the agent's 0.6 bar for a yes/no in the voice benchmarks), so the
+agent takes the words as heard.
 """
 
 from __future__ import annotations
@@ -204,7 +207,6 @@ class WhisperFinalDecoder:
         self._block: list[np.ndarray] = []
         self._block_n = 0
         self._texts: list[str] = []
-        self._confidence: list[float] = []
         self._audio: list[np.ndarray] = []       # all of it, for a loop's fallback
         self.pieces = 0
 
@@ -223,11 +225,10 @@ class WhisperFinalDecoder:
     def _decode_block(self) -> bool:
         if not self._block_n:
             return True
-        text, conf, ended = self._whisper.decode(np.concatenate(self._block), self._rate)
+        text, _confidence, ended = self._whisper.decode(np.concatenate(self._block), self._rate)
         self._block, self._block_n = [], 0
         if text:
             self._texts.append(text)
-            self._confidence.append(conf)
         return ended
 
     def result(self) -> Recognition | None:
@@ -245,9 +246,7 @@ class WhisperFinalDecoder:
                 return self._whole(np.concatenate(self._audio))
             return None
         text = final_text(" ".join(self._texts))
-        conf = min(self._confidence) if self._confidence else 0.0
-        return Recognition(text, conf, ((text, conf),) if text else (),
-                           hinted=_hinted(text, self._hints),
+        return Recognition(text, None, hinted=_hinted(text, self._hints),
                            spotted=ctc.spotted if ctc is not None else ())
 
 

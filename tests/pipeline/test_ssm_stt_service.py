@@ -219,9 +219,10 @@ async def test_shipped_model_transcribes_a_training_voice(flite_speech):
 
 @pytest.mark.skipif(not (Path(DEFAULT_MODEL_DIR) / "config.json").exists(),
                     reason="no shipped model in models/stt")
-async def test_hints_reach_the_recogniser_and_the_final_carries_its_confidence(flite_speech):
-    """The agent's RecognitionHintsFrame stops at the recogniser and biases the next utterance;
-    each final is followed by a RecognitionFrame (confidence and alternatives) for the agent."""
+async def test_hints_reach_the_recogniser_and_the_final_follows_as_a_recognition(flite_speech):
+    """The agent's RecognitionHintsFrame stops at the recogniser and shapes the next utterance's
+    final; each final is followed by a RecognitionFrame for the agent (Whisper's finals carry no
+    confidence: the agent takes them as heard)."""
     rate = 8000
     speech = flite_speech("five five five, zero one two three", rate, voice="rms")
     silence = np.zeros(rate // 2, np.int16)
@@ -237,8 +238,8 @@ async def test_hints_reach_the_recogniser_and_the_final_carries_its_confidence(f
     assert len(finals) == 1 and len(recs) == 1
     rec = recs[0].recognition
     assert finals[0].result is rec and rec.text == finals[0].text
-    assert rec.text == "five five five zero one two three" and rec.hinted
-    assert 0.0 < rec.confidence <= 1.0 and rec.alternatives[0][0] == rec.text
+    assert rec.text == "five five five zero one two three" and rec.hinted   # a digit string
+    assert rec.confidence is None and rec.alternatives == ()
     assert down.index(recs[0]) > down.index(finals[0])
 
 
