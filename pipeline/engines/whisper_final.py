@@ -48,6 +48,7 @@ import soxr
 
 from pipeline.engines.whisper import MODEL_RATE_HZ, WhisperRecognizer
 from pipeline.errors import EngineUnavailableError
+from ssm_engine.stt.final_pass import FinalPassDecoder, decode_whole
 from ssm_engine.stt.hints import DIGIT_WORDS, NO_HINTS, Hints, Recognition
 from ssm_engine.stt.text import normalize_text
 
@@ -268,8 +269,6 @@ def shared_whisper_final() -> WhisperFinal:
 def make_final_decoder(model: Any, beam: Any, hints: Hints, whisper: WhisperFinal | None) -> Any:
     """The final-pass decoder of one utterance: the CTC final pass's (``whisper`` None) or
     Whisper's, with the CTC pass beside it where ``_wants_ctc``."""
-    from ssm_engine.stt.final_pass import FinalPassDecoder, decode_whole
-
     if whisper is None:
         return FinalPassDecoder(model, beam, hints)
     ctc = FinalPassDecoder(model, beam, hints) if _wants_ctc(hints) else None
