@@ -3,8 +3,9 @@ GIL.
 
 The final pass (``ssm_engine.stt.final_pass``) encodes each utterance with Whisper's encoder and
 runs the beam search over it, or Whisper's own decoder reads it (``whisper_final``): tens of
-milliseconds of CPU per utterance, much of it under Python's GIL. In a thread of the server process it competed with the event loop of every call;
-here it has a process (and a GIL) of its own, as the stream's model has (``runner_procs``).
+milliseconds of CPU per utterance, much of it under Python's GIL. In a thread of the server
+process it competed with the event loop of every call; here it has a process (and a GIL) of its
+own, as the stream's model has (``runner_procs``).
 
     proc = FinalPassProcess(["models/stt/final", "models/stt/lm.arpa.gz", "", "joint", "{}", "",
                              "whisper"])
