@@ -2,19 +2,23 @@
 
     scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
     .venv/bin/python benchmarks/bench_stt_human.py [--manifest data/stt/human/human.tsv]
-        [--engines ssm ssm-ctc ssm-stream ssm-pure whisper pocketsphinx] [--model models/stt]
-        [--decoder beam]
+        [--engines ssm ssm-late ssm-ctc ssm-stream ssm-pure whisper pocketsphinx]
+        [--model models/stt] [--decoder beam] [--turn-end] [--limit N]
 
 Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
 through the 8 kHz mu-law phone channel to parley's streaming recogniser (``ssm``: the shipped
 one, on Whisper tiny.en's streamed encoder, its finals from the final pass when the folder has a
-``final/`` model, made by the decoder its ``decoder.json`` names; ``ssm-ctc``: the final pass
+``final/`` model, made by the decoder its ``decoder.json`` names, early where the caller pauses; ``ssm-late``:
+the same with no early finals; ``ssm-ctc``: the final pass
 with the final model's CTC heads and search; ``ssm-stream``: the same folder with the stream's
 own finals; ``ssm-pure``: the pure SSM one before it), Whisper tiny.en (the
 accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
 in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
 one thread, and the final latency (end of audio to final transcript) p50/p95/p99; and the
 ratio the recogniser is judged by on people: SSM WER / Whisper WER (the target: <= 1.25).
+``--turn-end`` ends each clip where a call's VAD would and times the final from the VAD's stop,
+with the clip's last 0.5 s pushed at the pace of speech (``harness.stt_eval.evaluate``): the wait
+a caller has, early finals included.
 
 Prints one JSON line; ``--hyps DIR`` also writes each engine's transcripts beside the
 references, worst first (``parley eval stt --hyps``).
@@ -40,9 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
     ap.add_argument("--engines", nargs="+", default=["ssm", "whisper", "pocketsphinx"],
-                    choices=["ssm", "ssm-ctc", "ssm-stream", "ssm-pure", "whisper", "pocketsphinx"],
+                    choices=["ssm", "ssm-late", "ssm-ctc", "ssm-stream", "ssm-pure", "whisper",
+                             "pocketsphinx"],
                     help="ssm: the recogniser in --model (default models/stt, on Whisper's "
-                    "streamed encoder); ssm-ctc: its final pass decoded by the CTC heads; "
+                    "streamed encoder; early finals, decoded at the first 100 ms of quiet while "
+                    "the VAD's stop timer runs: see --turn-end); ssm-late: the same without "
+                    "early finals; "
+                    "ssm-ctc: its final pass decoded by the CTC heads; "
                     "ssm-pure: the pure SSM recogniser in --pure-model, in "
                     "the same run (default: %(default)s)")
     ap.add_argument("--model", default=None, help="SSM model folder (default models/stt)")
@@ -51,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decoder", default="beam", help="SSM decoder (default %(default)s)")
     ap.add_argument("--lm", default=None, help="SSM LM (default MODEL/lm.arpa.gz)")
     ap.add_argument("--hyps", default=None, metavar="DIR")
+    ap.add_argument("--limit", type=int, default=None, metavar="N",
+                    help="N clips spread over the manifest (default: all)")
+    ap.add_argument("--turn-end", action="store_true",
+                    help="end each clip where a call's VAD would (Silero, 0.2 s stop), push its "
+                    "last 0.5 s at the pace of speech, and time the final from the VAD's stop: "
+                    "the wait a caller has after the turn ends (default: clips pushed whole, as "
+                    "fast as they go, the final timed from the clip's end)")
     ap.add_argument("--speed", type=float, default=1.0, metavar="F",
                     help="play every clip F times as fast (resampled, pitch with it, as training's "
                     "speed perturbation does): does a speaking rate nearer the training voices' "
@@ -62,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed <= 0:
         ap.error(f"--speed must be above 0, got {args.speed}")
     torch.set_num_threads(1)
+    if args.turn_end:      # the VAD's analyzer logs its model's loading at DEBUG, each clip
+        from loguru import logger
+        logger.remove()
+        logger.add(sys.stderr, level="WARNING")
     out: dict = {"bench": "stt_human", "manifest": args.manifest, "engines": {}}
+    if args.turn_end:
+        out["turn_end"] = True
     if args.speed != 1.0:
         out["speed"] = args.speed
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,12 +95,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     """Every engine over ``manifest``, into ``out`` (with the ratios and the git commit)."""
+    from pipeline.engines import ssm_recognizer
+
     for name in args.engines:
-        res = evaluate("ssm" if name.startswith("ssm") else name, manifest,
-                       model_dir=args.pure_model if name == "ssm-pure" else args.model,
-                       decoder=args.decoder, lm_path=args.lm, compile=False,
-                       final_pass=False if name == "ssm-stream" else None,
-                       final_decoder="ctc" if name == "ssm-ctc" else None)
+        shipped = ssm_recognizer.SPECULATE_MAX
+        if name == "ssm-late":
+            ssm_recognizer.SPECULATE_MAX = 0
+        try:
+            res = evaluate("ssm" if name.startswith("ssm") else name, manifest,
+                           model_dir=args.pure_model if name == "ssm-pure" else args.model,
+                           decoder=args.decoder, lm_path=args.lm, compile=False,
+                           final_pass=False if name == "ssm-stream" else None,
+                           final_decoder="ctc" if name == "ssm-ctc" else None,
+                           turn_end=args.turn_end, limit=args.limit)
+        finally:
+            ssm_recognizer.SPECULATE_MAX = shipped
         if args.hyps:
             Path(args.hyps).mkdir(parents=True, exist_ok=True)
             write_hyps(res, Path(args.hyps) / f"{name}.tsv")
@@ -91,18 +121,12 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
         }
         print(f"{name}: WER {res.wer:.3f} CER {res.cer:.3f} RTF {res.rtf:.3f}", file=sys.stderr)
     eng = out["engines"]
+    if "whisper" in eng:
+        for name in (n for n in eng if n.startswith("ssm")):   # ssm_over_whisper_wer, ...
+            out[f"{name.replace('-', '_')}_over_whisper_wer"] = round(
+                eng[name]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
     if "ssm" in eng and "whisper" in eng:
-        out["ssm_over_whisper_wer"] = round(eng["ssm"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
         out["ssm_over_whisper_cer"] = round(eng["ssm"]["cer"] / max(eng["whisper"]["cer"], 1e-9), 2)
-    if "ssm-ctc" in eng and "whisper" in eng:
-        out["ssm_ctc_over_whisper_wer"] = round(
-            eng["ssm-ctc"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
-    if "ssm-stream" in eng and "whisper" in eng:
-        out["ssm_stream_over_whisper_wer"] = round(
-            eng["ssm-stream"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
-    if "ssm-pure" in eng and "whisper" in eng:
-        out["ssm_pure_over_whisper_wer"] = round(
-            eng["ssm-pure"]["wer"] / max(eng["whisper"]["wer"], 1e-9), 2)
     if "ssm" in eng and "pocketsphinx" in eng:
         out["ssm_over_pocketsphinx_wer"] = round(
             eng["ssm"]["wer"] / max(eng["pocketsphinx"]["wer"], 1e-9), 2)

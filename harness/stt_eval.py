@@ -8,7 +8,10 @@ goes. Reported, as one JSON object: ``n``, ``wer`` and ``cer`` (corpus-level, af
 ``normalize_text`` for every engine: lower case, numbers as words, no punctuation), ``rtf``
 (processing time / audio time, one thread), and the final latency after the end of the audio
 (from the last chunk's result to the final transcript: the flush / end-of-utterance search)
-at p50, p95 and p99 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
+at p50, p95 and p99 in ms. ``turn_end=True`` ends each clip where a call would: the shipped VAD
+(Silero, 0.2 s stop) runs over it and the clip is cut where its turn ends (``turn_end_sample``),
+the last ``PACED_S`` before that are pushed at the pace of speech (what an early final has to
+run in while the VAD's stop timer runs), and the final latency is from the VAD's stop. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
 stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
 
 Engines: ``ssm`` (parley's streaming recogniser; ``--decoder`` picks how finals are
@@ -43,10 +46,16 @@ __all__ = ["STTEvalResult", "evaluate", "voices_of", "register_cli", "make_engin
 
 Codec = Literal["mulaw", "none"]
 CHUNK_MS = 20
+PACED_S = 0.5
+"""``turn_end``: the end of each turn pushed at the pace of speech, not as fast as it goes."""
+TURN_STOP_S = 0.2
+"""``turn_end``: the VAD's stop timer, as ``parley serve`` sets it (``PipelineConfig.vad_stop_s``)."""
+TURN_START_S = 0.1
+"""``turn_end``: the VAD's start timer (``PipelineConfig.vad_start_s``)."""
 
 
 class _Streamer(Protocol):
-    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]: ...
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]: ...
 
     def close(self) -> None: ...
 
@@ -85,13 +94,19 @@ class _SSM:
                                    final_pass=final_pass, final_decoder=final_decoder)
         self.rate_hz = rate_hz
 
-    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]:
         utt = self.engine.open(self.rate_hz)
         step = self.rate_hz * CHUNK_MS // 1000
+        clock: float | None = None
         for i in range(0, len(pcm), step):
+            if paced_from is not None and i >= paced_from:   # the end of the turn, as it is spoken
+                clock = time.perf_counter() if clock is None else clock + CHUNK_MS / 1000
+                time.sleep(max(0.0, clock - time.perf_counter()))
             fut = utt.push(pcm[i:i + step])
             if fut is not None:
                 utt.take(fut.result())
+        if clock is not None:          # the last chunk's 20 ms play out before the stop is called
+            time.sleep(max(0.0, clock + CHUNK_MS / 1000 - time.perf_counter()))
         t0 = time.perf_counter()
         text = utt.finish_sync()
         return text, time.perf_counter() - t0
@@ -107,8 +122,8 @@ class _Sphinx:
         self.engine = SphinxEngine(sample_rate_hz=rate_hz)
         self.rate_hz = rate_hz
 
-    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
-        self.engine.start_utt()
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]:
+        self.engine.start_utt()      # its result comes at end_utt whatever the pace: not paced
         step = self.rate_hz * CHUNK_MS // 1000
         for i in range(0, len(pcm), step):
             self.engine.feed(pcm[i:i + step])
@@ -130,8 +145,8 @@ class _Whisper:
         self.engine.load()
         self.rate_hz = rate_hz
 
-    def transcribe_timed(self, pcm: np.ndarray) -> tuple[str, float]:
-        t0 = time.perf_counter()
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]:
+        t0 = time.perf_counter()     # decodes after the end: the pace changes nothing
         text = self.engine.transcribe(pcm, self.rate_hz)
         return text, time.perf_counter() - t0
 
@@ -172,6 +187,52 @@ def _read_clip(path: Path) -> tuple[np.ndarray, int]:
     return np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16), rate
 
 
+def turn_end_sample(pcm: np.ndarray, rate_hz: int, stop_s: float = TURN_STOP_S) -> int:
+    """Where a call would end the turn on ``pcm`` (int16): the sample at which the shipped VAD
+    (Silero, pipecat's state machine, ``stop_s``) calls its last stop, with the clip followed by
+    silence until it does. A last word too short to start the VAD again is not cut off: the stop
+    is then ``stop_s`` after the last window the VAD heard as speech (so too where a soft clip never
+    starts it). A clip with no window heard as speech ends where it ends."""
+    import asyncio
+
+    from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+
+    from pipeline.vad import InlineSileroVADAnalyzer
+
+    class Heard(InlineSileroVADAnalyzer):
+        last = 0.0                         # the last window's confidence
+
+        def voice_confidence(self, buffer: bytes) -> float:
+            self.last = super().voice_confidence(buffer)
+            return self.last
+
+    analyzer = Heard(sample_rate=rate_hz, params=VADParams(start_secs=TURN_START_S, stop_secs=stop_s))
+    analyzer.set_sample_rate(rate_hz)
+    window = analyzer.num_frames_required()
+    padded = np.concatenate([pcm.astype(np.int16), np.zeros(int(3 * rate_hz), np.int16)])
+    confidence = analyzer.params.confidence
+
+    async def run() -> tuple[int | None, int | None]:
+        stop = voiced = None
+        before = VADState.QUIET
+        for i in range(0, padded.size - window + 1, window):
+            chunk = padded[i: i + window]
+            state = await analyzer.analyze_audio(chunk.tobytes())
+            if i < pcm.size and analyzer.last >= confidence:
+                voiced = i + window
+            if state == VADState.QUIET and before in (VADState.SPEAKING, VADState.STOPPING):
+                stop = i + window
+            before = state
+        return stop, voiced
+
+    stop, voiced = asyncio.run(run())
+    if voiced is None:
+        return int(pcm.size)
+    if stop is None or voiced > stop:
+        return min(padded.size, voiced + int(stop_s * rate_hz))
+    return stop
+
+
 def voices_of(manifest: str | Path) -> dict[Path, str]:
     """Each clip's voice from ``<manifest>_voices.tsv`` beside the manifest ({} without one)."""
     voice_file = Path(manifest).with_name(Path(manifest).stem + "_voices.tsv")
@@ -183,7 +244,7 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              decoder: str = "beam", lm_path: str | None = None,
              progress: bool = False, stride: int | None = None,
              compile: bool | None = None, final_pass: bool | None = None,
-             final_decoder: str | None = None) -> STTEvalResult:
+             final_decoder: str | None = None, turn_end: bool = False) -> STTEvalResult:
     """Run one engine over a manifest; see the module docstring for what is measured.
     ``final_decoder`` ("whisper" or "ctc"; None: the model folder's choice) makes the SSM
     recogniser's finals (``SSMSTTEngine``)."""
@@ -198,7 +259,11 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
     for path, text in rows:
         paths.append(str(path))
         pcm, rate = _read_clip(path)
-        clips.append((phone_channel(pcm, rate, rate_hz, codec), normalize_text(text)))
+        heard = phone_channel(pcm, rate, rate_hz, codec)
+        if turn_end:
+            end = turn_end_sample(heard, rate_hz)
+            heard = np.concatenate([heard, np.zeros(max(0, end - heard.size), np.int16)])[:end]
+        clips.append((heard, normalize_text(text)))
         voices.append(voice_of.get(path, ""))
     engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path, stride, compile,
                          final_pass, final_decoder)
@@ -212,7 +277,8 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         engine.transcribe_timed(clips[0][0][: rate_hz // 2])          # warm-up
         for pcm, ref in it:
             t0 = time.perf_counter()
-            hyp, final_s = engine.transcribe_timed(pcm)
+            hyp, final_s = engine.transcribe_timed(
+                pcm, paced_from=max(0, pcm.size - int(PACED_S * rate_hz)) if turn_end else None)
             busy_s += time.perf_counter() - t0
             audio_s += len(pcm) / rate_hz
             refs.append(ref)

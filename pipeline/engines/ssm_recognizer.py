@@ -39,9 +39,10 @@ with two seconds of silence (the shipped default: it reads recorded people as Wh
 does), or the final model's CTC heads and the beam search (``final_decoder="ctc"``; beside
 Whisper's on turns that spell a name or spot keywords). Whisper's decoder reads a long
 utterance in blocks of up to ``whisper_final.CHUNK_S`` (18 s), so its final waits for the last
-block's encoding and decoding. Early finals (``SPECULATE_MAX`` > 0, off by default: they cost
-accuracy, see there): once 100 ms of quiet follow speech, the utterance so far is
-decoded at once, while the VAD's stop timer runs, and is the final if only quiet follows.
+block's encoding and decoding. Early finals (on: ``SPECULATE_MAX``): once 100 ms of quiet
+(under ``QUIET_RATIO`` of the utterance's loudest) follow speech, the utterance so far is decoded
+at once, while the VAD's stop timer runs, and is the final if only quiet follows; the stream's
+flush is then not waited for, so the final is there as the turn ends.
 
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
 restarted, and an utterance whose stream it took with it waits for the replacement (up to
@@ -107,10 +108,13 @@ FINAL_DIR = "final"
 FINAL_PIECE_S = 6.0          # audio the final pass encodes ahead while the caller still speaks
 FINAL_CUT_SEARCH_S = 1.5     # a piece ends at the quietest 20 ms of its last this much
 SPECULATE_QUIET_S = 0.1      # quiet after speech that starts the final pass before the turn ends
-SPECULATE_MAX = 0            # such early passes an utterance at most (each pause may start one):
-#                              off, they lose soft trailing sounds (0.632 WER against 0.597 on
-#                              the 156 human clips, 2026-12-07); 4 turns them on
-QUIET_RATIO = 0.15           # a 20 ms frame this far below the utterance's loudest is quiet
+EARLY_MAX_S = 18.0           # an utterance longer than this gets no early final (each is decoded
+#                              whole, from its start)
+SPECULATE_MAX = 8            # such early passes an utterance at most (each pause may start one);
+#                              0 turns them off (benchmarks/bench_stt_human.py --engines ssm-late)
+QUIET_RATIO = 0.05           # a 20 ms frame this far below the utterance's loudest is quiet: at
+#                              0.15 an early final cut soft word ends ("cucumber" heard "you can
+#                              be"); 0.05 loses nothing on the human clips (RESULTS.md)
 QUIET_FLOOR = 1e-3           # and any frame under -60 dBFS RMS
 LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
@@ -175,6 +179,8 @@ class _FinalPass:
                          if self._model is not None else None)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
+        self._heard: list[np.ndarray] = []  # the utterance so far, for early finals (EARLY_MAX_S)
+        self._heard_n = 0
         self._queue: deque[tuple[np.ndarray, bool]] = deque()
         self._lock = threading.Lock()
         self._running = False
@@ -196,9 +202,13 @@ class _FinalPass:
         self._pending.append(x)
         self._pending_n += x.size
         if SPECULATE_MAX:                  # early finals on: listen for the quiet after speech
+            self._heard_n += x.size
+            if self._heard_n <= EARLY_MAX_S * self._rate:
+                self._heard.append(x)
+            else:                          # too long to decode again at each pause
+                self._heard, self._spec = [], None
             self._listen(x)
         if self._pending_n >= FINAL_PIECE_S * self._rate:
-            self._spec = None              # a long utterance: pieces, no early finals
             audio = np.concatenate(self._pending)
             cut = _quiet_cut(audio, self._rate)
             self._pending, self._pending_n = [audio[cut:]], audio.size - cut
@@ -216,10 +226,9 @@ class _FinalPass:
             else:
                 self._quiet += frame.size
         if (self._spec is None and self._quiet >= SPECULATE_QUIET_S * self._rate and self._peak > 0
-                and self.pieces == 0 and not self._queue and self.speculated < SPECULATE_MAX
-                and self._pending_n < FINAL_PIECE_S * self._rate):
+                and self.speculated < SPECULATE_MAX and self._heard_n <= EARLY_MAX_S * self._rate):
             self.speculated += 1
-            audio = np.concatenate(self._pending)
+            audio = np.concatenate(self._heard)
             if self._proc is not None:
                 try:
                     self._spec = _or_none(self._proc.whole(audio, self._hints), "an early final")
@@ -242,6 +251,7 @@ class _FinalPass:
     def finish(self) -> Future:
         if self._done is None and self._spec is not None:
             self._done, self.early_final = self._spec, True
+            self._failed = True            # pieces still queued are not decoded
             if self._proc is not None and self.pieces:
                 self._proc.drop(self._uid)
         if self._done is None:
@@ -302,6 +312,13 @@ class _FinalPass:
             self._failed = True
             if last and self._done is not None and not self._done.done():
                 self._done.set_result(None)
+
+
+def _holds(fut: Future) -> bool:
+    """True when the final pass's ``fut`` has already given a final (not None: it neither failed
+    nor heard nothing)."""
+    return (fut.done() and not fut.cancelled() and fut.exception() is None
+            and fut.result() is not None)
 
 
 def _or_none(fut: Future, what: str) -> Future:
@@ -442,9 +459,13 @@ class RecognizerUtterance:
                     futures.append(fut)
         if self._stream is None:      # still no stream: the service recovers (waits) and finishes
             raise RunnerClosedError("the recogniser is restarting: the utterance has no stream yet")
-        futures.append(self._stream.finish())
         if self._final_pass is not None:
-            futures.append(self._final_pass.finish())
+            final = self._final_pass.finish()
+            if _holds(final):         # an early final, made while the VAD's stop timer ran: the
+                self._stream.abort()  # stream's flush (its own final, the fallback) is not waited for
+                return [final]
+            return [*futures, self._stream.finish(), final]
+        futures.append(self._stream.finish())
         return futures
 
     def _take_result(self, result: torch.Tensor | Recognition | None) -> bool:

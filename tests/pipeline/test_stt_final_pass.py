@@ -38,6 +38,13 @@ def folder(tmp_path):
 pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tests/conftest.py
 
 
+@pytest.fixture
+def short_pieces(monkeypatch):
+    """Pieces of 0.6 s, cut in their last 0.3 s: a long utterance in a test's few seconds."""
+    monkeypatch.setattr(ssm_recognizer, "FINAL_PIECE_S", 0.6)
+    monkeypatch.setattr(ssm_recognizer, "FINAL_CUT_SEARCH_S", 0.3)
+
+
 def _speech(seconds: float = 1.2) -> np.ndarray:
     rng = np.random.default_rng(0)
     t = np.arange(int(seconds * 8000)) / 8000
@@ -98,9 +105,8 @@ def test_a_failing_final_pass_keeps_the_streams_final_and_says_why(folder, monke
         engine.close()
 
 
-def test_a_long_utterance_is_encoded_in_pieces_while_the_caller_speaks(folder, monkeypatch):
-    monkeypatch.setattr(ssm_recognizer, "FINAL_PIECE_S", 0.6)
-    monkeypatch.setattr(ssm_recognizer, "FINAL_CUT_SEARCH_S", 0.3)
+@pytest.mark.usefixtures("short_pieces")
+def test_a_long_utterance_is_encoded_in_pieces_while_the_caller_speaks(folder):
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = engine.open(8000)
@@ -154,8 +160,15 @@ def _push_all(utt, pcm):
             utt.take(fut.result(timeout=30))
 
 
-def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder, monkeypatch):
-    monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 4)
+def _said_then_quiet(engine, seconds: float):
+    """An utterance of ``seconds`` of speech, then 300 ms of quiet (the VAD's stop timer runs)."""
+    utt = engine.open(8000)
+    _push_all(utt, _speech(seconds))
+    _push_all(utt, np.zeros(2400, np.int16))
+    return utt
+
+
+def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
     engine = SSMSTTEngine(folder)
     try:
         utt = engine.open(8000)
@@ -176,8 +189,7 @@ def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder, m
         engine.close()
 
 
-def test_speech_after_a_pause_discards_the_early_final(folder, monkeypatch):
-    monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 4)
+def test_speech_after_a_pause_discards_the_early_final(folder):
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = engine.open(8000)
@@ -194,14 +206,34 @@ def test_speech_after_a_pause_discards_the_early_final(folder, monkeypatch):
         engine.close()
 
 
-def test_early_finals_are_off_by_default(folder):
+def test_early_finals_are_on_by_default_and_zero_turns_them_off(folder, monkeypatch):
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
-        utt = engine.open(8000)
-        _push_all(utt, _speech(0.6))
-        _push_all(utt, np.zeros(2400, np.int16))
-        assert utt._final_pass.speculated == 0 and utt.finish_sync() == "b"
-        assert not utt._final_pass.early_final
+        utt = _said_then_quiet(engine, 0.6)
+        utt._final_pass._spec.result(timeout=30)              # done while the VAD's timer runs
+        futures = utt.finish()
+        assert len(futures) == 1 and futures[0].done()        # the early final: no flush waited for
+        utt.take(futures[0].result())
+        assert utt._final_pass.early_final and utt.text == "b"
+        monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 0)
+        late = _said_then_quiet(engine, 0.6)
+        assert late._final_pass.speculated == 0 and late.finish_sync() == "b"
+        assert not late._final_pass.early_final
+    finally:
+        engine.close()
+
+
+@pytest.mark.usefixtures("short_pieces")
+def test_a_long_utterance_in_pieces_gets_an_early_final_up_to_a_bound(folder, monkeypatch):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        utt = _said_then_quiet(engine, 2.5)
+        assert utt._final_pass.pieces >= 3 and utt._final_pass.speculated == 1
+        assert utt.finish_sync() == "b" and utt._final_pass.early_final   # the whole utterance
+        monkeypatch.setattr(ssm_recognizer, "EARLY_MAX_S", 2.0)
+        longer = _said_then_quiet(engine, 2.5)              # past the bound: decoded at the end
+        assert longer._final_pass.speculated == 0 and longer.finish_sync() == "b"
+        assert not longer._final_pass.early_final
     finally:
         engine.close()
 
@@ -227,9 +259,8 @@ def test_in_a_worker_process_the_final_is_the_same_as_in_a_thread(folder):
         there.close()
 
 
-def test_in_a_worker_process_a_long_utterance_goes_in_pieces(folder, monkeypatch):
-    monkeypatch.setattr(ssm_recognizer, "FINAL_PIECE_S", 0.6)
-    monkeypatch.setattr(ssm_recognizer, "FINAL_CUT_SEARCH_S", 0.3)
+@pytest.mark.usefixtures("short_pieces")
+def test_in_a_worker_process_a_long_utterance_goes_in_pieces(folder):
     engine = SSMSTTEngine(folder, decoder="greedy", runner="process")
     try:
         utt = engine.open(8000)
@@ -259,8 +290,7 @@ def test_a_dead_final_pass_worker_keeps_the_streams_final_then_comes_back(folder
         engine.close()
 
 
-def test_in_a_worker_process_early_finals_work(folder, monkeypatch):
-    monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 4)
+def test_in_a_worker_process_early_finals_work(folder):
     engine = SSMSTTEngine(folder, decoder="greedy", runner="process")
     try:
         utt = engine.open(8000)
