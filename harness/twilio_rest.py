@@ -89,7 +89,7 @@ log = logging.getLogger(__name__)
 
 IO_TIMEOUT_S = 5.0
 Answer = Literal["human", "busy", "no-answer", "failed"]
-FINAL = ("completed", "busy", "no-answer", "failed")
+FINAL = ("completed", "busy", "no-answer", "failed", "canceled")
 
 
 @dataclass(frozen=True)
@@ -473,16 +473,15 @@ class TwilioRestStandIn:
         finally:
             if amd is not None:
                 await amd
-        if call.replaced_by is not None and not call.hung_up.is_set():
+        if call.room is not None:
             await self._run_replaced(call)
         await self._status(http, call, "completed", "completed",
                            CallDuration=str(max(1, round(time.monotonic() - answered_at))))
 
     async def _run_replaced(self, call: StandInCall) -> None:
-        """The TwiML an update gave a streaming call: ``<Dial><Conference>`` joins its room until
-        the callee leaves (``conference_s``) or the room ends; anything else ends the call."""
-        if call.room is None:
-            return
+        """A call an update put in a conference room (``_join_room``): there until the callee
+        leaves (``conference_s``), it is hung up, or the room ends."""
+        assert call.room is not None
         loop = asyncio.get_running_loop()
         room = self.rooms[call.room]
         me = next(p for p in room.participants if p.call_sid == call.sid)
