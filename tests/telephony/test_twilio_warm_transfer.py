@@ -17,13 +17,14 @@ import pytest
 
 from agent.embedded import EmbeddedAgentProcessor
 from agent.spec import parse_spec
-from harness.callers.script import CallerUtterance
+from harness.callers.script import CallerConfig, CallerUtterance
+from harness.callers.twilio import TwilioCaller
 from harness.twilio_rest import Fault, Scenario, StandInCall, TwilioRestStandIn
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode
 from pipeline.audio.hold import hold_pattern
 from telephony.server import CallServer, ServerConfig
 from telephony.twilio.outbound import TwilioDialer, TwilioDialRequest
-from telephony.twilio.warm import BRIEFING_PARAM
+from telephony.twilio.warm import BRIEFING_PARAM, BRIEFING_TOKEN_PARAM
 
 from .conftest import TOKEN
 
@@ -323,3 +324,37 @@ async def test_a_call_parley_placed_is_warm_transferred_too(line):
     assert [u.call_sid for u in line.twilio.updates] == [person.sid, customer.sid]
     assert record.dial["outcome"] == "answered"
     assert [s["status"] for s in record.dial["statuses"]][-1] == "completed"
+
+
+# -- the caller leaves; a stream that is not the person's ------------------------------------------------
+
+async def test_the_caller_hanging_up_on_hold_cancels_the_persons_call(line):
+    line.spec(timeout_s=10)
+    line.twilio.scenarios.append(Scenario(ring_s=8.0))
+    caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=2.0), to=OURS)   # hangs up on hold
+    person = await line.person(caller)
+    await over(caller, person, timeout_s=15.0)
+    record = line.server.store.get(caller.sid)
+    assert record is not None and record.end_reason == "caller hung up (stop)"
+    assert (record.transfer["outcome"], record.transfer["detail"]) == \
+        ("failed", "the call ended on hold: caller hung up (stop)")
+    assert [(u.call_sid, u.form) for u in line.twilio.updates] == [(person.sid, {"Status": "completed"})]
+    assert person.status == "canceled" and person.report is None
+    assert any(is_hold(p) for _, p in caller.media_received)
+
+
+async def test_a_briefing_stream_without_the_transfers_secret_is_refused(line, caplog):
+    """A stream that names a call as the one it briefs for is taken only with the secret parley put
+    in the person's TwiML, while that transfer waits for it: otherwise any signed upgrade could
+    open one (and hear a summary)."""
+    line.spec(timeout_s=10)
+    url = f"ws://127.0.0.1:{line.server.port}/twilio/stream"
+    forged = TwilioCaller(CallerConfig(url=url, utterances=(), auth_token=TOKEN, webhook=False, greeting_quiet_s=1.0,
+                                       timeout_s=5.0),
+                          stream_params={BRIEFING_PARAM: "CA" + "1" * 32, BRIEFING_TOKEN_PARAM: "guessed"})
+    with caplog.at_level(logging.WARNING, logger="telephony.twilio.warm"):
+        report = await forged.run()
+    assert report.server_hung_up and report.media_bytes_received == 0
+    [refusal] = [r.getMessage() for r in caplog.records if r.name == "telephony.twilio.warm"]
+    assert f"[{forged.call_sid}] briefing stream from 127.0.0.1 refused" in refusal
+    assert line.server.store.get(forged.call_sid) is None and not line.server.live and not line.agents
