@@ -48,7 +48,6 @@ goes blind, as before (:meth:`TwilioCall._transfer`).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 import secrets
@@ -151,8 +150,8 @@ class WarmTransfers:
         """A person's stream (its parameters name a caller's call): hand it to the transfer that
         placed the call, once; any other is refused."""
         params = start.custom_parameters
-        transfer = self._waiting.get(params.get(BRIEFING_TOKEN_PARAM, ""))
-        if transfer is None or not hmac.compare_digest(transfer.call.call_id, params.get(BRIEFING_PARAM, "")) \
+        transfer = self._waiting.get(params.get(BRIEFING_TOKEN_PARAM, ""))   # the secret: a random key
+        if transfer is None or transfer.call.call_id != params.get(BRIEFING_PARAM) \
                 or transfer.person is not None \
                 or (transfer.placed is not None and transfer.placed.call_sid != start.call_sid):
             log.warning("[%s] briefing stream from %s refused: no warm transfer is waiting for it",
