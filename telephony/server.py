@@ -25,7 +25,9 @@ a browser offer 503, a SIP INVITE 503 with Retry-After; ``/metrics`` counts each
 
 A Media Streams socket is taken only for a CallSid this server answered on ``/twilio/voice`` in
 the last ``ANSWERED_TTL_S`` seconds, once (Twilio's upgrade signature covers only the URL: one
-captured header would otherwise open any number of streams), and never for a CallSid that is live.
+captured header would otherwise open any number of streams), and never for a CallSid that is live;
+or, for a warm transfer's call to the person, once, with the secret its TwiML carried
+(:mod:`telephony.twilio.warm`).
 
 Signatures: Twilio signs the URL it requested with the account's auth token. Behind a proxy or a
 tunnel that URL is the public one, so ``public_url`` (e.g. ``https://parley.example.com``) is
@@ -66,6 +68,7 @@ from telephony.twilio.call import TwilioCall, read_start
 from telephony.twilio.rest import TwilioCallControl, handoff_twiml
 from telephony.twilio.twiml import params_from_query, stream_twiml
 from telephony.twilio.outbound import OutboundCalls, TwilioDialer
+from telephony.twilio.warm import WarmTransfers
 from telephony.calls_api import AgentLoader, CallsApi
 from telephony.campaign.api import CampaignsApi
 from telephony.campaign.placer import ServerPlacer
@@ -187,6 +190,8 @@ class CallServer:
                                   api_base=config.twilio_api_base)
         # calls placed through Twilio, their statuses written on their records as they come
         self.outbound = OutboundCalls(self.store, self.live, dialer)
+        # warm transfers: the person called through the same client, joined by call control
+        self.warm_transfers = WarmTransfers(self.outbound, lambda: self.call_control)
         self.calls_api = CallsApi(token=config.api_token, outbound=self.outbound, sip=lambda: self.sip,
                                   admit=self.admission, agents=agents)
         self._runner: web.AppRunner | None = None
@@ -459,6 +464,9 @@ class CallServer:
             return ws
         finally:
             self._streams_starting -= 1
+        if self.warm_transfers.is_briefing(start):   # a warm transfer's call to the person
+            await self.warm_transfers.take_briefing(ws, start, peer)
+            return ws
         if start.call_sid in self.live:  # one record and one drain entry per call: no second stream
             log.warning("[%s] second stream for a live CallSid from %s refused", start.call_sid[:64], peer)
             self.metrics.call_refused("duplicate")
@@ -480,7 +488,8 @@ class CallServer:
         call = TwilioCall(ws, start, agent_factory=self.agent_factory, pipeline_config=self.config.pipeline,
                           store=self.store, reraise=self.config.reraise_call_errors, metrics=self.metrics,
                           call_control=self.call_control, handoff=self.handoff,
-                          answering_plans=self.answering_plans if ours else None)
+                          answering_plans=self.answering_plans if ours else None,
+                          warm_transfers=self.warm_transfers)
         if placed is not None and ours:
             call.record.dial = placed.dial
         self.live[call.call_sid] = call

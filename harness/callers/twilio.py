@@ -34,6 +34,12 @@ Measurements, per caller turn:
 
 Timeouts: the whole call runs under ``timeout_s``; each send, connect, close and HTTP request has
 ``io_timeout_s``; each wait for the agent has ``reply_timeout_s``.
+
+Playing Twilio for a call whose TwiML is replaced (the REST stand-in, ``harness.twilio_rest``):
+``end_stream()`` sends ``stop`` and closes the socket, as Twilio does, and the call's script ends.
+With ``keep_media``, ``media_received`` keeps each ``media`` payload with the loop time it
+arrived, ``keys_sent`` each key pressed and when, and ``clock_start_t`` is tick 0 of the playout
+recording (sample ``i`` played at ``clock_start_t + i / 8000``).
 """
 
 from __future__ import annotations
@@ -85,10 +91,16 @@ class TwilioCaller:
     """One scripted call. ``await TwilioCaller(config).run()`` returns its ``CallReport``."""
 
     def __init__(self, config: CallerConfig, *, call_sid: str | None = None, account_sid: str | None = None,
-                 stream_params: dict[str, str] | None = None) -> None:
+                 stream_params: dict[str, str] | None = None, keep_media: bool = False) -> None:
         """``call_sid``, ``account_sid`` and ``stream_params`` (the TwiML's ``<Parameter>``s): a
-        call whose webhook was answered elsewhere (the Twilio REST stand-in's calls out)."""
+        call whose webhook was answered elsewhere (the Twilio REST stand-in's calls out).
+        ``keep_media``: keep what arrived and when (module docstring)."""
         self._cfg = config
+        self._keep_media = keep_media
+        self.media_received: list[tuple[float, bytes]] = []
+        self.keys_sent: list[tuple[float, str]] = []
+        self.clock_start_t: float | None = None
+        self.stream_ended_t: float | None = None   # when end_stream() closed it
         self.call_sid = call_sid or _new_sid("CA")
         self.stream_sid = _new_sid("MZ")
         self.account_sid = account_sid or _new_sid("AC")
@@ -260,6 +272,8 @@ class TwilioCaller:
                                    KEY_TONE_S + self._cfg.io_timeout_s)
         if await self._send(Dtmf(self._next_seq(), self.stream_sid, digit)):
             self._counts["dtmf_sent"] += 1
+            if self._keep_media:
+                self.keys_sent.append((asyncio.get_running_loop().time(), digit))
 
     async def _converse(self) -> None:
         """A caller who listens: each step is ``respond``'s answer to what the agent last said."""
@@ -315,6 +329,13 @@ class TwilioCaller:
                 return t["agent_text"]
         greeting = data.get("greeting") if isinstance(data, dict) else None
         return greeting if isinstance(greeting, str) else ""
+
+    async def end_stream(self) -> None:
+        """Twilio's side: the call's TwiML was replaced, so its stream ends (``stop``, then the
+        socket closes); the call goes on elsewhere, and this script is over."""
+        if self.stream_ended_t is None:
+            self.stream_ended_t = asyncio.get_running_loop().time()
+        await self._hang_up()
 
     async def _hang_up(self) -> None:
         self._stop_clock = True
@@ -415,6 +436,7 @@ class TwilioCaller:
     async def _clock_loop(self) -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
+        self.clock_start_t = start
         n = 0
         try:
             while not self._stop_clock and not self._closed.is_set():
@@ -520,6 +542,8 @@ class TwilioCaller:
 
     def _on_media(self, payload: bytes, now: float) -> None:
         self._counts["media_bytes_received"] += len(payload)
+        if self._keep_media:
+            self.media_received.append((now, payload))
         if not payload:
             return
         self._last_media_t = now

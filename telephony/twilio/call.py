@@ -4,7 +4,9 @@
 :class:`~telephony.core.supervisor.CallSupervisor` over the stream: the socket closing (or
 ``stop``) hangs up; when the agent ends the call its last words play out before the socket
 closes (Twilio stops playing when the stream does), and a transfer the agent asked for goes
-through Twilio's REST API after that.
+through Twilio's REST API after that. A warm transfer runs while the agent's pipeline does
+(:mod:`telephony.twilio.warm`: the caller on hold, the person briefed on their own stream, then
+both joined in a conference); joined, the stream's ``stop`` is the agent leaving, not a hang-up.
 
 A call parley placed (``CallServer.answering_plans`` gives it a plan: the agent spec's
 ``voicemail:``) is screened before the agent starts, as a SIP dial is
@@ -42,6 +44,7 @@ from telephony.metrics import Metrics
 from telephony.twilio.messages import Connected, Dtmf, Media, MediaFormat, Start, Stop, parse_twilio
 from telephony.twilio.signature import ANSWER_PARAM
 from telephony.twilio.transport import SAMPLE_RATE_HZ, TwilioTransport, drain_playout
+from telephony.twilio.warm import WarmTransfer, WarmTransfers
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +99,16 @@ class TwilioCall(ScreenedCall):
                  pipeline_config: PipelineConfig, store: CallStore, reraise: bool = False,
                  metrics: Metrics | None = None, call_control: CallControl | None = None,
                  handoff: Callable[[str, TransferCallFrame], None] | None = None,
-                 answering_plans: AnsweringPlanFactory | None = None):
+                 answering_plans: AnsweringPlanFactory | None = None,
+                 warm_transfers: WarmTransfers | None = None):
         self.start = start
         self.ws = ws
         self._call_control = call_control
         self._handoff = handoff
+        self._warm_transfers = warm_transfers
+        self.warm: WarmTransfer | None = None      # a warm transfer in progress or joined
+        self._warm_task: asyncio.Task | None = None
+        self._warm_refused: str | None = None      # why a warm transfer went blind
         self._answering_plans = answering_plans   # a call parley placed: screened (module docstring)
         self._amd: str | None = None               # Twilio's AnsweredBy, once its callback came
         transport = TwilioTransport(ws, start, call_id=start.call_sid, on_closed=self.hang_up)
@@ -110,10 +118,29 @@ class TwilioCall(ScreenedCall):
                          pipeline_config=pipeline_config, store=store, metrics=metrics,
                          params={k: v for k, v in start.custom_parameters.items() if k != ANSWER_PARAM},
                          reraise=reraise)
+        transport.input().on_transfer = self._on_transfer
 
     @property
     def link(self):
         return self.transport.link
+
+    # -- a warm transfer --------------------------------------------------------------------------
+
+    async def _on_transfer(self, frame: TransferCallFrame) -> bool:
+        """The agent asked for a transfer: a warm one runs here while the pipeline goes on (True);
+        anything else ends the pipeline and hands the call over after it (False)."""
+        if frame.mode != "warm":
+            return False
+        if self.warm is not None:
+            log.warning("[%s] a warm transfer is already under way; this one ignored", self.call_id)
+            return True
+        transfers = self._warm_transfers
+        self._warm_refused = transfers.unavailable(frame) if transfers is not None else "it is not set up here"
+        if transfers is None or self._warm_refused is not None:
+            return False
+        self.warm = transfers.start(self, frame)
+        self._warm_task = asyncio.get_running_loop().create_task(self.warm.run(), name=f"warm-{self.call_id}")
+        return True
 
     # -- who answered a call parley placed: a person, a machine, a fax, nobody -------------------
 
@@ -201,6 +228,8 @@ class TwilioCall(ScreenedCall):
     # -- the end ---------------------------------------------------------------------------------
 
     async def _pipeline_ended(self) -> str | None:
+        if self.warm is not None and self.warm.joined:   # the agent left; the call is in the conference
+            return self.warm.end_reason
         link = self.link
         played = await drain_playout(link)  # let the last words play before the socket closes
         if link.closed_reason is not None:  # the caller hung up while they played
@@ -213,18 +242,20 @@ class TwilioCall(ScreenedCall):
         return None
 
     async def _close(self) -> None:
+        if self.warm is not None:
+            await self.warm.close(self.end_reason or "call ended", self._warm_task)
         if not self.ws.closed:
             await self.ws.close()
 
     async def _transfer(self, transfer: TransferCallFrame) -> str:
         """Hand the caller over (Twilio replaces the call's TwiML; the stream then closes).
 
-        A warm transfer is not built over Twilio yet (it needs a conference and a second stream
-        to brief the person): it is carried out blind, and the record says so."""
+        A warm transfer that cannot be done here (``WarmTransfers.unavailable``: no account, no
+        public URL, not a phone number) is carried out blind, and the record says so."""
         where = f"{transfer.kind}:{transfer.target}"
         if transfer.mode == "warm":
             note = "warm transfer is not available over Twilio: transferred blind"
-            log.warning("[%s] %s", self.call_id, note)
+            log.warning("[%s] %s (%s)", self.call_id, note, self._warm_refused or "not set up")
             self.record.errors.append(note)
             self.record.transfer = {"mode": "blind", "requested": "warm", "target": transfer.target}
         if self._call_control is None:

@@ -12,7 +12,8 @@
 auth) with ``Url``: parley's own voice webhook, ``{public_url}/twilio/voice?param.NAME=VALUE...``.
 When the callee answers, Twilio POSTs it (signed, over the whole URL, query included) and gets the
 same ``<Connect><Stream>`` an inbound call gets, the parameters as ``<Parameter>``s: the stream
-then runs as an inbound call's does. ``StatusCallback`` (initiated, ringing, answered, completed)
+then runs as an inbound call's does. A request with its own ``twiml`` (a warm transfer's call to
+the person, :mod:`telephony.twilio.warm`) sends that as ``Twiml`` instead of ``Url``. ``StatusCallback`` (initiated, ringing, answered, completed)
 and ``AsyncAmdStatusCallback`` (``MachineDetection=DetectMessageEnd``, ``AsyncAmd=true``) both
 come to ``{public_url}/twilio/dial-status?dial=ID``, signed; ``OutboundCalls.on_status`` writes
 each on the call record (``record.dial``), wherever it is: on the live call, or in the store. The
@@ -86,6 +87,7 @@ class TwilioDialRequest:
     params: tuple[tuple[str, str], ...] = ()
     ring_timeout_s: int = 30          # Twilio's Timeout: 5..600 s
     machine_detection: bool = True
+    twiml: str | None = None          # what Twilio runs when the callee answers (None: the voice webhook)
 
     def __post_init__(self) -> None:
         if not is_phone_number(self.to):
@@ -127,11 +129,15 @@ class TwilioDialer:
 
     def form(self, request: TwilioDialRequest, dial_id: str) -> dict[str, str]:
         """The create-call request's form fields."""
-        voice = f"{self.public_url}/twilio/voice"
-        if request.params:
-            voice += "?" + urlencode([(PARAM_PREFIX + k, v) for k, v in request.params])
+        if request.twiml is not None:
+            answer = {"Twiml": request.twiml}
+        else:
+            voice = f"{self.public_url}/twilio/voice"
+            if request.params:
+                voice += "?" + urlencode([(PARAM_PREFIX + k, v) for k, v in request.params])
+            answer = {"Url": voice, "Method": "POST"}
         status = f"{self.public_url}/twilio/dial-status?dial={dial_id}"
-        form = {"To": request.to, "From": request.from_, "Url": voice, "Method": "POST",
+        form = {"To": request.to, "From": request.from_, **answer,
                 "StatusCallback": status, "StatusCallbackMethod": "POST",
                 "StatusCallbackEvent": STATUS_EVENTS, "Timeout": str(request.ring_timeout_s)}
         if request.machine_detection:

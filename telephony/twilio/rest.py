@@ -5,6 +5,7 @@
     await control.transfer(call_sid, "enqueue", "WW0123...")        # Flex: <Enqueue workflowSid=..>
     await control.transfer(call_sid, "sip", "sip:desk@pbx.example")  # <Dial><Sip>...</Sip></Dial>
     await control.hangup(call_sid)                                   # Status=completed
+    await control.join_conference(call_sid, "warm-CA...")            # <Dial><Conference>: a warm transfer's join
 
 Both POST to ``{api_base}/2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json`` (form encoded,
 HTTP basic auth with the account SID and auth token) and raise ``TelephonyError`` naming the call
@@ -27,11 +28,12 @@ import aiohttp
 from pipeline.frames import TransferKind
 from telephony.errors import TelephonyError
 
-__all__ = ["TwilioCallControl", "handoff_twiml", "transfer_twiml"]
+__all__ = ["TwilioCallControl", "conference_twiml", "handoff_twiml", "transfer_twiml"]
 
 log = logging.getLogger(__name__)
 
 _SID = re.compile(r"[A-Za-z0-9]{2,64}")
+_ROOM = re.compile(r"[A-Za-z0-9_\-]{1,100}")
 
 
 def transfer_twiml(kind: TransferKind, target: str) -> str:
@@ -49,6 +51,16 @@ def transfer_twiml(kind: TransferKind, target: str) -> str:
             raise TelephonyError(f"cannot dial {target!r}: not a sip: URI")
         return f"<Response><Dial><Sip>{escape(target)}</Sip></Dial></Response>"
     raise TelephonyError(f"unknown transfer kind {kind!r} (dial, enqueue or sip)")
+
+
+def conference_twiml(room: str) -> str:
+    """The TwiML that puts a call in conference ``room`` (a warm transfer's join): no beep, no
+    wait music (parley's hold audio played until then), and the conference ends when this
+    participant leaves (``endConferenceOnExit``), so either side hanging up ends the call."""
+    if not _ROOM.fullmatch(room):
+        raise TelephonyError(f"not a conference room name: {room[:120]!r}")
+    return ('<Response><Dial><Conference beep="false" waitUrl="" startConferenceOnEnter="true" '
+            f'endConferenceOnExit="true">{room}</Conference></Dial></Response>')
 
 
 def handoff_twiml(kind: TransferKind, target: str, attributes: dict) -> str:
@@ -92,6 +104,12 @@ class TwilioCallControl:
         twiml = transfer_twiml(kind, target)
         log.info("call %s: transfer (%s)", call_sid, kind)
         return await self._update(call_sid, {"Twiml": twiml}, f"transfer ({kind})")
+
+    async def join_conference(self, call_sid: str, room: str) -> dict:
+        """Replace the call's TwiML with ``<Dial><Conference>room``: its stream closes and the call
+        joins the room (:func:`conference_twiml`)."""
+        log.info("call %s: into conference %s", call_sid, room)
+        return await self._update(call_sid, {"Twiml": conference_twiml(room)}, f"join conference {room}")
 
     async def hangup(self, call_sid: str) -> dict:
         """End the call for everyone on it."""

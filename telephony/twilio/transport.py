@@ -11,6 +11,14 @@ absolute clock, 120 ms (``LEAD_S``) ahead of Twilio's playout
 (:class:`~telephony.pacer.OutputPacer`, which counts underruns and late frames), with a progress
 ``mark`` every 200 ms of audio and an end mark after each utterance; an interruption sends
 ``clear`` at once, and the tracker's verdict goes upstream as ``AgentSpeechHeardFrame``.
+
+A warm transfer (:mod:`telephony.twilio.warm`) steers both halves: the input's ``on_transfer``
+takes the agent's ``TransferCallFrame`` (otherwise the pipeline ends and the call hands over
+after it); ``StreamLink.held`` keeps the caller's audio from the agent while they are on hold; the
+output's ``route`` sends the agent's voice, with its marks, to another stream (the summary, to
+the person), and ``speaking_to_caller`` tells the hold audio when to stay out of the way; a
+stream whose ``StreamLink.leaving`` is set was closed because its call's TwiML was replaced (the
+call joined a conference): its ``stop`` ends the stream for that reason, not as a hang-up.
 """
 
 from __future__ import annotations
@@ -68,8 +76,9 @@ class TwilioCallStats:
                 "dtmf": len(self.dtmf), **self.frames.as_dict()}
 
 
-class _Link:
-    """The shared socket and call facts both halves of the transport use."""
+class StreamLink:
+    """One stream's socket and call facts: what both halves of the transport use (and, for a
+    warm transfer's briefing, the person's stream the agent's voice is routed to)."""
 
     def __init__(self, ws: web.WebSocketResponse, start: Start, call_id: str,
                  on_closed: Callable[[str], Awaitable[None]]):
@@ -81,6 +90,8 @@ class _Link:
         self.stats = TwilioCallStats()
         self.closed_reason: str | None = None
         self.pending_transfer: TransferCallFrame | None = None
+        self.held = False                  # on hold: the caller's audio reaches nobody
+        self.leaving: str | None = None    # the TwiML is being replaced: why the stream will stop
 
     async def send(self, message) -> bool:
         if self.ws.closed:
@@ -94,7 +105,7 @@ class _Link:
             return False
 
 
-async def drain_playout(link: _Link, timeout_s: float = 5.0) -> bool:
+async def drain_playout(link: StreamLink, timeout_s: float = 5.0) -> bool:
     """After the pipeline ended: let the caller hear the last words before the socket closes.
 
     Twilio stops playing when the stream closes, so a farewell would be cut off. Reads the socket
@@ -125,14 +136,18 @@ async def drain_playout(link: _Link, timeout_s: float = 5.0) -> bool:
 
 
 class TwilioInputTransport(ReceivingInput, BaseInputTransport):
-    def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
+    def __init__(self, transport: "TwilioTransport", link: StreamLink, params: TransportParams, **kwargs):
         super().__init__(params, **kwargs)
         self._transport = transport
         self._link = link
         self._meter = InboundMeter(link.stats.frames)
+        # the call takes a transfer itself while the pipeline runs on (a warm one): True when it did
+        self.on_transfer: Callable[[TransferCallFrame], Awaitable[bool]] | None = None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         if isinstance(frame, TransferCallFrame) and direction == FrameDirection.UPSTREAM:
+            if self.on_transfer is not None and await self.on_transfer(frame):
+                return
             # Twilio transfers by replacing the call's TwiML, which closes this stream: first let
             # the agent's words play out (the pipeline ends gracefully), then the call hands over.
             log.info("[%s] transfer to %s:%s requested", self._link.call_id, frame.kind, frame.target)
@@ -165,6 +180,8 @@ class TwilioInputTransport(ReceivingInput, BaseInputTransport):
                 link.stats.media_in += 1
                 self._meter.arrived(index=message.chunk, media_s=message.timestamp_ms / 1000.0,
                                     now_s=time.monotonic())
+                if link.held:   # on hold: nobody listens to the caller
+                    continue
                 pcm = ulaw_decode(message.payload)
                 await self.push_audio_frame(
                     InputAudioRawFrame(audio=pcm.tobytes(), sample_rate=SAMPLE_RATE_HZ, num_channels=1)
@@ -183,7 +200,7 @@ class TwilioInputTransport(ReceivingInput, BaseInputTransport):
                 if key is not None:
                     await self.push_frame(key)
             elif isinstance(message, Stop):
-                reason = "caller hung up (stop)"
+                reason = link.leaving or "caller hung up (stop)"
                 break
             else:  # a second connected/start: out of order, harmless
                 link.stats.bad_messages += 1
@@ -202,10 +219,32 @@ class TwilioInputTransport(ReceivingInput, BaseInputTransport):
 
 
 class TwilioOutputTransport(PacedOutput, BaseOutputTransport):
-    def __init__(self, transport: "TwilioTransport", link: _Link, params: TransportParams, **kwargs):
+    """The agent's voice as ``media``. ``route``: another stream it goes to instead (a warm
+    transfer's summary to the person), marks and all; the caller's tracker keeps its utterances."""
+
+    def __init__(self, transport: "TwilioTransport", link: StreamLink, params: TransportParams, **kwargs):
         super().__init__(params, tracker=link.tracker, call_id=link.call_id, frames=link.stats.frames, **kwargs)
         self._transport = transport
         self._link = link
+        self.route: StreamLink | None = None
+        self.utterances_ended = 0
+        self._ended = asyncio.Event()
+
+    @property
+    def speaking_to_caller(self) -> bool:
+        """An utterance is going out to the caller (from its first chunk to its end mark)."""
+        return self._pacer.speaking and self.route is None
+
+    async def utterance_end(self, after: int, timeout_s: float) -> bool:
+        """Wait until more than ``after`` utterances have gone out; False when none did in time."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.utterances_ended <= after:
+                    self._ended.clear()
+                    await self._ended.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def _utterance_ended(self) -> None:
         # the media sender announces the end of an utterance right after its last audio chunk:
@@ -214,17 +253,21 @@ class TwilioOutputTransport(PacedOutput, BaseOutputTransport):
         name = self._link.tracker.end()
         if name is None:
             return
-        if await self._link.send(OutMark(self._link.start.stream_sid, name)):
+        self.utterances_ended += 1
+        self._ended.set()
+        wire = self.route or self._link
+        if await wire.send(OutMark(wire.start.stream_sid, name)):
             self._link.stats.marks_sent += 1
         self.on_change()
 
     async def _clear_wire(self, utterance: Utterance | None) -> None:
         self._pacer.idle()
-        if utterance is not None and await self._link.send(Clear(self._link.start.stream_sid)):
+        wire = self.route or self._link
+        if utterance is not None and await wire.send(Clear(wire.start.stream_sid)):
             self._link.stats.clears_sent += 1
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
-        link = self._link
+        link = self.route or self._link
         if link.ws.closed:
             return False
         if self._muted:
@@ -240,10 +283,10 @@ class TwilioOutputTransport(PacedOutput, BaseOutputTransport):
             return True
         if not await link.send(OutMedia(link.start.stream_sid, ulaw_encode(pcm))):
             return False
-        link.stats.media_out_bytes += len(pcm)
-        for name in link.tracker.audio_sent(duration_s * 1000.0):
+        self._link.stats.media_out_bytes += len(pcm)
+        for name in self._link.tracker.audio_sent(duration_s * 1000.0):
             if await link.send(OutMark(link.start.stream_sid, name)):
-                link.stats.marks_sent += 1
+                self._link.stats.marks_sent += 1
         return True
 
 
@@ -254,7 +297,7 @@ class TwilioTransport(BaseTransport):
                  on_closed: Callable[[str], Awaitable[None]], params: TransportParams | None = None):
         super().__init__()
         params = params or paced_transport_params(SAMPLE_RATE_HZ)
-        self.link = _Link(ws, start, call_id, on_closed)
+        self.link = StreamLink(ws, start, call_id, on_closed)
         self._input = TwilioInputTransport(self, self.link, params, name=f"twilio-in-{call_id}")
         self._output = TwilioOutputTransport(self, self.link, params, name=f"twilio-out-{call_id}")
 

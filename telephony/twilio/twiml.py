@@ -22,10 +22,12 @@ PARAM_PREFIX = "param."
 XML_HEAD = '<?xml version="1.0" encoding="UTF-8"?>'
 
 
-def stream_twiml(stream_url: str, action_url: str, params: Mapping[str, str]) -> str:
-    """``<Connect action><Stream url>`` with one ``<Parameter>`` per item of ``params``."""
+def stream_twiml(stream_url: str, action_url: str | None, params: Mapping[str, str]) -> str:
+    """``<Connect action><Stream url>`` with one ``<Parameter>`` per item of ``params``; without
+    ``action_url`` the call ends when its stream does."""
     parameters = "".join(f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in params.items())
-    return (f"{XML_HEAD}<Response><Connect action={quoteattr(action_url)}><Stream url={quoteattr(stream_url)}>"
+    action = f" action={quoteattr(action_url)}" if action_url is not None else ""
+    return (f"{XML_HEAD}<Response><Connect{action}><Stream url={quoteattr(stream_url)}>"
             f"{parameters}</Stream></Connect></Response>")
 
 
