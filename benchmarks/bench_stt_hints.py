@@ -7,7 +7,9 @@ number?", "May I have your name?") are spoken by voices the recogniser never tra
 held-out voices), through the 8 kHz mu-law phone channel, and by the people of the human
 development set where it has such answers (its digit strings). Each clip is decoded twice by the
 shipped recogniser, in one run: free (the baseline) and with the turn's hint (``yes_no``,
-``digits`` or ``name``). Reported per kind:
+``digits`` or ``name``); where Whisper's decoder makes the finals and the hint gives it a prompt
+(``whisper_final.whisper_prompt``: yes/no, digits), also hinted without that prompt
+(``hinted_no_prompt``). Reported per kind:
 
 - yes/no: the agent's reading (``agent.slots.yes_or_no``) of the final is the one meant;
 - digits: every digit right (``agent.slots.digits_in``), and the digit error rate;
@@ -40,6 +42,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -49,7 +52,9 @@ from common import git_sha  # noqa: E402
 from agent.slots import digits_in, extract, yes_or_no  # noqa: E402
 from harness.callers.script import spelled_out  # noqa: E402
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
+from pipeline.engines import whisper_final  # noqa: E402
 from pipeline.engines.ssm_recognizer import SSMSTTEngine  # noqa: E402
+from pipeline.engines.whisper_final import whisper_prompt  # noqa: E402
 from ssm_engine.data.audio import resample  # noqa: E402
 from ssm_engine.data.voices import voice  # noqa: E402
 from ssm_engine.stt.decode import edit_distance, wer  # noqa: E402
@@ -126,7 +131,10 @@ def _pieces(pcm: np.ndarray, gap_ms: int = 200) -> list[np.ndarray]:
     return [np.concatenate([pad, pcm[max(0, a * fr - 800):b * fr + 800], pad]) for a, b in spans]
 
 
-def _decode(engine: SSMSTTEngine, pcm: np.ndarray, hints: Hints):
+def _decode(engine: SSMSTTEngine, pcm: np.ndarray, hints: Hints, prompt: bool = True):
+    if not prompt:                  # the hints without Whisper's prompt (``whisper_prompt``)
+        with mock.patch.object(whisper_final, "whisper_prompt", lambda hints: ""):
+            return _decode(engine, pcm, hints)
     utt = engine.open(8000, hints)
     for i in range(0, len(pcm), 160):
         fut = utt.push(pcm[i:i + 160])
@@ -193,10 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                               "open": ("yes_no", "name", "digits")}.get(kind, ("yes_no", "name")):
                 expect = {hint_kind, "name"} if hint_kind == "spelling" else {hint_kind}
                 hinted, hinted_ms = _decode(engine, pcm, Hints(expect=frozenset(expect)))
+                bare, bare_ms = ((_decode(engine, pcm, Hints(expect=frozenset(expect)), prompt=False)
+                                  if whisper_prompt(Hints(expect=frozenset(expect)))
+                                  and engine.final_whisper is not None else (hinted, hinted_ms)))
                 row_kind = (f"open_{hint_kind}" if kind == "open"
                             else "short_name" if kind == "yes_no" and hint_kind == "name"
                             else kind)
-                rows.append((row_kind, truth, name, free, free_ms, hinted, hinted_ms))
+                rows.append((row_kind, truth, name, free, free_ms, hinted, hinted_ms, bare, bare_ms))
             if kind == "spelled":      # the same spelling decoded in pieces, cut at its pauses
                 pieces = [_decode(engine, p, Hints(expect=frozenset(expect)))[0].text
                           for p in _pieces(pcm)]
@@ -209,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         return "none" if a is None else ("yes" if a else "no")
 
     out: dict = {"bench": "stt_hints", "voices": args.voices, "clips": len(rows)}
-    for mode in ("free", "hinted"):
-        i = 3 if mode == "free" else 5
+    for mode in ("free", "hinted", "hinted_no_prompt"):
+        i = {"free": 3, "hinted": 5, "hinted_no_prompt": 7}[mode]
         ynr = [r for r in rows if r[0] == "yes_no"]
         dr = [r for r in rows if r[0] == "digits"]
         opr = [r for r in rows if r[0] == "open_yes_no"]
@@ -244,11 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                               for r, ok in zip(spr, spelled_ok) if not ok][:8],
             "open_turned_yes_no": sum(yn(r[i].text) != "none" for r in opr),
             "open_n": len(opr),
-            "open_taken_by_name_hint": sum(bool(r[i].hinted) for r in onr if mode == "hinted"),
+            "open_taken_by_name_hint": sum(bool(r[i].hinted) for r in onr if mode != "free"),
             "open_name_n": len(onr),
-            "yes_no_taken_by_name_hint": sum(bool(r[i].hinted) for r in snr if mode == "hinted"),
+            "yes_no_taken_by_name_hint": sum(bool(r[i].hinted) for r in snr if mode != "free"),
             "yes_no_name_n": len(snr),
-            "open_taken_by_digits_hint": sum(bool(r[i].hinted) for r in odr if mode == "hinted"),
+            "open_taken_by_digits_hint": sum(bool(r[i].hinted) for r in odr if mode != "free"),
             "open_digits_n": len(odr),
             "open_wer": round(wer([r[1] for r in opr], [normalize_text(r[i].text) for r in opr]), 3),
             "confidence_right_mean": round(float(np.mean([c for c, ok in confs if ok] or [0])), 3),
@@ -256,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             "wrong_caught_at_0.6": f"{sum(c < 0.6 for c in wrong)}/{len(wrong)}",
             "right_refused_at_0.6": sum(c < 0.6 for c, ok in confs if ok),
             "final_ms": _pct([r[i + 1] for r in rows
-                              if mode == "hinted"
+                              if mode != "free"
                               or r[0] not in ("open_name", "open_digits", "short_name")]),
             "yes_no_wrong": [f"{r[1]} ({r[2]}) -> {r[i].text!r} {r[i].confidence or 0:.2f}"
                              for r, ok in zip(ynr, right) if not ok],

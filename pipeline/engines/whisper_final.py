@@ -19,6 +19,9 @@ folder says so (``decoder.json``: ``{"decoder": "whisper"}``; ``final_decoder``)
 still makes every partial and the end of turn's guesses; the CTC final pass (``ctc``) runs
 beside it only where its heads do what Whisper's text cannot: a name spelled letter by letter
 (its letters are the final) and keyword spotting (its spotted keywords ride on Whisper's text).
+A turn's hints reach Whisper's decoder as a prompt (``whisper_prompt``: the text it reads as said
+before: the phrases the agent listens for, its keywords, a number read digit by digit, a yes and
+a no); a free turn has none.
 
 A generation that does not end within ``MAX_TOKENS_S`` tokens a second of audio (plus 10) is a
 loop ("Code Code Code ..."); the CTC final pass decodes that utterance instead. A run of one to
@@ -64,6 +67,7 @@ MAX_TOKENS_S = 8.0              # tokens a second of audio, past which a generat
 LOOP_REPEATS = 5                # a run of words said this many times in a row is a loop
 NO_SPEECH_PROB = 0.6
 LOW_LOGPROB = -0.7              # silence reads as "you" at -1.0; speech's mean is above -0.5
+PROMPT_TOKENS = 120             # the most of a turn's prompt the decoder reads (its last tokens)
 _MEL_HOP = 160                  # Whisper's log-mel hop at 16 kHz
 _FRAMES = 3000                  # 30 s of log-mel frames, 1,500 encoder frames
 
@@ -109,10 +113,11 @@ class WhisperFinal:
         self._silence = np.array(model.model.encode(sv))
         self._suppress = self._asr.suppress_tokens
 
-    def decode(self, audio: np.ndarray, rate: int) -> tuple[str, float, bool]:
+    def decode(self, audio: np.ndarray, rate: int, prompt: str = "") -> tuple[str, float, bool]:
         """One utterance (float32 mono at ``rate``, at most 30 s less ``pad_s``) -> (text,
         confidence: the tokens' mean probability, ended: False for a generation cut off as a
-        loop). Blocks for the encoding and the decoding."""
+        loop). ``prompt``: text the decoder reads as what came before (``whisper_prompt``; its
+        last ``PROMPT_TOKENS`` tokens). Blocks for the encoding and the decoding."""
         import ctranslate2
 
         self.load()
@@ -130,13 +135,19 @@ class WhisperFinal:
             enc = np.array(model.model.encode(ctranslate2.StorageView.from_array(
                 np.ascontiguousarray(mel[None, :, :n], dtype=np.float32))))
             memory = np.concatenate([enc, self._silence[:, enc.shape[1]:]], axis=1)
+            start = self._prompt
+            if prompt:
+                tok = model.hf_tokenizer
+                before = tok.encode(" " + prompt.strip(), add_special_tokens=False).ids
+                start = [tok.token_to_id("<|startofprev|>"), *before[-PROMPT_TOKENS:], *self._prompt]
             res = model.model.generate(
-                ctranslate2.StorageView.from_array(memory), [self._prompt], beam_size=1,
-                suppress_tokens=self._suppress, max_length=budget, return_scores=True,
+                ctranslate2.StorageView.from_array(memory), [start], beam_size=1,
+                suppress_tokens=self._suppress, max_length=budget + len(start) - len(self._prompt),
+                return_scores=True,
                 return_no_speech_prob=True)[0]
             ids = [t for t in res.sequences_ids[0] if t < self._prompt[0]]
             text = model.hf_tokenizer.decode(ids).strip()
-        ended = len(res.sequences_ids[0]) < budget - len(self._prompt)
+        ended = len(res.sequences_ids[0]) < budget - len(self._prompt)   # max_length counts the prompt
         logprob = float(res.scores[0]) if res.scores else 0.0
         if res.no_speech_prob > NO_SPEECH_PROB and logprob < LOW_LOGPROB:
             return "", 0.0, True
@@ -189,6 +200,24 @@ def _hinted(text: str, hints: Hints) -> bool:
     return "digits" in hints.expect and all(w in DIGIT_WORDS for w in text.split())
 
 
+_DIGITS_PROMPT = "My number is four one five, five five five, zero one nine eight."
+_YES_NO_PROMPT = "Yes, that's right. No, that's not right."
+
+
+def whisper_prompt(hints: Hints) -> str:
+    """The turn's hints as text Whisper's decoder reads before the caller's words (its
+    ``<|startofprev|>``, as Whisper conditions on what was said before): the phrases the agent
+    listens for and the keywords it spots, an example of digits read one by one, or a yes and a
+    no. "" for free recognition (``NO_HINTS``) and for a name or a spelling alone."""
+    parts: list[str] = []
+    if "digits" in hints.expect:
+        parts.append(_DIGITS_PROMPT)
+    if "yes_no" in hints.expect:
+        parts.append(_YES_NO_PROMPT)
+    parts += [p.strip().capitalize() + "." for p in (*hints.phrases, *hints.keywords) if p.strip()]
+    return " ".join(parts)
+
+
 def _wants_ctc(hints: Hints) -> bool:
     """The CTC final pass runs beside Whisper's: a spelled name, or keywords to spot."""
     return "spelling" in hints.expect or bool(hints.keywords)
@@ -203,6 +232,7 @@ class WhisperFinalDecoder:
     def __init__(self, whisper: WhisperFinal, rate: int, hints: Hints = NO_HINTS, *,
                  ctc: Any = None, whole: Callable[[np.ndarray], Recognition] | None = None) -> None:
         self._whisper, self._rate, self._hints = whisper, rate, hints
+        self._prompt = whisper_prompt(hints)
         self._ctc = ctc
         self._whole = whole
         self._block: list[np.ndarray] = []
@@ -226,7 +256,8 @@ class WhisperFinalDecoder:
     def _decode_block(self) -> bool:
         if not self._block_n:
             return True
-        text, _confidence, ended = self._whisper.decode(np.concatenate(self._block), self._rate)
+        text, _confidence, ended = self._whisper.decode(np.concatenate(self._block), self._rate,
+                                                        self._prompt)
         self._block, self._block_n = [], 0
         if text:
             self._texts.append(text)

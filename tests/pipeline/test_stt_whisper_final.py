@@ -14,7 +14,7 @@ from ssm_engine.stt.decode import cer
 from pipeline.engines import whisper_final
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
 from pipeline.engines.whisper_final import (DECODER_FILE, WhisperFinalDecoder,
-                                            shared_whisper_final)
+                                            shared_whisper_final, whisper_prompt)
 from pipeline.errors import EngineUnavailableError
 from ssm_engine.stt.encoder_model import save_whisper_stt
 from ssm_engine.stt.hints import Hints, Recognition
@@ -97,9 +97,11 @@ class _Scripted:
     def __init__(self, *answers: tuple[str, float, bool]) -> None:
         self.answers = list(answers)
         self.seconds: list[float] = []
+        self.prompts: list[str] = []
 
-    def decode(self, audio: np.ndarray, rate: int) -> tuple[str, float, bool]:
+    def decode(self, audio: np.ndarray, rate: int, prompt: str = "") -> tuple[str, float, bool]:
         self.seconds.append(audio.size / rate)
+        self.prompts.append(prompt)
         return self.answers.pop(0)
 
 
@@ -114,6 +116,27 @@ class _CTC:
 
     def result(self) -> Recognition:
         return self.rec
+
+
+def test_a_turns_hints_are_whispers_prompt_and_free_turns_have_none():
+    assert whisper_prompt(Hints()) == "" and whisper_prompt(Hints(expect=frozenset({"name"}))) == ""
+    menu = whisper_prompt(Hints(phrases=("billing", "talk to a person"), expect=frozenset({"yes_no"})))
+    assert "Billing." in menu and "Talk to a person." in menu and "Yes" in menu
+    script = _Scripted(("Four one five.", 0.9, True))
+    dec = WhisperFinalDecoder(script, 8000, Hints(expect=frozenset({"digits"})))  # type: ignore[arg-type]
+    dec.piece(np.ones(8000, np.float32))
+    rec = dec.result()
+    assert rec is not None and rec.text == "four one five" and rec.hinted
+    assert script.prompts == [whisper_prompt(Hints(expect=frozenset({"digits"})))] and "five" in script.prompts[0]
+
+
+def test_whisper_reads_the_words_said_not_its_prompt(flite_speech):
+    wf = shared_whisper_final()
+    prompt = whisper_prompt(Hints(phrases=("billing", "shipping"), expect=frozenset({"digits"})))
+    text, _confidence, ended = wf.decode(_as_float(flite_speech(SENTENCE, 8000)), 8000, prompt)
+    assert ended and cer([SENTENCE], [text.lower().strip(".")]) < 0.15, text
+    assert "billing" not in text.lower() and "four one five" not in text.lower()
+    assert wf.decode(np.zeros(8000, np.float32), 8000, prompt)[0] == ""      # silence: still nothing
 
 
 def test_a_loop_is_decoded_by_the_ctc_final_pass_instead():

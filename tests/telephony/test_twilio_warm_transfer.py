@@ -219,7 +219,6 @@ async def test_the_person_is_briefed_then_both_join_a_conference(line):
 
 @pytest.mark.parametrize(("answer", "timeout_s", "ring_s", "outcome", "detail"), [
     ("no-answer", 10, 1.5, "no-answer", "no-answer (Twilio: no-answer)"),
-    ("busy", 10, 0.3, "no-answer", "busy (Twilio: busy)"),
     ("failed", 10, 0.3, "failed", "failed (Twilio: failed)"),
     ("human", 2, 15.0, "no-answer", "no answer within 2 s"),     # parley's own deadline: hung up over REST
 ])
