@@ -73,15 +73,40 @@ class ModelServerProcess:
             self.proc.stderr.close()
 
 
-@pytest.fixture
-async def two_servers():
-    servers = [ModelServerProcess(), ModelServerProcess()]
+@pytest.fixture(scope="module")
+def _server_pool():
+    """The model servers the module's tests share: most tests kill or drain one of their two, and
+    the next test gets the survivor and one fresh server (a start is ~10 s of CPU)."""
+    pool: list[ModelServerProcess] = []
+    yield pool
+    for s in pool:
+        s.stop()
+
+
+async def _serving_ping(server: ModelServerProcess) -> bool:
+    """Alive and ready: not killed, not draining (/ping 200)."""
+    if server.proc.poll() is not None:
+        return False
     try:
-        await asyncio.gather(*(s.ready() for s in servers))
-        yield servers
-    finally:
-        for s in servers:
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{server.port}/ping",
+                                                       timeout=aiohttp.ClientTimeout(total=5)) as r:
+            return r.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+@pytest.fixture
+async def two_servers(_server_pool):
+    """Two ready model servers: the pool's survivors, topped up with fresh ones."""
+    fresh = [ModelServerProcess() for _ in range(2 - len(_server_pool))]
+    _server_pool.extend(fresh)
+    await asyncio.gather(*(s.ready() for s in fresh))
+    servers = list(_server_pool)
+    yield servers
+    for s in servers:
+        if not await _serving_ping(s):   # killed or drained by the test: not for the next one
             s.stop()
+            _server_pool.remove(s)
 
 
 def _serving(engine: RemoteVoiceEngine, servers: list[ModelServerProcess]) -> ModelServerProcess:
