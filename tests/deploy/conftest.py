@@ -26,6 +26,16 @@ def postgres():
         shutil.rmtree(cluster.dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def model_server_pool():
+    """The model servers the model tier's tests share (tests.deploy.model_servers.ServerPool)."""
+    from tests.deploy.model_servers import ServerPool
+
+    pool = ServerPool()
+    yield pool
+    pool.close()
+
+
 @pytest.fixture(scope="module")
 def engines_local():
     """The in-process engines on the same models: what the remote ones must match."""

@@ -19,7 +19,7 @@ from pipeline.engines.replicas import Replicas
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.voices import voices_in
 from tests.deploy.test_model_server import FMT, _audio, _context_events
-from tests.deploy.test_model_tier import ModelServerProcess
+from tests.deploy.model_servers import ModelServerProcess
 from tests.metrics_text import sample
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
