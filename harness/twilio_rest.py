@@ -115,6 +115,7 @@ class Scenario:
     stream: bool = True               # False: answered without opening a media stream
     talk_s: float = 0.2               # with stream=False: answered to completed
     linger_s: float = 0.0             # after the agent's last words, stay on the line this long
+    linger_until: Callable[[list[tuple[float, bytes]]], bool] | None = None   # ...or until this holds of what it heard
     reply_timeout_s: float = 20.0     # the longest the callee listens to one reply before hanging up
     conference_s: float | None = None  # in a conference, hang up after this long (None: stay until it ends)
 
@@ -464,7 +465,8 @@ class TwilioRestStandIn:
         caller = TwilioCaller(CallerConfig(url=str(stream.get("url")), utterances=scenario.utterances,
                                            auth_token=self.auth_token, webhook=False,
                                            greeting_quiet_s=scenario.greeting_quiet_s, timeout_s=scenario.call_timeout_s,
-                                           linger_s=scenario.linger_s, reply_timeout_s=scenario.reply_timeout_s),
+                                           linger_s=scenario.linger_s, linger_until=scenario.linger_until,
+                                           reply_timeout_s=scenario.reply_timeout_s),
                               call_sid=call.sid, account_sid=self.account_sid, stream_params=call.stream_params,
                               keep_media=True)
         call.caller = caller

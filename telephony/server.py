@@ -506,7 +506,8 @@ async def serve_forever(server: CallServer, sip: SipServer | None = None,
     """Serve until SIGTERM (drain, then stop) or SIGINT (stop); SIP beside HTTP when given; the
     call tier's CloudWatch metrics as EMF lines when ``emf`` is given; post-call webhooks sent from
     their outbox when ``webhooks`` is given (stopped after the calls). ``listening`` is told the
-    bound ports (``{"http_port": p, "sip_port": q or None}``) once every socket listens."""
+    bound ports (``{"http_port": p, "sip_port": q or None}``) once every socket listens and
+    SIGTERM drains."""
     await server.start()
     emf_task = asyncio.create_task(emf.run(), name="emf") if emf is not None else None
     if webhooks is not None:
@@ -515,8 +516,6 @@ async def serve_forever(server: CallServer, sip: SipServer | None = None,
         server.sip = sip
         sip.admit = server.admission  # one max_calls for every transport
         await sip.start()
-    if listening is not None:
-        listening({"http_port": server.port, "sip_port": sip.port if sip is not None else None})
     pauses = GcPauses()
     pauses.install()
     server.metrics.register_gc(pauses)
@@ -543,6 +542,8 @@ async def serve_forever(server: CallServer, sip: SipServer | None = None,
     loop.add_signal_handler(signal.SIGTERM, sigterm)
     loop.add_signal_handler(signal.SIGINT, stopping.set)
     try:
+        if listening is not None:  # only now: a SIGTERM the moment the ports are known drains
+            listening({"http_port": server.port, "sip_port": sip.port if sip is not None else None})
         await stopping.wait()
     finally:
         pauses.uninstall()

@@ -88,6 +88,10 @@ class CallerConfig:
     reply_timeout_s: float = 20.0
     io_timeout_s: float = 5.0
     linger_s: float = 0.0  # after the last reply, stay on the line this long (the agent may hang up)
+    # the Twilio caller with ``keep_media``: end the linger early once this holds of what it has
+    # received (``media_received``), as a person hangs up once they heard what they waited for
+    linger_until: Callable[[list[tuple[float, bytes]]], bool] | None = field(default=None, hash=False,
+                                                                             compare=False)
     # POST {calls base}/twilio/voice (signed) before the stream, as Twilio does: parley takes a
     # stream only for a call its webhook answered moments before. False for servers without one.
     webhook: bool = True

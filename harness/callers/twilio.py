@@ -247,7 +247,9 @@ class TwilioCaller:
         if prev is not None and not self._closed.is_set():
             await self._wait_agent_done(prev)
         if cfg.linger_s > 0:  # stay on the line: the agent may hang up first
-            await self._wait_until(self._closed.is_set, cfg.linger_s)
+            until = cfg.linger_until
+            await self._wait_until(lambda: self._closed.is_set() or (until is not None and until(self.media_received)),
+                                   cfg.linger_s)
         await self._hang_up()
 
     async def _press(self, keys: tuple[CallerUtterance, ...]) -> None:

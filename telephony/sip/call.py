@@ -268,6 +268,11 @@ class SipCall(CallSupervisor):
         self._acked.set()  # the transaction gave up: the BYE need not wait for it any more
         await self.hang_up("no ACK")
 
+    def end_transactions(self) -> None:
+        """The server is stopping, and our 2xx's transaction ends with it: the BYE need not wait
+        out the ACK (RFC 3261 15: a BYE may follow once the transaction is over)."""
+        self._acked.set()
+
     def matches(self, req: SipRequest) -> bool:
         """Whether ``req`` belongs to this dialog: the caller's From tag, and our To tag once answered.
 

@@ -157,10 +157,13 @@ class SipServer(asyncio.DatagramProtocol):
                           end_timeout_s=end_timeout_s, what="SIP call")
 
     async def stop(self, timeout_s: float = 5.0) -> None:
-        """Refuse new calls, hang up the live ones (BYE), unregister, close the socket."""
+        """Refuse new calls, hang up the live ones (BYE, all at once: a call whose caller never
+        ACKed our 200 is not waited for), unregister, close the socket."""
         self.draining = True
-        for call in list(self.live.values()):
-            await call.hang_up(SHUTDOWN_REASON)
+        calls = list(self.live.values())
+        for call in calls:
+            call.end_transactions()
+        await asyncio.gather(*(call.hang_up(SHUTDOWN_REASON) for call in calls))
         if self._register_task is not None:
             self._register_task.cancel()
             await asyncio.gather(self._register_task, return_exceptions=True)

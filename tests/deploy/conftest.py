@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def parley_json(*argv: str):
+    """``parley ARGV`` (a command that prints JSON): its parser and command, run in this process
+    (a ``python -m deploy.cli`` of its own costs ~5 s of imports); what it printed, parsed."""
+    from deploy.cli import build_parser
+
+    args = build_parser().parse_args(list(argv))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = args.func(args)
+    assert not code, out.getvalue()
+    return json.loads(out.getvalue())
+
+
+def calls_show(call_id: str, db: Path) -> dict:
+    """``parley calls show CALL_ID --json --db DB``: the record."""
+    return parley_json("calls", "show", call_id, "--json", "--db", str(db))
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +45,16 @@ def postgres():
     finally:
         cluster.stop()
         shutil.rmtree(cluster.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def model_server_pool():
+    """The model servers the model tier's tests share (tests.deploy.model_servers.ServerPool)."""
+    from tests.deploy.model_servers import ServerPool
+
+    pool = ServerPool()
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="module")

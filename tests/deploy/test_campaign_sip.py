@@ -6,7 +6,6 @@ independently of parley how many times each contact was dialled and how many cal
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import sys
 from collections import defaultdict
@@ -17,6 +16,7 @@ import pytest
 
 from telephony.sip.headers import SipUri
 from telephony.sip.message import SipRequest
+from tests.deploy.conftest import parley_json
 from tests.deploy.test_dial_cli import ECHO, ROOT
 from tests.telephony.sip.conftest import callee, sipp_messages
 
@@ -93,10 +93,7 @@ async def test_a_sip_campaign_gives_each_contact_one_outcome_and_dials_it_as_the
     progress = [line for line in out.decode().splitlines() if line.startswith("[")]
     assert len(progress) == len(ANSWERS) + (len(BUSY) + len(RINGS_OUT)) * MAX_ATTEMPTS + 1   # + the dnc line
 
-    export = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "deploy.cli", "campaign", "export", "sipcamp", "--format", "json", "--db", str(db),
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE)
-    rows = {r["to"]: r for r in json.loads((await export.communicate())[0])}
+    rows = {r["to"]: r for r in parley_json("campaign", "export", "sipcamp", "--format", "json", "--db", str(db))}
     assert len(rows) == len(order) and all(r["state"] == "done" for r in rows.values())
 
     calls, spans = dials_and_spans(list(logs.values()))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from deploy.cli import main
+from tests.deploy.conftest import calls_show
 from tests.telephony.sip.conftest import KAMAILIO_MODULES, RtpSink, callee, free_udp_port, kamailio
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,10 +51,7 @@ async def test_an_answered_call_prints_its_outcome_and_exits_0(tmp_path):
     assert result["end_reason"] == "callee hung up (BYE)" and result["rtp_out"] > 40
     assert len(sink.packets) == result["rtp_out"] and sink.rms() > 300  # the echo agent's greeting
     assert err == ""
-    shown = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.cli", "calls", "show",
-                                                 result["call_id"], "--json", "--db", str(tmp_path / "calls.db"),
-                                                 cwd=ROOT, stdout=asyncio.subprocess.PIPE)
-    record = json.loads((await shown.communicate())[0])
+    record = calls_show(result["call_id"], tmp_path / "calls.db")
     assert record["params"]["customer"] == "C-42" and record["params"]["direction"] == "outbound"
 
 
@@ -116,10 +114,7 @@ async def test_a_spec_with_voicemail_leaves_the_message_filled_from_the_params(t
     result = json.loads(out)
     assert (result["answered_by"], result["voicemail_left"]) == ("machine", True)
     assert result["end_reason"] == "voicemail message left" and result["rtp_out"] == len(sink.packets) > 100
-    shown = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.cli", "calls", "show",
-                                                 result["call_id"], "--json", "--db", str(tmp_path / "calls.db"),
-                                                 cwd=ROOT, stdout=asyncio.subprocess.PIPE)
-    record = json.loads((await shown.communicate())[0])
+    record = calls_show(result["call_id"], tmp_path / "calls.db")
     assert record["answered_by"] == "machine" and record["voicemail_left"] is True
     assert record["greeting"].lower().startswith("hi dana this is acme")
 

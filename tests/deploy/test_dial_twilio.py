@@ -14,6 +14,7 @@ import pytest
 
 from deploy.cli import main
 from harness.twilio_rest import Scenario, TwilioRestStandIn
+from tests.deploy.conftest import calls_show
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCOUNT = "AC" + "1" * 32
@@ -108,9 +109,6 @@ async def test_a_machine_gets_the_specs_message_once_twilio_says_so(twilio, tmp_
     assert result["end_reason"] == "voicemail message left"
     [call] = twilio.calls
     assert call.report is not None and call.report.server_hung_up and call.report.media_bytes_received > 8000
-    shown = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.cli", "calls", "show",
-                                                 result["call_id"], "--json", "--db", str(tmp_path / "calls.db"),
-                                                 cwd=ROOT, stdout=asyncio.subprocess.PIPE)
-    record = json.loads((await shown.communicate())[0])
+    record = calls_show(result["call_id"], tmp_path / "calls.db")
     assert record["answered_by"] == "machine_end_beep" and record["voicemail_left"] is True
     assert record["greeting"].lower().replace(",", "").startswith("hi dana this is acme")

@@ -9,7 +9,6 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from pipeline.engines.remote_voice import RemoteVoiceEngine
 from pipeline.engines.replicas import Replicas
 from ssm_engine.stt.decode import wer
 from ssm_engine.stt.text import normalize_text
+from tests.deploy.model_servers import ModelServerProcess, ServerPool
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_TEXT = ("Thank you for calling the dental office. We are open from eight in the morning until six in "
@@ -30,58 +30,10 @@ LONG_TEXT = ("Thank you for calling the dental office. We are open from eight in
              "building, and the entrance is on the side street.")
 
 
-class ModelServerProcess:
-    def __init__(self, *extra: str, command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
-        command = command or [sys.executable, "-m", "deploy.cli", "model-server"]
-        self.proc = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", "0", "--no-stt-compile", "--no-tts-compile", "--log-level", "INFO", *extra],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log: list[str] = []
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    async def ready(self, timeout_s: float = 90.0) -> None:
-        """Read the bound port from the log, then wait for /ping 200."""
-        assert self.proc.stderr is not None
-        deadline = time.monotonic() + timeout_s
-        while not self.port:
-            line = await asyncio.wait_for(asyncio.to_thread(self.proc.stderr.readline), deadline - time.monotonic())
-            assert line, f"model server exited: {''.join(self.log)[-2000:]}"
-            self.log.append(line)
-            if m := re.search(r"listening on http://127\.0\.0\.1:(\d+)", line):
-                self.port = int(m[1])
-        async with aiohttp.ClientSession() as s:
-            while time.monotonic() < deadline:
-                async with s.get(f"http://127.0.0.1:{self.port}/ping") as r:
-                    if r.status == 200:
-                        return
-                await asyncio.sleep(0.2)
-        raise TimeoutError("model server did not become ready")
-
-    def rest_of_log(self) -> str:
-        assert self.proc.stderr is not None
-        return "".join(self.log) + self.proc.stderr.read()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-
 @pytest.fixture
-async def two_servers():
-    servers = [ModelServerProcess(), ModelServerProcess()]
-    try:
-        await asyncio.gather(*(s.ready() for s in servers))
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+async def two_servers(model_server_pool: ServerPool) -> list[ModelServerProcess]:
+    """Two ready model servers: those earlier tests left serving, topped up with fresh ones."""
+    return await model_server_pool.take(2)
 
 
 def _serving(engine: RemoteVoiceEngine, servers: list[ModelServerProcess]) -> ModelServerProcess:

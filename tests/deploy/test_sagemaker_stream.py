@@ -30,26 +30,20 @@ from pipeline.engines.replicas import Replicas
 from ssm_engine.stt.decode import wer
 from ssm_engine.stt.text import normalize_text
 from harness.aws.sagemaker_bidi_runtime import ACCESS_KEY, SECRET_KEY, BidiRuntime, make_certificate
-from tests.deploy.test_model_tier import LONG_TEXT, ModelServerProcess
+from tests.deploy.test_model_tier import LONG_TEXT
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDPOINT = "parley-models"
 
 
 @pytest.fixture(scope="module")
-def model_servers():
-    """Two model servers: the instances behind the stand-in endpoint (never killed here)."""
-    servers = [ModelServerProcess(), ModelServerProcess()]
-
-    async def ready() -> None:
-        await asyncio.gather(*(s.ready() for s in servers))
-
+def model_servers(model_server_pool):
+    """Two model servers: the instances behind the stand-in endpoint (never killed here), those
+    the model tier's tests left serving and fresh ones; the pool's last user, so it closes it."""
     try:
-        asyncio.run(ready())
-        yield servers
+        yield asyncio.run(model_server_pool.take(2))
     finally:
-        for s in servers:
-            s.stop()
+        model_server_pool.close()
 
 
 @pytest.fixture(scope="module")

@@ -90,3 +90,22 @@ async def test_the_calibrated_cap_is_what_every_transport_enforces(three_quarter
         peer.close()
         os.kill(os.getpid(), signal.SIGINT)  # serve_forever's own way out
         await asyncio.wait_for(serving, 20)
+
+
+async def test_a_sigterm_as_soon_as_the_ports_are_known_drains_and_stops():
+    """Regression: the ports (``parley serve --ready-file``) were given out before SIGTERM was
+    handled, so a SIGTERM right after them killed the server with no drain, its file left behind."""
+    server = CallServer(ServerConfig(host="127.0.0.1", port=0, auth_token=TOKEN),
+                        agent_factory=lambda _info: EchoAgentProcessor())
+    unhandled: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: unhandled.append(signum))
+    try:
+        serving = asyncio.create_task(serve_forever(server, listening=lambda _ports: os.kill(os.getpid(),
+                                                                                             signal.SIGTERM)))
+        done, _ = await asyncio.wait({serving}, timeout=10)
+        if not done:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not unhandled and done and server.draining

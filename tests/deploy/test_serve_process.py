@@ -18,6 +18,7 @@ import aiohttp
 
 from pipeline.records_sqlite import SQLiteCallStore
 from harness.callers.twilio import CallerConfig, CallerUtterance, run_call
+from tests.deploy.conftest import calls_show
 from tests.metrics_text import series as metric_series
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,10 +198,7 @@ async def test_killed_mid_call_the_turns_so_far_are_readable(tmp_path):
             proc.kill()
             proc.wait(10)
         proc.stderr.close()
-    shown = subprocess.run([sys.executable, "-m", "deploy.cli", "calls", "show", sid, "--json", "--db", str(db)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    record = json.loads(shown.stdout)
+    record = calls_show(sid, db)
     assert record["call_sid"] == sid
     assert record["turns"] and record["turns"][0]["user_text"]  # what was said so far is there
     assert record["turns"][0]["agent_text"].startswith("You said")

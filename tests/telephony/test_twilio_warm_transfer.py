@@ -54,6 +54,9 @@ slots:
     prompt: What is your message?
 """
 
+AGENT_BACK_S = 1.0   # the agent's speech after the hold that shows the caller got it back
+OFFER = "Would you like to leave a message?"   # what the agent says once it has the caller back
+
 _PATTERN = hold_pattern("music")
 HOLD_PAYLOADS = {bytes(ulaw_encode(c)) for c in np.split(_PATTERN, len(_PATTERN) // 160)}
 
@@ -68,10 +71,17 @@ def is_speech(payload: bytes) -> bool:
     return not is_hold(payload) and float(np.sqrt(np.mean(pcm ** 2))) > 300
 
 
-def caller_scenario(linger_s: float) -> Scenario:
-    """Greets, presses 0, stays on the line ``linger_s`` (a conference keeps it until it ends)."""
+def caller_scenario(linger_s: float, back_from: Line | None = None) -> Scenario:
+    """Greets, presses 0, stays on the line ``linger_s`` (a conference keeps it until it ends);
+    ``back_from``: hangs up sooner, once that line's agent offered to take a message (the transfer
+    over) and the caller heard over AGENT_BACK_S of it after the hold."""
+    def agent_back(media: list[tuple[float, bytes]]) -> bool:
+        assert back_from is not None
+        offered = any(OFFER in a.conversation.last_said for a in back_from.agents)
+        return offered and any(is_hold(p) for _, p in media) and _speech_after_hold_s(media) > AGENT_BACK_S + 0.2
+
     return Scenario(utterances=(CallerUtterance(dtmf="0"),), linger_s=linger_s, greeting_quiet_s=5.0,
-                    call_timeout_s=40.0)
+                    call_timeout_s=40.0, linger_until=agent_back if back_from is not None else None)
 
 
 class Line:
@@ -144,10 +154,16 @@ def pressed_at(call: StandInCall) -> float:
     return call.caller.keys_sent[0][0]
 
 
+
+
+def _speech_after_hold_s(media: list[tuple[float, bytes]]) -> float:
+    last_hold = max(t for t, p in media if is_hold(p))
+    return sum(len(p) for t, p in media if t > last_hold and is_speech(p)) / 8000
+
+
 def agent_back_after_hold(call: StandInCall) -> float:
     """Seconds of the agent's speech the caller received after the last hold audio."""
-    last_hold = max(t for t, p in call.media_received if is_hold(p))
-    return sum(len(p) for t, p in call.media_received if t > last_hold and is_speech(p)) / 8000
+    return _speech_after_hold_s(call.media_received)
 
 
 # -- joined -----------------------------------------------------------------------------------------
@@ -225,7 +241,7 @@ async def test_the_person_is_briefed_then_both_join_a_conference(line):
 async def test_nobody_answers_so_the_caller_gets_the_agent_back(line, answer, timeout_s, ring_s, outcome, detail):
     line.spec(timeout_s=timeout_s)
     line.twilio.scenarios.append(Scenario(answer=answer, ring_s=ring_s))
-    caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=9.0), to=OURS)
+    caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=9.0, back_from=line), to=OURS)
     person = await line.person(caller)
     await over(caller, person)
     assert caller.error is None and person.report is None           # the person's phone never streamed
@@ -237,7 +253,7 @@ async def test_nobody_answers_so_the_caller_gets_the_agent_back(line, answer, ti
     start = pressed_at(caller)
     hold = [t for t, p in caller.media_received if t >= start and is_hold(p)]
     assert hold and hold[0] - start < 1.0
-    assert agent_back_after_hold(caller) > 1.0
+    assert agent_back_after_hold(caller) > AGENT_BACK_S
     [agent] = line.agents
     assert agent.conversation.last_said == ("Sorry, nobody is available to take your call right now. "
                                             "Would you like to leave a message?")
@@ -254,7 +270,7 @@ async def test_the_person_hanging_up_during_the_summary_gives_the_caller_back(li
     line.spec(timeout_s=10)
     # answers, listens a second into the summary, hangs up (stop)
     line.twilio.scenarios.append(Scenario(ring_s=0.3, greeting_quiet_s=10.0, reply_timeout_s=1.0))
-    caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=10.0), to=OURS)
+    caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=10.0, back_from=line), to=OURS)
     person = await line.person(caller)
     await over(caller, person)
     record = line.server.store.get(caller.sid)
@@ -264,7 +280,7 @@ async def test_the_person_hanging_up_during_the_summary_gives_the_caller_back(li
     summary_s = sum(len(p) for _, p in person.media_received if is_speech(p)) / 8000
     assert 0.5 < summary_s < 3.0, summary_s                  # it heard the start of the summary only
     assert line.twilio.updates == [] and not line.twilio.rooms
-    assert agent_back_after_hold(caller) > 1.0
+    assert agent_back_after_hold(caller) > AGENT_BACK_S
     assert "Would you like to leave a message?" in line.agents[0].conversation.last_said
 
 
@@ -281,7 +297,7 @@ async def test_a_refused_update_gives_the_caller_back(line, caplog, refused):
     else:
         line.twilio.update_faults.extend([None, Fault(429, retry_after="1")])
     with caplog.at_level(logging.WARNING, logger="telephony.twilio.warm"):
-        caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=12.0), to=OURS)
+        caller = await line.twilio.call_in(line.voice_url, caller_scenario(linger_s=12.0, back_from=line), to=OURS)
         person = await line.person(caller)
         await over(caller, person)
     record = line.server.store.get(caller.sid)
@@ -290,7 +306,7 @@ async def test_a_refused_update_gives_the_caller_back(line, caplog, refused):
     code = "HTTP 500, error 20500" if refused == "person" else "HTTP 429, error 20429"
     assert f"the {refused} could not be joined" in line_logged and code in line_logged
     assert record.transfer["detail"].startswith(f"the {refused} could not be joined: ")
-    assert agent_back_after_hold(caller) > 1.0
+    assert agent_back_after_hold(caller) > AGENT_BACK_S
     assert caller.room is None and person.status == "completed"
     updates = [(u.call_sid, u.status, "Conference" in u.form.get("Twiml", ""), u.form.get("Status"))
                for u in line.twilio.updates]

@@ -16,9 +16,11 @@ from harness.errors import CallerError
 from telephony.server import CallServer, ServerConfig
 from harness.callers.rtp_receiver import RtpReceiver
 from harness.callers.sip import place_sip_call
+from telephony.sip.message import SipRequest, SipResponse, response_to
 from telephony.sip.rtp import RtpPacket
 
-from .conftest import wait_for
+from .conftest import UdpPeer, hang_up, wait_for
+from .conftest import invite as sip_invite
 
 
 @pytest.fixture(scope="module")
@@ -96,31 +98,49 @@ def test_receiver_keeps_a_second_sender_apart():
 
 async def test_an_invite_and_its_retransmission_together_start_one_call(sip_server, seen):
     """Regression: two copies of one INVITE read before the first was set up made two calls."""
-    import socket
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.setblocking(False)
-    port = sock.getsockname()[1]
+    peer = await UdpPeer.open()
     sdp = (f"v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
-           f"m=audio {port + 2} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n")
+           f"m=audio {peer.port + 2} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n")
     invite = (
         f"INVITE sip:parley@127.0.0.1:{sip_server.port} SIP/2.0\r\n"
-        f"Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bKdup1\r\n"
+        f"Via: SIP/2.0/UDP 127.0.0.1:{peer.port};branch=z9hG4bKdup1\r\n"
         f"From: <sip:caller@127.0.0.1>;tag=abc\r\nTo: <sip:parley@127.0.0.1>\r\n"
         f"Call-ID: dup-invite-1@127.0.0.1\r\nCSeq: 1 INVITE\r\n"
-        f"Contact: <sip:caller@127.0.0.1:{port}>\r\nMax-Forwards: 70\r\n"
+        f"Contact: <sip:caller@127.0.0.1:{peer.port}>\r\nMax-Forwards: 70\r\n"
         f"Content-Type: application/sdp\r\nContent-Length: {len(sdp)}\r\n\r\n{sdp}"
     ).encode()
     try:
-        sock.sendto(invite, ("127.0.0.1", sip_server.port))
-        sock.sendto(invite, ("127.0.0.1", sip_server.port))
+        peer.send(invite, sip_server)
+        peer.send(invite, sip_server)
         await wait_for(lambda: seen.agents >= 1, 10)
         await asyncio.sleep(1.0)
         assert seen.agents == 1
         assert list(sip_server.live) == ["dup-invite-1@127.0.0.1"]
+        ok = [m for m in await peer.messages(0.1) if isinstance(m, SipResponse) and m.status == 200][0]
+        await hang_up(peer, sip_server, ok)  # (left unACKed, the server's stop waited out the ACK)
     finally:
-        sock.close()
+        peer.close()
+
+
+async def test_stopping_does_not_wait_out_an_ack_that_never_comes(sip_server):
+    """Regression: ``stop()`` hung up a call whose caller had not ACKed our 200 by waiting up to
+    32 s for the ACK before its BYE (and hung up the live calls one after another)."""
+    peer = await UdpPeer.open()
+    try:
+        peer.send(sip_invite(peer, "no-ack-at-stop"), sip_server)
+        assert (await peer.responses())[-1].status == 200
+        stop = asyncio.create_task(sip_server.stop())
+        got = await peer.messages(3.0, until=lambda m: isinstance(m, SipRequest) and m.method == "BYE")
+        bye = got[-1] if got else None
+        assert isinstance(bye, SipRequest) and bye.method == "BYE", got
+        peer.send(response_to(bye, 200), sip_server)
+        async with asyncio.timeout(3.0):
+            await stop
+        assert not sip_server.live
+        [call] = sip_server.recent
+        assert call.history == ["ringing", "answered", "bye-sent", "ended"]
+    finally:
+        peer.close()
 
 
 async def test_healthz_counts_live_sip_calls(sip_server, hello_8k):
