@@ -200,7 +200,8 @@ def _hinted(text: str, hints: Hints) -> bool:
     return "digits" in hints.expect and all(w in DIGIT_WORDS for w in text.split())
 
 
-_DIGITS_PROMPT = "My number is four one five, five five five, zero one nine eight."
+_DIGITS_PROMPT = "My number is two four six, eight one three, seven zero nine."
+# (no digit twice in a row: with "five five five" in it, "nine nine" was read "nine nine nine")
 _YES_NO_PROMPT = "Yes, that's right. No, that's not right."
 
 
