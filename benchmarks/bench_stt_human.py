@@ -8,9 +8,9 @@
 Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
 through the 8 kHz mu-law phone channel to parley's streaming recogniser (``ssm``: the shipped
 one, on Whisper tiny.en's streamed encoder, its finals from the final pass when the folder has a
-``final/`` model, made by the decoder its ``decoder.json`` names, early where the caller pauses; ``ssm-late``:
-the same with no early finals; ``ssm-ctc``: the final pass
-with the final model's CTC heads and search; ``ssm-stream``: the same folder with the stream's
+``final/`` model, made by the decoder its ``decoder.json`` names, early where the caller
+pauses; ``ssm-late``: the same with no early finals; ``ssm-ctc``: the final pass with the final
+model's CTC heads and search; ``ssm-stream``: the same folder with the stream's
 own finals; ``ssm-pure``: the pure SSM one before it), Whisper tiny.en (the
 accuracy anchor; not streaming) and pocketsphinx (the streaming baseline), one after another
 in this process. Reported per engine: corpus WER and CER, per source, the real-time factor on
@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         from loguru import logger
         logger.remove()
         logger.add(sys.stderr, level="WARNING")
-    out: dict = {"bench": "stt_human", "manifest": args.manifest, "engines": {}}
+    out: dict = {"bench": "stt_human", "manifest": args.manifest, "engines": {},
+                 "git": git_sha()}              # the code the run starts with (runs are long)
     if args.turn_end:
         out["turn_end"] = True
     if args.speed != 1.0:
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
-    """Every engine over ``manifest``, into ``out`` (with the ratios and the git commit)."""
+    """Every engine over ``manifest``, into ``out`` (with the ratios)."""
     from pipeline.engines import ssm_recognizer
 
     for name in args.engines:
@@ -130,8 +131,6 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     if "ssm" in eng and "pocketsphinx" in eng:
         out["ssm_over_pocketsphinx_wer"] = round(
             eng["ssm"]["wer"] / max(eng["pocketsphinx"]["wer"], 1e-9), 2)
-    out["git"] = git_sha()
-
 
 def _sped(manifest: str, speed: float, folder: Path) -> Path:
     """The manifest's clips played ``speed`` times as fast, as WAVs under ``folder``, with their

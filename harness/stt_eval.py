@@ -8,11 +8,13 @@ goes. Reported, as one JSON object: ``n``, ``wer`` and ``cer`` (corpus-level, af
 ``normalize_text`` for every engine: lower case, numbers as words, no punctuation), ``rtf``
 (processing time / audio time, one thread), and the final latency after the end of the audio
 (from the last chunk's result to the final transcript: the flush / end-of-utterance search)
-at p50, p95 and p99 in ms. ``turn_end=True`` ends each clip where a call would: the shipped VAD
-(Silero, 0.2 s stop) runs over it and the clip is cut where its turn ends (``turn_end_sample``),
-the last ``PACED_S`` before that are pushed at the pace of speech (what an early final has to
-run in while the VAD's stop timer runs), and the final latency is from the VAD's stop. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley data
-stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
+at p50, p95 and p99 in ms. When ``<manifest>_voices.tsv`` (path<TAB>voice, written by ``parley
+data stt``) sits beside the manifest, WER and CER per voice are added under ``by_voice``.
+
+``turn_end=True`` ends each clip where a call would: the shipped VAD (Silero, 0.2 s stop) runs
+over it and the clip is cut where its turn ends (``turn_end_sample``), the last ``PACED_S``
+before that are pushed at the pace of speech (what an early final has to run in while the VAD's
+stop timer runs), and the final latency is from the VAD's stop.
 
 Engines: ``ssm`` (parley's streaming recogniser; ``--decoder`` picks how finals are
 decoded: greedy, beam, char-beam, phone-beam), ``pocketsphinx`` (streaming baseline) and
