@@ -143,6 +143,24 @@ class PacedOutput(PlayoutOutput):
     def __init__(self, *args, tracker: PlayoutTracker, call_id: str, frames: FrameCounts, **kwargs):
         super().__init__(*args, tracker=tracker, call_id=call_id, **kwargs)
         self._pacer = OutputPacer(frames, lead_s=LEAD_S)
+        self.utterances_ended = 0            # the edge counts each one (``_counted_end``)
+        self._ended = asyncio.Event()
+
+    def _counted_end(self) -> None:
+        """An utterance has gone out whole: a warm transfer waits on these (``utterance_end``)."""
+        self.utterances_ended += 1
+        self._ended.set()
+
+    async def utterance_end(self, after: int, timeout_s: float) -> bool:
+        """Wait until more than ``after`` utterances have gone out; False when none did in time."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self.utterances_ended <= after:
+                    self._ended.clear()
+                    await self._ended.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def start(self, frame: StartFrame):
         await super().start(frame)  # type: ignore[misc]

@@ -17,7 +17,6 @@ upstream as ``AgentSpeechHeardFrame``. ``OutputDTMFFrame`` is sent as RFC 4733.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -87,27 +86,13 @@ class SipOutputTransport(SentIsPlayedOutput, BaseOutputTransport):
         self.route: RtpSession | None = None
         self.detached = False
         self.last_sent_s = 0.0        # monotonic time the agent's last packet went to the caller
-        self.utterances_ended = 0
-        self._ended = asyncio.Event()
 
     async def _clear_wire(self, utterance: Utterance | None) -> None:
         self._pacer.idle()  # RTP has no playout to clear: what was sent was played
 
     async def _utterance_ended(self) -> None:
         await super()._utterance_ended()
-        self.utterances_ended += 1
-        self._ended.set()
-
-    async def utterance_end(self, after: int, timeout_s: float) -> bool:
-        """Wait until more than ``after`` utterances have ended; False when none did in time."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                while self.utterances_ended <= after:
-                    self._ended.clear()
-                    await self._ended.wait()
-        except TimeoutError:
-            return False
-        return True
+        self._counted_end()
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         if self.detached:

@@ -227,24 +227,11 @@ class TwilioOutputTransport(PacedOutput, BaseOutputTransport):
         self._transport = transport
         self._link = link
         self.route: StreamLink | None = None
-        self.utterances_ended = 0
-        self._ended = asyncio.Event()
 
     @property
     def speaking_to_caller(self) -> bool:
         """An utterance is going out to the caller (from its first chunk to its end mark)."""
         return self._pacer.speaking and self.route is None
-
-    async def utterance_end(self, after: int, timeout_s: float) -> bool:
-        """Wait until more than ``after`` utterances have gone out; False when none did in time."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                while self.utterances_ended <= after:
-                    self._ended.clear()
-                    await self._ended.wait()
-        except TimeoutError:
-            return False
-        return True
 
     async def _utterance_ended(self) -> None:
         # the media sender announces the end of an utterance right after its last audio chunk:
@@ -253,8 +240,7 @@ class TwilioOutputTransport(PacedOutput, BaseOutputTransport):
         name = self._link.tracker.end()
         if name is None:
             return
-        self.utterances_ended += 1
-        self._ended.set()
+        self._counted_end()
         wire = self.route or self._link
         if await wire.send(OutMark(wire.start.stream_sid, name)):
             self._link.stats.marks_sent += 1
