@@ -166,7 +166,7 @@ class _FinalPass:
 
     _uids = itertools.count(1)
 
-    def __init__(self, engine: SSMSTTEngine, hints: Hints) -> None:
+    def __init__(self, engine: SSMSTTEngine, hints: Hints, heard: list[np.ndarray]) -> None:
         self._proc = engine.final_proc
         self._pool = engine._final_pool
         self._model = engine.final_model
@@ -179,7 +179,7 @@ class _FinalPass:
                          if self._model is not None else None)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
-        self._heard: list[np.ndarray] = []  # the utterance so far, for early finals (EARLY_MAX_S)
+        self._heard = heard                 # the utterance so far (its own list, kept for replays)
         self._heard_n = 0
         self._queue: deque[tuple[np.ndarray, bool]] = deque()
         self._lock = threading.Lock()
@@ -203,10 +203,8 @@ class _FinalPass:
         self._pending_n += x.size
         if SPECULATE_MAX:                  # early finals on: listen for the quiet after speech
             self._heard_n += x.size
-            if self._heard_n <= EARLY_MAX_S * self._rate:
-                self._heard.append(x)
-            else:                          # too long to decode again at each pause
-                self._heard, self._spec = [], None
+            if self._heard_n > EARLY_MAX_S * self._rate:   # too long to decode again at each pause
+                self._spec = None
             self._listen(x)
         if self._pending_n >= FINAL_PIECE_S * self._rate:
             audio = np.concatenate(self._pending)
@@ -359,7 +357,7 @@ class RecognizerUtterance:
         self._max_replay_samples = int(REPLAY_MAX_S * model_rate)
         self.replays = 0
         self._final: Recognition | None = None      # the final pass's, once taken
-        self._final_pass = _FinalPass(engine, hints) if engine.has_final_pass else None
+        self._final_pass = _FinalPass(engine, hints, self._heard) if engine.has_final_pass else None
 
     @property
     def final_pass(self) -> bool:
@@ -373,11 +371,11 @@ class RecognizerUtterance:
                                 hints=self._hints)
 
     def _keep(self, x: np.ndarray) -> None:
-        if self._final_pass is not None:
-            self._final_pass.add(x)
         self._heard_samples += x.size
         if self._heard_samples <= self._max_replay_samples:
             self._heard.append(x)
+        if self._final_pass is not None:   # after: an early final reads ``_heard`` with ``x`` in it
+            self._final_pass.add(x)
 
     def _reopen(self) -> Future | None:
         """A new stream, if the runner takes one, with everything heard so far pushed into it.
