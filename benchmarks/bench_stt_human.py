@@ -2,13 +2,14 @@
 
     scripts/install-human-speech && .venv/bin/parley data human     # once: data/stt/human
     .venv/bin/python benchmarks/bench_stt_human.py [--manifest data/stt/human/human.tsv]
-        [--engines ssm ssm-late ssm-ctc ssm-stream ssm-pure whisper pocketsphinx]
+        [--engines ssm ssm-quiet ssm-late ssm-ctc ssm-stream ssm-pure whisper pocketsphinx]
         [--model models/stt] [--decoder beam] [--turn-end] [--limit N]
 
 Every clip of the human development set (recorded people, see ``ssm_engine.data.human``) goes
 through the 8 kHz mu-law phone channel to parley's streaming recogniser (``ssm``: the shipped
 one, on Whisper tiny.en's streamed encoder, its finals from the final pass when the folder has a
 ``final/`` model, made by the decoder its ``decoder.json`` names, early where the caller
+pauses; ``ssm-quiet``: the same with its early finals begun by loudness alone, not at the VAD's
 pauses; ``ssm-late``: the same with no early finals; ``ssm-ctc``: the final pass with the final
 model's CTC heads and search; ``ssm-stream``: the same folder with the stream's
 own finals; ``ssm-pure``: the pure SSM one before it), Whisper tiny.en (the
@@ -44,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--manifest", default="data/stt/human/human.tsv")
     ap.add_argument("--engines", nargs="+", default=["ssm", "whisper", "pocketsphinx"],
-                    choices=["ssm", "ssm-late", "ssm-ctc", "ssm-stream", "ssm-pure", "whisper",
+                    choices=["ssm", "ssm-quiet", "ssm-late", "ssm-ctc", "ssm-stream", "ssm-pure", "whisper",
                              "pocketsphinx"],
                     help="ssm: the recogniser in --model (default models/stt, on Whisper's "
-                    "streamed encoder; early finals, decoded at the first 100 ms of quiet while "
-                    "the VAD's stop timer runs: see --turn-end); ssm-late: the same without "
-                    "early finals; "
+                    "streamed encoder; early finals, decoded where the VAD's stop timer starts "
+                    "and at the first 100 ms of quiet: see --turn-end); ssm-quiet: only at the "
+                    "quiet; ssm-late: the same without early finals; "
                     "ssm-ctc: its final pass decoded by the CTC heads; "
                     "ssm-pure: the pure SSM recogniser in --pure-model, in "
                     "the same run (default: %(default)s)")
@@ -108,7 +109,8 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
                            decoder=args.decoder, lm_path=args.lm, compile=False,
                            final_pass=False if name == "ssm-stream" else None,
                            final_decoder="ctc" if name == "ssm-ctc" else None,
-                           turn_end=args.turn_end, limit=args.limit)
+                           turn_end=args.turn_end, limit=args.limit,
+                           vad_pauses=name != "ssm-quiet")
         finally:
             ssm_recognizer.SPECULATE_MAX = shipped
         if args.hyps:

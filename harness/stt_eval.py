@@ -14,7 +14,9 @@ data stt``) sits beside the manifest, WER and CER per voice are added under ``by
 ``turn_end=True`` ends each clip where a call would: the shipped VAD (Silero, 0.2 s stop) runs
 over it and the clip is cut where its turn ends (``turn_end_sample``), the last ``PACED_S``
 before that are pushed at the pace of speech (what an early final has to run in while the VAD's
-stop timer runs), and the final latency is from the VAD's stop.
+stop timer runs), the VAD's pauses (its stop timer's starts and cancels, ``turn_end_events``)
+reach the SSM recogniser after the audio they were heard in, as a call's ``SpeechPauseFrame``
+does, and the final latency is from the VAD's stop.
 
 Engines: ``ssm`` (parley's streaming recogniser; ``--decoder`` picks how finals are
 decoded: greedy, beam, char-beam, phone-beam), ``pocketsphinx`` (streaming baseline) and
@@ -32,6 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import numpy as np
@@ -43,8 +46,8 @@ from ssm_engine.data.manifest import read_manifest
 from ssm_engine.stt.decode import cer, edit_distance, wer
 from ssm_engine.stt.text import normalize_text
 
-__all__ = ["STTEvalResult", "evaluate", "voices_of", "register_cli", "make_engine", "phone_channel", "report",
-           "write_hyps"]
+__all__ = ["Pauses", "STTEvalResult", "evaluate", "turn_end_events", "turn_end_sample", "voices_of",
+           "register_cli", "make_engine", "phone_channel", "report", "write_hyps"]
 
 Codec = Literal["mulaw", "none"]
 CHUNK_MS = 20
@@ -56,8 +59,13 @@ TURN_START_S = 0.1
 """``turn_end``: the VAD's start timer (``PipelineConfig.vad_start_s``)."""
 
 
+Pauses = Sequence[tuple[int, bool]]
+"""The VAD's stop timer on a clip: (the sample it was heard at, started or cancelled)."""
+
+
 class _Streamer(Protocol):
-    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]: ...
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None,
+                         pauses: Pauses = ()) -> tuple[str, float]: ...
 
     def close(self) -> None: ...
 
@@ -96,15 +104,19 @@ class _SSM:
                                    final_pass=final_pass, final_decoder=final_decoder)
         self.rate_hz = rate_hz
 
-    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]:
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None,
+                         pauses: Pauses = ()) -> tuple[str, float]:
         utt = self.engine.open(self.rate_hz)
         step = self.rate_hz * CHUNK_MS // 1000
         clock: float | None = None
+        todo = list(pauses)
         for i in range(0, len(pcm), step):
             if paced_from is not None and i >= paced_from:   # the end of the turn, as it is spoken
                 clock = time.perf_counter() if clock is None else clock + CHUNK_MS / 1000
                 time.sleep(max(0.0, clock - time.perf_counter()))
             fut = utt.push(pcm[i:i + step])
+            while todo and todo[0][0] <= i + step:     # heard in this chunk: after its audio
+                utt.pause(todo.pop(0)[1])
             if fut is not None:
                 utt.take(fut.result())
         if clock is not None:          # the last chunk's 20 ms play out before the stop is called
@@ -124,7 +136,8 @@ class _Sphinx:
         self.engine = SphinxEngine(sample_rate_hz=rate_hz)
         self.rate_hz = rate_hz
 
-    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]:
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None,
+                         pauses: Pauses = ()) -> tuple[str, float]:
         self.engine.start_utt()      # its result comes at end_utt whatever the pace: not paced
         step = self.rate_hz * CHUNK_MS // 1000
         for i in range(0, len(pcm), step):
@@ -147,7 +160,8 @@ class _Whisper:
         self.engine.load()
         self.rate_hz = rate_hz
 
-    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None) -> tuple[str, float]:
+    def transcribe_timed(self, pcm: np.ndarray, paced_from: int | None = None,
+                         pauses: Pauses = ()) -> tuple[str, float]:
         t0 = time.perf_counter()     # decodes after the end: the pace changes nothing
         text = self.engine.transcribe(pcm, self.rate_hz)
         return text, time.perf_counter() - t0
@@ -195,6 +209,14 @@ def turn_end_sample(pcm: np.ndarray, rate_hz: int, stop_s: float = TURN_STOP_S) 
     silence until it does. A last word too short to start the VAD again is not cut off: the stop
     is then ``stop_s`` after the last window the VAD heard as speech (so too where a soft clip never
     starts it). A clip with no window heard as speech ends where it ends."""
+    return turn_end_events(pcm, rate_hz, stop_s)[0]
+
+
+def turn_end_events(pcm: np.ndarray, rate_hz: int,
+                    stop_s: float = TURN_STOP_S) -> tuple[int, Pauses]:
+    """``turn_end_sample``, and the VAD's pauses before it: each sample where its stop timer
+    started (SPEAKING to STOPPING: True) or speech cancelled it (False), as
+    ``pipeline.vad.OnsetVADProcessor`` sends them to the recogniser."""
     import asyncio
 
     from pipecat.audio.vad.vad_analyzer import VADParams, VADState
@@ -214,6 +236,8 @@ def turn_end_sample(pcm: np.ndarray, rate_hz: int, stop_s: float = TURN_STOP_S) 
     padded = np.concatenate([pcm.astype(np.int16), np.zeros(int(3 * rate_hz), np.int16)])
     confidence = analyzer.params.confidence
 
+    pauses: list[tuple[int, bool]] = []
+
     async def run() -> tuple[int | None, int | None]:
         stop = voiced = None
         before = VADState.QUIET
@@ -224,15 +248,15 @@ def turn_end_sample(pcm: np.ndarray, rate_hz: int, stop_s: float = TURN_STOP_S) 
                 voiced = i + window
             if state == VADState.QUIET and before in (VADState.SPEAKING, VADState.STOPPING):
                 stop = i + window
+            pauses.extend((i + window, p) for p in analyzer.take_pauses())
             before = state
         return stop, voiced
 
     stop, voiced = asyncio.run(run())
     if voiced is None:
-        return int(pcm.size)
-    if stop is None or voiced > stop:
-        return min(padded.size, voiced + int(stop_s * rate_hz))
-    return stop
+        return int(pcm.size), []
+    end = min(padded.size, voiced + int(stop_s * rate_hz)) if stop is None or voiced > stop else stop
+    return end, [(at, p) for at, p in pauses if at <= end]
 
 
 def voices_of(manifest: str | Path) -> dict[Path, str]:
@@ -246,8 +270,10 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              decoder: str = "beam", lm_path: str | None = None,
              progress: bool = False, stride: int | None = None,
              compile: bool | None = None, final_pass: bool | None = None,
-             final_decoder: str | None = None, turn_end: bool = False) -> STTEvalResult:
+             final_decoder: str | None = None, turn_end: bool = False,
+             vad_pauses: bool = True) -> STTEvalResult:
     """Run one engine over a manifest; see the module docstring for what is measured.
+    ``vad_pauses``: with ``turn_end``, the VAD's pauses reach the recogniser (False: its early finals are begun by loudness alone).
     ``final_decoder`` ("whisper" or "ctc"; None: the model folder's choice) makes the SSM
     recogniser's finals (``SSMSTTEngine``)."""
     if rate_hz not in (8000, 16000):
@@ -262,10 +288,12 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         paths.append(str(path))
         pcm, rate = _read_clip(path)
         heard = phone_channel(pcm, rate, rate_hz, codec)
+        pauses: Pauses = ()
         if turn_end:
-            end = turn_end_sample(heard, rate_hz)
+            end, pauses = turn_end_events(heard, rate_hz)
+            pauses = pauses if vad_pauses else ()
             heard = np.concatenate([heard, np.zeros(max(0, end - heard.size), np.int16)])[:end]
-        clips.append((heard, normalize_text(text)))
+        clips.append((heard, normalize_text(text), pauses))
         voices.append(voice_of.get(path, ""))
     engine = make_engine(engine_name, rate_hz, model_dir, decoder, lm_path, stride, compile,
                          final_pass, final_decoder)
@@ -277,10 +305,11 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
         it = tqdm(clips, desc=f"eval stt {engine_name}", unit="utt")
     try:
         engine.transcribe_timed(clips[0][0][: rate_hz // 2])          # warm-up
-        for pcm, ref in it:
+        for pcm, ref, pauses in it:
             t0 = time.perf_counter()
             hyp, final_s = engine.transcribe_timed(
-                pcm, paced_from=max(0, pcm.size - int(PACED_S * rate_hz)) if turn_end else None)
+                pcm, paced_from=max(0, pcm.size - int(PACED_S * rate_hz)) if turn_end else None,
+                pauses=pauses)
             busy_s += time.perf_counter() - t0
             audio_s += len(pcm) / rate_hz
             refs.append(ref)

@@ -89,3 +89,13 @@ class RecognitionFrame(SystemFrame):
     heard (it reaches the agent before the turn's ``LLMContextFrame``)."""
 
     recognition: Recognition
+
+
+@dataclass
+class SpeechPauseFrame(SystemFrame):
+    """The VAD's stop timer started (``paused``: a window heard no speech after speech; the stop
+    follows ``stop_secs`` later unless speech comes again) or ended in speech (not ``paused``: the
+    VAD heard speech again, before that stop or after it). The recogniser starts decoding the utterance so far at the pause, so that its final is
+    ready when the stop comes (``pipeline.engines.ssm_recognizer``)."""
+
+    paused: bool = True

@@ -40,10 +40,17 @@ import webrtcvad
 from pipecat.audio.vad import silero
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
-from pipecat.frames.frames import VADUserStartedSpeakingFrame, VADUserStoppedSpeakingFrame
+from pipecat.frames.frames import (
+    Frame,
+    InputAudioRawFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.processors.audio.vad_processor import VADProcessor
 
 from pipeline.errors import AudioFormatError, ConfigError
+from pipeline.frames import SpeechPauseFrame
 from pipeline.vad_batch import SILERO_CONTEXT, BatchRunsOn, SileroBatcher, check_batch_options
 
 logger = logging.getLogger(__name__)
@@ -169,6 +176,9 @@ class InlineAnalysis:
     :class:`OnsetVADProcessor` asks both."""
 
     _edges: SpeechEdges | None = None
+    _state = VADState.QUIET         # the state machine's state after the last window
+    _pauses: list[bool] | None = None   # SPEAKING -> STOPPING (True) and back (False) since asked
+    _paused = False                 # a True told, and no SPEAKING since
     _received = 0                   # samples handed to analyze_audio
     _fed = 0                        # samples handed to pipecat's state machine
     _t0: float | None = None        # monotonic time of the caller's sample 0
@@ -185,7 +195,22 @@ class InlineAnalysis:
 
     def _run_analyzer(self, buffer: bytes) -> VADState:
         self._fed += len(buffer) // 2
-        return super()._run_analyzer(buffer)  # type: ignore[misc]
+        state: VADState = super()._run_analyzer(buffer)  # type: ignore[misc]
+        before, self._state = self._state, state
+        if before == VADState.SPEAKING and state == VADState.STOPPING:
+            self._pauses = [*(self._pauses or ()), True]
+            self._paused = True
+        elif self._paused and state == VADState.SPEAKING:
+            self._pauses = [*(self._pauses or ()), False]
+            self._paused = False
+        return state
+
+    def take_pauses(self) -> list[bool]:
+        """The stop timer's starts (True: a window heard no speech after speech) and their ends
+        in speech (False: speech again, within the timer or after the stop it ran out to), since
+        the last call, in order."""
+        pauses, self._pauses = self._pauses or [], None
+        return pauses
 
     def voice_confidence(self, buffer: bytes) -> float:
         """The window's confidence (``_window_confidence``), kept with its loudness."""
@@ -240,12 +265,21 @@ class SpeechStoppedFrame(VADUserStoppedSpeakingFrame):
 
 class OnsetVADProcessor(VADProcessor):
     """pipecat's ``VADProcessor`` whose start and stop frames also say where the speech began and
-    ended (:class:`SpeechStartedFrame`, :class:`SpeechStoppedFrame`, from :class:`SpeechEdges`).
-    ``start_secs`` and ``stop_secs`` stay pipecat's: the turn strategies time their waits on them."""
+    ended (:class:`SpeechStartedFrame`, :class:`SpeechStoppedFrame`, from :class:`SpeechEdges`),
+    and which pushes a :class:`SpeechPauseFrame` downstream, after the audio frame, when the stop
+    timer starts or is cancelled. ``start_secs`` and ``stop_secs`` stay pipecat's: the turn
+    strategies time their waits on them."""
 
     def __init__(self, *, vad_analyzer: VADAnalyzer, **kwargs) -> None:
         super().__init__(vad_analyzer=vad_analyzer, **kwargs)
         self._analyzer = vad_analyzer
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        analyzer = self._analyzer
+        if isinstance(frame, InputAudioRawFrame) and isinstance(analyzer, InlineAnalysis):
+            for paused in analyzer.take_pauses():
+                await self.push_frame(SpeechPauseFrame(paused=paused))
 
     async def broadcast_frame(self, frame_cls, **kwargs):
         analyzer = self._analyzer

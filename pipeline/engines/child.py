@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import select
 import socket
 import subprocess
 import threading
@@ -334,3 +335,15 @@ class ChildEnd:
                 return
             self._arrived, self._op = time.perf_counter(), str(head.get("op", "request"))
             yield head, payload
+
+    def arrived(self, *, wait: bool) -> list[tuple[dict, memoryview]] | None:
+        """Every request already here, in order (with ``wait``, at least one: it waits for it),
+        for a child that chooses what to run next. None at EOF."""
+        got: list[tuple[dict, memoryview]] = []
+        while wait or select.select([self.sock], [], [], 0)[0]:
+            try:
+                got.append(unpack(recv_frame(self.sock)))
+            except (OSError, ValueError):
+                return got or None
+            wait = False
+        return got

@@ -12,18 +12,24 @@ own, as the stream's model has (``runner_procs``).
     proc.start()                                  # the child loads the model and the LM
     proc.piece(uid, audio, hints=hints)           # a piece while the caller speaks (no reply)
     fut = proc.last(uid, rest)                    # -> Future of the final (Recognition | None)
-    fut = proc.whole(audio, hints)                # an early final: the utterance so far, fresh
+    fut = proc.whole(audio, hints, uid=uid, spec=1)   # an early final: the utterance so far, fresh
+    proc.want(uid, 1)                             # ... the turn waits for it: it runs next
+    proc.forget(uid, 1)                           # ... or it is stale: it never runs
     proc.drop(uid)                                # an aborted utterance
     proc.stop()
 
 The child decodes requests one at a time, in arrival order, so an utterance's pieces run in
-order. An utterance's first piece carries its hints. If the child dies, what it held is lost:
+order, with two exceptions for early finals, which many calls may have queued at once: one
+wanted runs before anything not yet begun (wanted ones in the order they were asked), and one
+forgotten before it began is answered null without running. An utterance's first piece carries
+its hints. If the child dies, what it held is lost:
 pending finals fail (``EngineUnavailableError``), and an utterance it had started gets no final
 from the replacement (which never saw its first piece: its final is null), so the stream's final
 stands; the replacement starts in the background (``child.ChildClient``).
 
-Wire format (``framing`` frames): requests ``{"op": "piece" | "last" | "whole" | "drop", "uid": u,
-"id": r, "n": samples, "hints": {...}}`` with float32 audio; replies ``{"id": r, "final":
+Wire format (``framing`` frames): requests ``{"op": "piece" | "last" | "whole" | "drop" | "want" |
+"forget", "uid": u, "spec": s (whole, want, forget), "id": r, "n": samples, "hints": {...}}`` with
+float32 audio; replies ``{"id": r, "final":
 {"text", "confidence", "alternatives", "hinted", "spotted"} | null}`` or ``{"id": r, "error":
 cls, "message": m}``. The child's first reply is ``{"id": 0, "ok": load_s, "phone_vocab_size": p}``.
 """
@@ -36,7 +42,8 @@ import logging
 import socket
 import subprocess
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -128,10 +135,20 @@ class FinalPassProcess(ChildClient):
             head["hints"] = encode_hints(hints)
         return self._request(head, _pcm(audio), "final")
 
-    def whole(self, audio: np.ndarray, hints: Hints) -> Future:
-        """An utterance so far, decoded on fresh state (an early final) -> Future of the final."""
-        return self._request({"op": "whole", "n": int(audio.size), "hints": encode_hints(hints)},
-                             _pcm(audio), "final")
+    def whole(self, audio: np.ndarray, hints: Hints, *, uid: int = 0, spec: int = 0) -> Future:
+        """An utterance so far, decoded on fresh state (an early final) -> Future of the final.
+        ``uid`` and ``spec`` (the utterance, and which of its early finals) name it for ``want``
+        and ``forget``."""
+        return self._request({"op": "whole", "uid": uid, "spec": spec, "n": int(audio.size),
+                              "hints": encode_hints(hints)}, _pcm(audio), "final")
+
+    def want(self, uid: int, spec: int) -> None:
+        """A turn waits for that early final: the child runs it before anything not yet begun."""
+        self._notify({"op": "want", "uid": uid, "spec": spec})
+
+    def forget(self, uid: int, spec: int) -> None:
+        """That early final is stale: if it has not begun, it never does (its answer is null)."""
+        self._notify({"op": "forget", "uid": uid, "spec": spec})
 
     def drop(self, uid: int) -> None:
         self._notify({"op": "drop", "uid": uid})
@@ -202,7 +219,7 @@ def _child_main(fd: int, args: list[str]) -> int:
     open_: OrderedDict[int, Any] = OrderedDict()   # a FinalPassDecoder or a WhisperFinalDecoder
     failed: set[int] = set()     # utterances whose piece failed: their final is None
 
-    for head, payload in end.requests():
+    for head, payload in _scheduled(end):
         op, rid, uid = head.get("op"), head.get("id", 0), head.get("uid", 0)
         try:
             audio = np.frombuffer(payload, np.float32).copy() if payload else np.zeros(0, np.float32)
@@ -246,6 +263,33 @@ def _child_main(fd: int, args: list[str]) -> int:
             else:
                 logger.warning("dropped a request the server expects no reply to: %s", exc)
     return 0
+
+
+def _scheduled(end: ChildEnd) -> Iterator[tuple[dict, memoryview]]:
+    """The requests in the order to run them (the module docstring): as they arrived, but an
+    early final asked for (``want``) before the rest, and one forgotten answered null, unrun."""
+    urgent: deque[tuple[dict, memoryview]] = deque()
+    queue: deque[tuple[dict, memoryview]] = deque()
+    while True:
+        got = end.arrived(wait=not (urgent or queue))
+        if got is None:
+            return
+        for head, payload in got:
+            op = head.get("op")
+            if op not in ("want", "forget"):
+                queue.append((head, payload))
+                continue
+            key = (head.get("uid"), head.get("spec"))
+            for i, (h, p) in enumerate(queue):
+                if h.get("op") == "whole" and (h.get("uid"), h.get("spec")) == key:
+                    del queue[i]
+                    if op == "want":
+                        urgent.append((h, p))
+                    else:
+                        end.send({"id": h.get("id", 0), "final": None})
+                    break
+        if urgent or queue:
+            yield (urgent or queue).popleft()
 
 
 if __name__ == "__main__":

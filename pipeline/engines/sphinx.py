@@ -390,5 +390,8 @@ class _SphinxUtterance:
             raise
         return text, None
 
+    def pause(self, paused: bool) -> None:
+        """pocketsphinx's final comes at ``end_utt``, after the stop: nothing to begin."""
+
     def abort(self) -> None:
         """The pool resets the engine when it goes back (``close``)."""

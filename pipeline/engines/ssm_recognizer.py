@@ -39,10 +39,11 @@ with two seconds of silence (the shipped default: it reads recorded people as Wh
 does), or the final model's CTC heads and the beam search (``final_decoder="ctc"``; beside
 Whisper's on turns that spell a name or spot keywords). Whisper's decoder reads a long
 utterance in blocks of up to ``whisper_final.CHUNK_S`` (18 s), so its final waits for the last
-block's encoding and decoding. Early finals (on: ``SPECULATE_MAX``): once 100 ms of quiet
-(under ``QUIET_RATIO`` of the utterance's loudest) follow speech, the utterance so far is decoded
-at once, while the VAD's stop timer runs, and is the final if only quiet follows; the stream's
-flush is then not waited for, so the final is there as the turn ends.
+block's encoding and decoding. Early finals (on: ``SPECULATE_MAX``): where the VAD's stop timer
+starts (``RecognizerUtterance.pause``, the pipeline's ``SpeechPauseFrame``), and once 100 ms of
+quiet (under ``QUIET_RATIO`` of the utterance's loudest) follow speech, the utterance so far is
+decoded at once, while the timer runs, and is the final if the stop follows; the stream's flush
+is then not waited for, so the final is there as the turn ends (``_FinalPass``).
 
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
 restarted, and an utterance whose stream it took with it waits for the replacement (up to
@@ -110,6 +111,8 @@ FINAL_CUT_SEARCH_S = 1.5     # a piece ends at the quietest 20 ms of its last th
 SPECULATE_QUIET_S = 0.1      # quiet after speech that starts the final pass before the turn ends
 EARLY_MAX_S = 18.0           # an utterance longer than this gets no early final (each is decoded
 #                              whole, from its start)
+PAUSE_LOUD_MAX_S = 0.2       # an early final begun at the VAD's pause is stale once this much
+#                              loud audio follows it (speech the VAD did not hear as speech)
 SPECULATE_MAX = 8            # such early passes an utterance at most (each pause may start one);
 #                              0 turns them off (benchmarks/bench_stt_human.py --engines ssm-late)
 QUIET_RATIO = 0.05           # a 20 ms frame this far below the utterance's loudest is quiet: at
@@ -150,6 +153,15 @@ def _quiet_cut(audio: np.ndarray, rate_hz: int) -> int:
     return max(1, start + k * step + step // 2)
 
 
+@dataclasses.dataclass(slots=True)
+class _Early:
+    """An early final being decoded: its future, and its number in the utterance (the worker's
+    name for it, with the utterance's uid)."""
+
+    fut: Future
+    n: int
+
+
 class _FinalPass:
     """One utterance's final pass, piece by piece, in the engine's final-pass worker (a process,
     ``final_procs``, or a thread): each piece encoded whole, the SSM's state and the beam search
@@ -159,10 +171,14 @@ class _FinalPass:
     heard nothing (the stream's final then stands). The pieces of one utterance run one after
     another, in order.
 
-    Early finals: once ``SPECULATE_QUIET_S`` of quiet follows speech (the caller may be done;
-    the VAD waits its stop timer before the turn ends), the utterance so far is decoded at once,
-    on fresh state, while the timer runs. If the utterance then ends with no more speech, that
-    final is the final (what came after it was quiet); speech again discards it."""
+    Early finals: the utterance so far is decoded at once, on fresh state, while the VAD's stop
+    timer runs, begun two ways. (1) The VAD's pause (``pause``: its stop timer started, about
+    ``stop_secs`` before the stop); the VAD starting again discards it, as does more than
+    ``PAUSE_LOUD_MAX_S`` of loud audio after it. (2) ``SPECULATE_QUIET_S``
+    of quiet after speech, by loudness; speech again discards it. A quiet-rule decode is begun
+    only when something loud came after the pause's (what the VAD heard as no speech may be a
+    word's soft end). If the utterance then ends, the first of them to be ready is the final (the
+    quiet rule's when both are: it heard more)."""
 
     _uids = itertools.count(1)
 
@@ -189,7 +205,9 @@ class _FinalPass:
         self.pieces = 0                    # pieces handed over so far
         self._peak = 0.0                   # the loudest 20 ms so far (RMS)
         self._quiet = 0                    # samples of quiet since the last speech
-        self._spec: Future | None = None   # the early final of the utterance so far
+        self._spec: _Early | None = None   # the early final of the utterance so far (quiet rule)
+        self._vspec: _Early | None = None  # the one begun at the VAD's pause
+        self._loud_after_pause = 0         # loud samples since ``_vspec`` began
         self.speculated = 0                # early finals started
         self.early_final = False           # the final is an early one
 
@@ -204,7 +222,9 @@ class _FinalPass:
         if SPECULATE_MAX:                  # early finals on: listen for the quiet after speech
             self._heard_n += x.size
             if self._heard_n > EARLY_MAX_S * self._rate:   # too long to decode again at each pause
-                self._spec = None
+                self._stale(self._spec)
+                self._stale(self._vspec)
+                self._spec = self._vspec = None
             self._listen(x)
         if self._pending_n >= FINAL_PIECE_S * self._rate:
             audio = np.concatenate(self._pending)
@@ -220,21 +240,63 @@ class _FinalPass:
             if rms > QUIET_FLOOR and rms > QUIET_RATIO * self._peak:
                 self._peak = max(self._peak, rms)
                 self._quiet = 0
-                self._spec = None          # speech again: an early final is stale
+                self._stale(self._spec)    # speech again: an early final is stale
+                self._spec = None
+                if self._vspec is not None:
+                    self._loud_after_pause += frame.size
+                    if self._loud_after_pause > PAUSE_LOUD_MAX_S * self._rate:   # speech the
+                        self._stale(self._vspec)                              # VAD missed
+                        self._vspec = None
             else:
                 self._quiet += frame.size
-        if (self._spec is None and self._quiet >= SPECULATE_QUIET_S * self._rate and self._peak > 0
-                and self.speculated < SPECULATE_MAX and self._heard_n <= EARLY_MAX_S * self._rate):
-            self.speculated += 1
-            audio = np.concatenate(self._heard)
+        if (self._spec is None and self._quiet >= SPECULATE_QUIET_S * self._rate
+                and (self._vspec is None or self._loud_after_pause)):
+            self._spec = self._speculate()
+
+    def pause(self, paused: bool) -> None:
+        """The VAD's stop timer started (``paused``): decode the utterance so far, unless the
+        quiet rule's decode already covers every loud frame; or speech came again: that decode
+        is stale."""
+        if not paused:
+            self._stale(self._vspec)
+            self._vspec = None
+        elif SPECULATE_MAX and self._vspec is None and self._spec is None:
+            self._vspec = self._speculate()
+            self._loud_after_pause = 0
+
+    def _speculate(self) -> _Early | None:
+        """An early final of the utterance so far, begun now (None: none may be, or none could)."""
+        if not (self._peak > 0 and self.speculated < SPECULATE_MAX
+                and self._heard_n <= EARLY_MAX_S * self._rate):
+            return None
+        self.speculated += 1
+        audio = np.concatenate(self._heard)
+        if self._proc is not None:
+            try:
+                fut = self._proc.whole(audio, self._hints, uid=self._uid, spec=self.speculated)
+            except EngineUnavailableError as exc:
+                logger.warning("STT: no early final (%s)", exc)
+                return None
+            return _Early(_or_none(fut, "an early final"), self.speculated)
+        assert self._pool is not None
+        return _Early(self._pool.submit(self._early, audio), self.speculated)
+
+    def _stale(self, early: _Early | None) -> None:
+        """``early`` will not be the final: if it has not begun, it never does."""
+        if early is not None and not early.fut.done():
             if self._proc is not None:
-                try:
-                    self._spec = _or_none(self._proc.whole(audio, self._hints), "an early final")
-                except EngineUnavailableError as exc:
-                    logger.warning("STT: no early final (%s)", exc)
+                self._proc.forget(self._uid, early.n)
             else:
-                assert self._pool is not None
-                self._spec = self._pool.submit(self._early, audio)
+                early.fut.cancel()
+        return None
+
+    def _want(self, early: _Early | None) -> Future | None:
+        """The turn waits for ``early``: it runs before early finals not yet begun."""
+        if early is None:
+            return None
+        if self._proc is not None and not early.fut.done():
+            self._proc.want(self._uid, early.n)
+        return early.fut
 
     def _early(self, audio: np.ndarray) -> Recognition | None:
         """The whole utterance so far on fresh state and a fresh search (the piecewise pass's
@@ -247,8 +309,10 @@ class _FinalPass:
             return None
 
     def finish(self) -> Future:
-        if self._done is None and self._spec is not None:
-            self._done, self.early_final = self._spec, True
+        spec, vspec = self._want(self._spec), self._want(self._vspec)
+        early = _first_of(spec, vspec) if spec is not None and vspec is not None else spec or vspec
+        if self._done is None and early is not None:
+            self._done, self.early_final = early, True
             self._failed = True            # pieces still queued are not decoded
             if self._proc is not None and self.pieces:
                 self._proc.drop(self._uid)
@@ -270,6 +334,9 @@ class _FinalPass:
 
     def abort(self) -> None:
         self._failed = True                # pieces still queued are skipped
+        self._stale(self._spec)
+        self._stale(self._vspec)
+        self._spec = self._vspec = None
         if self._proc is not None and self.pieces:
             self._proc.drop(self._uid)
 
@@ -317,6 +384,28 @@ def _holds(fut: Future) -> bool:
     nor heard nothing)."""
     return (fut.done() and not fut.cancelled() and fut.exception() is None
             and fut.result() is not None)
+
+
+def _first_of(later: Future, earlier: Future) -> Future:
+    """The first of two early finals to hold a final (``_holds``; ``later``, which heard more,
+    when both already do), or None once neither does."""
+    out: Future = Future()
+    lock = threading.Lock()
+
+    def pick(_: Future) -> None:
+        with lock:
+            if out.done():
+                return
+            for fut in (later, earlier):
+                if _holds(fut):
+                    out.set_result(fut.result())
+                    return
+            if later.done() and earlier.done():
+                out.set_result(None)
+
+    later.add_done_callback(pick)
+    earlier.add_done_callback(pick)
+    return out
 
 
 def _or_none(fut: Future, what: str) -> Future:
@@ -489,6 +578,12 @@ class RecognizerUtterance:
         for fut in self.finish():
             self.take(fut.result())
         return self.text
+
+    def pause(self, paused: bool) -> None:
+        """The VAD's stop timer started (``paused``) or was cancelled by speech: with a final
+        pass, its early final begins (``_FinalPass.pause``)."""
+        if self._final_pass is not None:
+            self._final_pass.pause(paused)
 
     def abort(self) -> None:
         if self._final_pass is not None:
@@ -762,6 +857,10 @@ class _SSMUtterance:
                 return None
             raise
         return self._utt.text if changed else None
+
+    def pause(self, paused: bool) -> None:
+        if isinstance(self._utt, RecognizerUtterance):   # the model tier's begin at the stop
+            self._utt.pause(paused)
 
     async def finish(self) -> tuple[str, Recognition | None]:
         try:

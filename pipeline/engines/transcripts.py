@@ -4,14 +4,16 @@
     await stream.start()                  # the backend takes its engine (loads, or from a pool)
     stream.push(pcm)                      # 16-bit PCM at sample_rate_hz, in arrival order
     stream.start_utterance(hints)         # the VAD heard the caller start
+    stream.pause(True)                    # ... its stop timer started (False: speech again)
     stream.flush(received_s)              # ... and stop: the utterance's Final follows
     stream.end_input()                    # nothing follows: iteration ends after what is queued
     async for event in stream:            # Partial, Final, Failed, in order
         ...
     await stream.aclose()                 # drop what is left, abort an open utterance, release
 
-The commands (``push``, ``start_utterance``, ``flush``, ``end_input``) never wait: they are queued,
-typed (``AudioIn``, ``SpeechStarted``, ``SpeechStopped``, ``CloseQueue``), and applied in order
+The commands (``push``, ``start_utterance``, ``pause``, ``flush``, ``end_input``) never wait: they
+are queued, typed (``AudioIn``, ``SpeechStarted``, ``SpeechPaused``, ``SpeechStopped``,
+``CloseQueue``), and applied in order
 by whoever iterates the stream, which is the only place an engine is awaited: consecutive audio
 is joined into one call, so a slow engine never holds up the event loop or the caller's audio.
 Between utterances the last ``preroll_s`` of audio is kept (the VAD fires after speech began)
@@ -51,7 +53,8 @@ from pipeline.errors import PipelineError
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
 __all__ = ["SPELL_SPAN_S", "SPAN_HEARD_MAX_S", "AudioIn", "CloseQueue", "Command", "Event",
-           "Failed", "Final", "Partial", "RecognizerBackend", "SpeechStarted", "SpeechStopped",
+           "Failed", "Final", "Partial", "RecognizerBackend", "SpeechPaused", "SpeechStarted",
+           "SpeechStopped",
            "TranscriptStream", "Utterance"]
 
 
@@ -83,6 +86,14 @@ class SpeechStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechPaused:
+    """The VAD's stop timer started (``paused``) or was cancelled by speech (not ``paused``): the
+    open utterance may begin its final now, to have it when the stop comes (``Utterance.pause``)."""
+
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechStopped:
     """The VAD heard the caller stop: finish the utterance; its ``Final`` follows (a spelling's
     after its pause, unless ``last``: nothing more will come).
@@ -98,7 +109,7 @@ class CloseQueue:
     """Nothing follows: iteration ends once what came before is done."""
 
 
-Command: TypeAlias = AudioIn | SpeechStarted | SpeechStopped | CloseQueue
+Command: TypeAlias = AudioIn | SpeechStarted | SpeechPaused | SpeechStopped | CloseQueue
 
 
 # -- events (out) ---------------------------------------------------------------------------------
@@ -141,6 +152,12 @@ class Utterance(Protocol):
 
     async def push(self, pcm: bytes) -> str | None:
         """Decode audio; -> the new partial transcript, or None when it did not change."""
+        ...
+
+    def pause(self, paused: bool) -> None:
+        """The VAD's stop timer started (``paused``: the caller may be done) or was cancelled by
+        speech; a recogniser that decodes its final after the stop may begin it here. Never
+        raises; one that cannot does nothing."""
         ...
 
     async def finish(self) -> tuple[str, Recognition | None]:
@@ -209,6 +226,9 @@ class TranscriptStream:
     def start_utterance(self, hints: Hints = NO_HINTS) -> None:
         self._queue.put_nowait(SpeechStarted(hints))
 
+    def pause(self, paused: bool) -> None:
+        self._queue.put_nowait(SpeechPaused(paused))
+
     def flush(self, received_s: float | None = None) -> None:
         self._queue.put_nowait(SpeechStopped(time.perf_counter() if received_s is None
                                              else received_s))
@@ -265,6 +285,8 @@ class TranscriptStream:
                             elif isinstance(command, SpeechStopped):
                                 await self._on_stopped(command.received_s, events,
                                                        last=command.last)
+                            elif isinstance(command, SpeechPaused) and self._utt is not None:
+                                self._utt.pause(command.paused)
                 except self.backend.errors as exc:
                     events.append(Failed(exc))
                 for event in self._take_reported(events):

@@ -220,5 +220,8 @@ class _WhisperUtterance:
         text = await asyncio.to_thread(self._asr.transcribe, pcm, self._rate) if pcm.size else ""
         return " ".join(text.split()), None
 
+    def pause(self, paused: bool) -> None:
+        """Whisper decodes the utterance whole after the stop: nothing to begin."""
+
     def abort(self) -> None:
         self._chunks = []        # an utterance cut off by a cancel is dropped

@@ -11,7 +11,8 @@ kept in ``final_latencies_s``; with a ``Recognition``, a ``RecognitionFrame`` fo
 transcript's ``result`` is it), a ``Failed`` as an ``ErrorFrame``, and the call goes on.
 ``stop()`` finishes what is queued (an open utterance is finalized), ``cancel()`` drops it; both
 end with the stream closed, which lets the engine go. The agent's ``RecognitionHintsFrame``
-(upstream) stops here: ``self.hints`` holds the latest, for the next utterance.
+(upstream) stops here: ``self.hints`` holds the latest, for the next utterance; so does the VAD's
+``SpeechPauseFrame``, which goes into the stream as a pause (the final may begin there).
 What differs between recognisers is the backend (``SSMSTTService``, ``SphinxSTTService`` and
 ``WhisperSTTService`` only choose one).
 """
@@ -41,7 +42,7 @@ from pipecat.transcriptions.language import Language
 from pipecat.utils.time import time_now_iso8601
 
 from pipeline.engines.transcripts import Failed, Final, Partial, RecognizerBackend, TranscriptStream
-from pipeline.frames import RecognitionFrame, RecognitionHintsFrame
+from pipeline.frames import RecognitionFrame, RecognitionHintsFrame, SpeechPauseFrame
 from ssm_engine.stt.hints import NO_HINTS, Hints, Recognition
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,10 @@ class QueuedSTTService(STTService):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         if isinstance(frame, RecognitionHintsFrame):
             self.hints = frame.hints          # for the recogniser only: it goes no further
+            return
+        if isinstance(frame, SpeechPauseFrame):   # the recogniser's too
+            if self._stream is not None:
+                self._stream.pause(frame.paused)
             return
         await super().process_frame(frame, direction)
         if self._stream is None:

@@ -168,6 +168,13 @@ def _said_then_quiet(engine, seconds: float):
     return utt
 
 
+def _final_of(engine, pcm: np.ndarray) -> str:
+    """What the final pass makes of exactly ``pcm``, decoded whole."""
+    audio = torch.from_numpy(pcm.astype(np.float32) / 32768.0)[None]
+    return decode_utterance(engine.final_model.utterance_log_probs(audio), engine.final_model.config,
+                            beam=engine.beam).text
+
+
 def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
     engine = SSMSTTEngine(folder)
     try:
@@ -181,10 +188,7 @@ def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
         text = utt.finish_sync()
         assert final_pass.early_final
         heard = np.concatenate([speech, np.zeros(800, np.int16)])   # up to 100 ms into the quiet
-        audio = torch.from_numpy(heard.astype(np.float32) / 32768.0)[None]
-        want = decode_utterance(engine.final_model.utterance_log_probs(audio), engine.final_model.config,
-                                beam=engine.beam)
-        assert text == want.text != ""        # that audio decoded whole
+        assert text == _final_of(engine, heard) != ""          # that audio decoded whole
     finally:
         engine.close()
 
@@ -210,7 +214,7 @@ def test_early_finals_are_on_by_default_and_zero_turns_them_off(folder, monkeypa
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = _said_then_quiet(engine, 0.6)
-        utt._final_pass._spec.result(timeout=30)              # done while the VAD's timer runs
+        utt._final_pass._spec.fut.result(timeout=30)          # done while the VAD's timer runs
         futures = utt.finish()
         assert len(futures) == 1 and futures[0].done()        # the early final: no flush waited for
         utt.take(futures[0].result())
@@ -219,6 +223,67 @@ def test_early_finals_are_on_by_default_and_zero_turns_them_off(folder, monkeypa
         late = _said_then_quiet(engine, 0.6)
         assert late._final_pass.speculated == 0 and late.finish_sync() == "b"
         assert not late._final_pass.early_final
+    finally:
+        engine.close()
+
+
+def test_the_vads_pause_starts_the_final_before_the_quiet_would(folder):
+    engine = SSMSTTEngine(folder)
+    try:
+        utt = engine.open(8000)
+        speech = _speech(1.0)
+        _push_all(utt, speech)
+        final_pass = utt._final_pass
+        utt.pause(True)                                     # the VAD's stop timer starts
+        assert final_pass.speculated == 1                   # at once: no quiet heard yet
+        _push_all(utt, np.zeros(2400, np.int16))            # the timer's quiet begins nothing more
+        assert final_pass.speculated == 1
+        text = utt.finish_sync()
+        assert final_pass.early_final and text == _final_of(engine, speech) != ""
+    finally:
+        engine.close()
+
+
+def test_speech_after_the_vads_pause_discards_its_final(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        utt = engine.open(8000)
+        _push_all(utt, _speech(0.6))
+        utt.pause(True)
+        utt.pause(False)                                    # the VAD heard speech again
+        _push_all(utt, _speech(0.6))
+        final_pass = utt._final_pass
+        assert final_pass.speculated == 1
+        assert utt.finish_sync() == "b" and not final_pass.early_final   # decoded at the end
+        missed = engine.open(8000)                          # speech the VAD does not hear:
+        _push_all(missed, _speech(0.6))                     # past PAUSE_LOUD_MAX_S of it the
+        missed.pause(True)                                  # pause's final is stale too
+        _push_all(missed, _speech(0.3))
+        assert missed._final_pass.speculated == 1 and missed._final_pass._vspec is None
+        assert missed.finish_sync() == "b" and not missed._final_pass.early_final
+    finally:
+        engine.close()
+
+
+def test_a_loud_end_after_the_vads_pause_gets_a_quiet_rule_final_too(folder):
+    """What the VAD heard as no speech but is loud (a word's soft end) is decoded as well: the
+    quiet rule begins a second early final, and the first of the two to be ready is the final."""
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
+        utt = engine.open(8000)
+        _push_all(utt, _speech(0.8))
+        utt.pause(True)
+        _push_all(utt, _speech(0.1))                        # loud, though the VAD calls it quiet
+        _push_all(utt, np.zeros(2400, np.int16))
+        final_pass = utt._final_pass
+        assert final_pass.speculated == 2
+        assert utt.finish_sync() == "b" and final_pass.early_final
+        before = engine.open(8000)                          # quiet first, then the VAD's pause:
+        _push_all(before, _speech(0.8))                     # the quiet rule's covers it
+        _push_all(before, np.zeros(1200, np.int16))
+        before.pause(True)
+        assert before._final_pass.speculated == 1
+        assert before.finish_sync() == "b" and before._final_pass.early_final
     finally:
         engine.close()
 
@@ -298,6 +363,30 @@ def test_in_a_worker_process_early_finals_work(folder):
         _push_all(utt, np.zeros(2400, np.int16))
         assert utt._final_pass.speculated == 1
         assert utt.finish_sync() == "b" and utt._final_pass.early_final
+    finally:
+        engine.close()
+
+
+def test_in_a_worker_process_a_wanted_early_final_runs_first_and_a_forgotten_one_never(folder):
+    """Many calls' early finals queue in the one worker: the one a turn waits for goes first,
+    a stale one is answered null without being decoded."""
+    engine = SSMSTTEngine(folder, decoder="greedy", runner="process")
+    try:
+        proc = engine.final_proc
+        audio = _speech(0.8).astype(np.float32) / 32768.0
+        order: list[int] = []
+        os.kill(proc.pid, signal.SIGSTOP)       # all of it queued before the worker reads any
+        try:
+            futures = {n: proc.whole(audio, NO_HINTS, uid=7, spec=n) for n in (1, 2, 3)}
+            for n, fut in futures.items():
+                fut.add_done_callback(lambda _, n=n: order.append(n))
+            proc.forget(7, 2)
+            proc.want(7, 3)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        results = {n: fut.result(timeout=30) for n, fut in futures.items()}
+        assert results[2] is None and results[1].text == results[3].text == "b"
+        assert order == [2, 3, 1], order
     finally:
         engine.close()
 

@@ -53,6 +53,17 @@ async def events_of(stream) -> list:
     return [event async for event in stream]
 
 
+async def one_final(stream) -> tuple[Final, list]:
+    """The VAD's stop, the input's end: the utterance's one Final (no failure), and every event."""
+    stream.flush()
+    stream.end_input()
+    events = await asyncio.wait_for(events_of(stream), 60)
+    await stream.aclose()
+    finals = [e for e in events if isinstance(e, Final)]
+    assert len(finals) == 1 and not any(isinstance(e, Failed) for e in events), events
+    return finals[0], events
+
+
 LATER_WORDS = {"what", "are", "your", "opening", "hours"}
 
 
@@ -69,14 +80,9 @@ async def test_an_utterance_is_heard_with_the_audio_before_the_vad_fired(kind, s
         pushed(stream, np.concatenate([silence(1.0), speech[:early]]))
         stream.start_utterance()
         pushed(stream, np.concatenate([speech[early:], silence(0.3)]))
-        stream.flush()
-        stream.end_input()
-        events = await asyncio.wait_for(events_of(stream), 60)
-        await stream.aclose()
-        finals = [e for e in events if isinstance(e, Final)]
-        assert len(finals) == 1 and not any(isinstance(e, Failed) for e in events), events
+        final, events = await one_final(stream)
         assert (any(isinstance(e, Partial) for e in events)) == (kind in STREAMING)
-        results[preroll_s] = finals[0].text.split()
+        results[preroll_s] = final.text.split()
     # heard whole: most of the words after the VAD fired (one recogniser's slip on a word, e.g.
     # the shipped SSM model's "opening hours" -> "goal in our" in this voice, is not this test's
     # business; bench_stt_* measure accuracy)
@@ -325,3 +331,34 @@ async def test_an_engine_error_in_a_spellings_pause_keeps_what_was_heard(ssm_eng
     assert len(finals) == 2 and finals[0].text, finals       # the letters heard are kept
     assert events.index(finals[0]) < events.index(failed[0]) < events.index(finals[1])
     assert len(LATER_WORDS & set(finals[1].text.split())) >= 3, finals
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_the_vads_pauses_reach_the_utterance_and_change_nothing_it_hears(
+        kind, ssm_engine, flite_speech, monkeypatch):
+    """A pause (the VAD's stop timer started), one cancelled by speech, and the last: the final
+    is what the same audio gives with no pauses; the SSM recogniser's utterance is told each."""
+    from pipeline.engines.ssm_recognizer import RecognizerUtterance
+
+    told: list[bool] = []
+    real = RecognizerUtterance.pause
+    monkeypatch.setattr(RecognizerUtterance, "pause",
+                        lambda self, paused: (told.append(paused), real(self, paused))[1])
+    first = flite_speech("hello", RATE, voice="awb")
+    then = flite_speech("what are your opening hours", RATE, voice="awb")
+    texts = []
+    for pauses in (False, True):
+        stream = TranscriptStream(make_backend(kind, ssm_engine, SphinxPool()), RATE)
+        await stream.start()
+        stream.start_utterance()
+        pushed(stream, np.concatenate([first, silence(0.1)]))
+        if pauses:
+            stream.pause(True)
+            stream.pause(False)
+        pushed(stream, then)
+        if pauses:
+            stream.pause(True)
+        pushed(stream, silence(0.25))
+        texts.append((await one_final(stream))[0].text)
+    assert texts[0] == texts[1] != ""
+    assert told == ([True, False, True] if kind == "ssm" else [])

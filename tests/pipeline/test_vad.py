@@ -186,3 +186,37 @@ async def test_the_start_and_stop_say_where_the_speech_began_and_ended(kind, tex
     assert abs(calls["began"] - began) <= 0.03, (calls, began)
     assert abs(calls["ended"] - ended) <= 0.03, (calls, ended)
     assert calls["start_called"] - began > 0.2   # what start_secs alone would have put later
+
+
+async def test_the_processor_says_where_the_stop_timer_starts_and_where_speech_cancels_it(flite_speech):
+    """A ``SpeechPauseFrame`` after the audio frame whose window started the stop timer (and one
+    with ``paused=False`` where speech came back within it); the stop follows the last one by
+    ``stop_secs`` of audio."""
+    from pipecat.frames.frames import InputAudioRawFrame, VADUserStoppedSpeakingFrame
+    from pipecat.pipeline.worker import PipelineParams
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    from pipeline.frames import SpeechPauseFrame
+    from pipeline.vad import OnsetVADProcessor
+
+    rate = 8000
+    word, rest = flite_speech("hello", rate), flite_speech("how are you today", rate)
+    _, end = sound_edges(word, rate)
+    begin, _ = sound_edges(rest, rate)
+    gap = np.zeros(int(0.1 * rate), np.int16)         # shorter than the stop timer
+    pcm = padded(np.concatenate([word[:int(end * rate)], gap, rest[int(begin * rate):]]), rate)
+    frames = [InputAudioRawFrame(audio=pcm[i:i + 160].tobytes(), sample_rate=rate, num_channels=1)
+              for i in range(0, len(pcm), 160)]
+    vad = OnsetVADProcessor(vad_analyzer=make_vad_analyzer("silero", rate, stop_secs=0.2))
+    down, _ = await run_test(vad, frames_to_send=[*frames, SleepFrame(0.5)],
+                             pipeline_params=PipelineParams(audio_in_sample_rate=rate))
+    marks = [f for f in down if isinstance(f, (SpeechPauseFrame, VADUserStoppedSpeakingFrame))]
+    pauses = [f.paused for f in marks if isinstance(f, SpeechPauseFrame)]
+    assert pauses[-1] is True and False in pauses, pauses     # the gap, cancelled; then the end
+    assert isinstance(marks[-1], VADUserStoppedSpeakingFrame)
+    assert all(a != b for a, b in zip(pauses, pauses[1:]))    # started, cancelled, started ...
+    last = down.index(next(f for f in reversed(down) if isinstance(f, SpeechPauseFrame)))
+    stop = down.index(marks[-1])
+    assert isinstance(down[last - 1], InputAudioRawFrame)    # after the audio it was heard in
+    heard_s = sum(isinstance(f, InputAudioRawFrame) for f in down[last:stop]) * 0.02
+    assert 0.15 <= heard_s <= 0.3, heard_s
