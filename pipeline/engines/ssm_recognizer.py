@@ -43,7 +43,8 @@ block's encoding and decoding. Early finals (on: ``SPECULATE_MAX``): where the V
 starts (``RecognizerUtterance.pause``, the pipeline's ``SpeechPauseFrame``), and once 100 ms of
 quiet (under ``QUIET_RATIO`` of the utterance's loudest) follow speech, the utterance so far is
 decoded at once, while the timer runs, and is the final if the stop follows; the stream's flush
-is then not waited for, so the final is there as the turn ends (``_FinalPass``).
+is then not waited for (should that final fail, the stream's partial stands), so the final is
+there as the turn ends, or as soon as its decode is (``_FinalPass``).
 
 A runner in a worker process (``runner="process"``, ``parley serve --stt-procs``) may die; it is
 restarted, and an utterance whose stream it took with it waits for the replacement (up to
@@ -305,7 +306,7 @@ class _FinalPass:
         try:
             return decode_whole_final(self._model, self._beam, self._hints, audio, self._whisper)
         except Exception:           # our bug: the stream's final stands
-            logger.exception("STT: an early final failed; the stream's final stands")
+            logger.exception("STT: an early final failed; the stream's transcript stands")
             return None
 
     def finish(self) -> Future:
@@ -548,9 +549,9 @@ class RecognizerUtterance:
             raise RunnerClosedError("the recogniser is restarting: the utterance has no stream yet")
         if self._final_pass is not None:
             final = self._final_pass.finish()
-            if _holds(final):         # an early final, made while the VAD's stop timer ran: the
-                self._stream.abort()  # stream's flush (its own final, the fallback) is not waited for
-                return [final]
+            if self._final_pass.early_final:   # made while the VAD's stop timer ran, or being made
+                self._stream.abort()           # (first in its worker): the stream's flush is not
+                return [final]                 # waited for; its partial is the fallback
             return [*futures, self._stream.finish(), final]
         futures.append(self._stream.finish())
         return futures
