@@ -318,7 +318,7 @@ def _register_engines(metrics, sphinx_procs, voice_proc, *, ssm_stt_procs: bool)
                                 lambda: sum(r.restarts for r in runners()))
 
         def finals() -> list:
-            return [e.final_proc for e in SSMSTTEngine.shared_engines() if e.final_proc is not None]
+            return [proc for e in SSMSTTEngine.shared_engines() for proc in e.final_procs]
 
         metrics.register_engine("ssm-stt-final", lambda: sum(f.workers_up for f in finals()),
                                 lambda: sum(f.restarts for f in finals()))
@@ -353,8 +353,9 @@ def _prewarm_ssm_stt(config):
     log.info("SSM recognizer ready %s in %.1f s (step %s%s)",
              "in a worker process" if p.stt_runner == "process" else "in the server process",
              time.perf_counter() - t0, "compiled" if p.stt_compile else "eager",
-             "; finals from the final pass " + ("in a worker process of its own" if engine.final_proc
-                                                 else "in a thread") if engine.has_final_pass else "")
+             "; finals from the final pass " + (f"in {len(engine.final_procs)} worker process(es) of its own"
+                                                 if engine.final_procs else "in a thread")
+             if engine.has_final_pass else "")
     return config
 
 

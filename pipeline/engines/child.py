@@ -104,6 +104,11 @@ class ChildClient:
             return int(self._sock is not None and self._proc is not None and self._proc.poll() is None)
 
     @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 

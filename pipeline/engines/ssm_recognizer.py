@@ -27,7 +27,8 @@ waits of 5 ms p50 under 16 calls). ``decoder="greedy"`` turns it off.
 The final pass: a model folder with a ``final/`` model beside it (a recogniser trained on whole
 utterances, ``WhisperSTTConfig.features == "utterance"``) decodes each utterance's final from
 Whisper's encoding of the whole utterance at its end (one encoder pass over it, in the engine's
-final-pass worker: a process of its own with ``runner="process"``, ``final_procs``, else a
+final-pass workers: processes of their own with ``runner="process"`` (``final_procs``;
+``FINAL_PROCS`` of them, an utterance's pieces in one, each early final in the least busy), else a
 thread) instead of the stream's sliding windows, which hear less of the utterance
 around each frame; the stream then only makes the greedy partials (no beam search on the event
 loop). A long utterance is encoded in pieces while the caller speaks (every ``FINAL_PIECE_S``,
@@ -60,6 +61,7 @@ import functools
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -124,6 +126,10 @@ LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
 SUPPORTED_RATES_HZ = (8000, 16000)
+FINAL_PROCS = min(2, len(os.sched_getaffinity(0)))
+"""Final-pass worker processes an engine with ``runner="process"`` starts: many calls' early
+finals come in bursts (callers end their turns together), and two workers halve the wait behind
+another call's decode where a second core is there (``benchmarks/bench_capacity.py``)."""
 REPLAY_MAX_S = 60.0        # an utterance's audio kept for a replay onto a restarted runner
 RECOVER_TIMEOUT_S = 20.0   # how long a lost utterance waits for its runner to come back
 RECOVER_POLL_S = 0.2
@@ -161,6 +167,7 @@ class _Early:
 
     fut: Future
     n: int
+    proc: FinalPassProcess | None = None     # the worker decoding it (None: the thread pool)
 
 
 class _FinalPass:
@@ -184,7 +191,8 @@ class _FinalPass:
     _uids = itertools.count(1)
 
     def __init__(self, engine: SSMSTTEngine, hints: Hints, heard: list[np.ndarray]) -> None:
-        self._proc = engine.final_proc
+        self._proc = engine.final_worker()            # the utterance's pieces go to this one
+        self._procs = engine.final_procs
         self._pool = engine._final_pool
         self._model = engine.final_model
         assert self._proc is not None or (self._model is not None and self._pool is not None)
@@ -272,21 +280,22 @@ class _FinalPass:
             return None
         self.speculated += 1
         audio = np.concatenate(self._heard)
-        if self._proc is not None:
+        if self._procs:
+            proc = min(self._procs, key=lambda p: p.in_flight)     # the least busy worker
             try:
-                fut = self._proc.whole(audio, self._hints, uid=self._uid, spec=self.speculated)
+                fut = proc.whole(audio, self._hints, uid=self._uid, spec=self.speculated)
             except EngineUnavailableError as exc:
                 logger.warning("STT: no early final (%s)", exc)
                 return None
-            return _Early(_or_none(fut, "an early final"), self.speculated)
+            return _Early(_or_none(fut, "an early final"), self.speculated, proc)
         assert self._pool is not None
         return _Early(self._pool.submit(self._early, audio), self.speculated)
 
     def _stale(self, early: _Early | None) -> None:
         """``early`` will not be the final: if it has not begun, it never does."""
         if early is not None and not early.fut.done():
-            if self._proc is not None:
-                self._proc.forget(self._uid, early.n)
+            if early.proc is not None:
+                early.proc.forget(self._uid, early.n)
             else:
                 early.fut.cancel()
         return None
@@ -295,8 +304,8 @@ class _FinalPass:
         """The turn waits for ``early``: it runs before early finals not yet begun."""
         if early is None:
             return None
-        if self._proc is not None and not early.fut.done():
-            self._proc.want(self._uid, early.n)
+        if early.proc is not None and not early.fut.done():
+            early.proc.want(self._uid, early.n)
         return early.fut
 
     def _early(self, audio: np.ndarray) -> Recognition | None:
@@ -608,7 +617,7 @@ class SSMSTTEngine:
                  runner: Runner = "thread",
                  stride: int = DEFAULT_STRIDE, compile: bool | None = None,
                  device: str = "cpu", final_pass: bool | None = None,
-                 final_decoder: str | None = None) -> None:
+                 final_decoder: str | None = None, final_procs: int | None = None) -> None:
         """decoder="beam" needs an LM: ``lm_path``, else ``lm.arpa.gz`` in the model folder
         (or in models/stt when ``model`` is an STTModel object); for a model with a phone head
         it searches both heads with the folder's ``lexicon.dict.gz`` (``Decoder``; "char-beam"
@@ -622,12 +631,17 @@ class SSMSTTEngine:
         finals with the folder's ``final/`` model (the module docstring); None (the default)
         when the folder has one, True requires it, False never. ``final_decoder``: "whisper"
         (Whisper's own decoder makes the final, ``whisper_final``) or "ctc" (the final model's
-        heads and search); None (the default): as the final folder's ``decoder.json`` says."""
+        heads and search); None (the default): as the final folder's ``decoder.json`` says.
+        ``final_procs``: the final pass's worker processes with ``runner="process"`` (default
+        ``FINAL_PROCS``)."""
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
         compile = DEFAULT_COMPILE if compile is None else compile
         if runner not in ("thread", "process"):
             raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
+        final_procs = FINAL_PROCS if final_procs is None else final_procs
+        if isinstance(final_procs, bool) or not isinstance(final_procs, int) or not 1 <= final_procs <= 16:
+            raise PipelineError(f"final_procs must be 1..16 worker processes, got {final_procs!r}")
         if runner == "process" and isinstance(model, (STTModel, WhisperSTTModel)):
             raise PipelineError("runner='process' needs the model's folder, not a loaded model")
         try:
@@ -658,7 +672,8 @@ class SSMSTTEngine:
         self.model = model.eval().to(target)
         self.device = target
         self.final_model: WhisperSTTModel | None = None   # the final pass in this process, or
-        self.final_proc: FinalPassProcess | None = None   # in a worker process (runner="process")
+        self.final_procs: list[FinalPassProcess] = []      # in worker processes (runner="process")
+        self._next_final = itertools.count()
         self._final_pool: ThreadPoolExecutor | None = None
         final_dir = folder / FINAL_DIR
         use_final = bool(final_pass or (final_pass is None and folder_of_model is not None
@@ -733,15 +748,26 @@ class SSMSTTEngine:
         except SSMEngineError as exc:
             raise EngineUnavailableError(f"SSM STT runner failed to start: {exc}") from exc
         if use_final and runner == "process":
-            self.final_proc = self._start_final(final_dir)
-            self._check_final(final_dir, self.final_proc.phone_vocab_size,
+            self.final_procs = self._start_finals(final_dir, final_procs)
+            self._check_final(final_dir, self.final_procs[0].phone_vocab_size,
                               model.config.phone_vocab_size)
         self.load_s = time.perf_counter() - t0
 
     @property
     def has_final_pass(self) -> bool:
         """Finals come from the final pass (in this process or a worker)."""
-        return self.final_model is not None or self.final_proc is not None
+        return self.final_model is not None or bool(self.final_procs)
+
+    @property
+    def final_proc(self) -> FinalPassProcess | None:
+        """The first final-pass worker process (None: the final pass runs in this one)."""
+        return self.final_procs[0] if self.final_procs else None
+
+    def final_worker(self) -> FinalPassProcess | None:
+        """The worker an utterance's pieces go to, in turn (None: in this process)."""
+        if not self.final_procs:
+            return None
+        return self.final_procs[next(self._next_final) % len(self.final_procs)]
 
     @staticmethod
     def _check_final(final_dir: Path, final_phones: int, stream_phones: int) -> None:
@@ -750,21 +776,26 @@ class SSMSTTEngine:
                                          f"phone head, the stream's model "
                                          f"{'has' if stream_phones else 'has not'}")
 
-    def _start_final(self, final_dir: Path) -> FinalPassProcess:
-        """The final pass in its worker process, with the search this engine would run."""
+    def _start_finals(self, final_dir: Path, n: int) -> list[FinalPassProcess]:
+        """The final pass in ``n`` worker processes, started side by side, with the search this
+        engine would run."""
         args = [str(final_dir.resolve()), "", "", "greedy", "{}", "", self.final_decoder or "ctc"]
         if self._worker_search is not None:
             lm, config, lexicon, kind = self._worker_search
             args[1:5] = [str(lm), str(lexicon or ""), kind, json.dumps(dataclasses.asdict(config))]
         if self.free_weights is not None:
             args[5] = json.dumps(dataclasses.asdict(self.free_weights))
-        proc = FinalPassProcess(args)
-        try:
-            proc.start()
-        except EngineUnavailableError as exc:
+        procs = [FinalPassProcess(args, name="ssm-stt-final" if i == 0 else f"ssm-stt-final-{i + 1}")
+                 for i in range(n)]
+        with ThreadPoolExecutor(n) as pool:
+            started = [pool.submit(proc.start) for proc in procs]
+        failed = [f.exception() for f in started if f.exception() is not None]
+        if failed:
+            for proc in procs:
+                proc.stop()
             self.runner.stop()
-            raise EngineUnavailableError(f"SSM STT: the final pass did not start: {exc}") from exc
-        return proc
+            raise EngineUnavailableError(f"SSM STT: the final pass did not start: {failed[0]}") from failed[0]
+        return procs
 
     @classmethod
     def shared(cls, model_dir: str | Path = DEFAULT_MODEL_DIR, decoder: Decoder = "beam", *,
@@ -800,8 +831,8 @@ class SSMSTTEngine:
 
     def close(self) -> None:
         self.runner.stop()
-        if self.final_proc is not None:
-            self.final_proc.stop()
+        for proc in self.final_procs:
+            proc.stop()
         if self._final_pool is not None:
             self._final_pool.shutdown(wait=False, cancel_futures=True)
 

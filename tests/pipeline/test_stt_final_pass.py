@@ -15,7 +15,7 @@ import torch
 
 from pipeline.engines import ssm_recognizer
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
-from pipeline.errors import EngineUnavailableError
+from pipeline.errors import EngineUnavailableError, PipelineError
 from ssm_engine.stt.hints import NO_HINTS, Hints
 from ssm_engine.stt.joint import JointConfig
 from ssm_engine.stt.encoder_model import save_whisper_stt
@@ -401,6 +401,26 @@ def test_in_a_worker_process_a_wanted_early_final_runs_first_and_a_forgotten_one
         results = {n: fut.result(timeout=30) for n, fut in futures.items()}
         assert results[2] is None and results[1].text == results[3].text == "b"
         assert order == [2, 3, 1], order
+    finally:
+        engine.close()
+
+
+def test_in_worker_processes_an_early_final_goes_to_the_least_busy_worker(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy", runner="process", final_procs=2)
+    try:
+        first, second = engine.final_procs
+        assert first.pid != second.pid and engine.final_proc is first
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            held = first.whole(_speech(0.8).astype(np.float32) / 32768.0, NO_HINTS, uid=99, spec=1)
+            utt = _said_then_quiet(engine, 0.6)                 # the first worker is busy
+            assert utt._final_pass._spec.proc is second
+            assert utt.finish_sync() == "b" and utt._final_pass.early_final
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert held.result(timeout=30).text == "b"
+        with pytest.raises(PipelineError):
+            SSMSTTEngine(folder, runner="process", final_procs=0)
     finally:
         engine.close()
 
