@@ -298,7 +298,6 @@ class _FinalPass:
                 early.proc.forget(self._uid, early.n)
             else:
                 early.fut.cancel()
-        return None
 
     def _want(self, early: _Early | None) -> Future | None:
         """The turn waits for ``early``: it runs before early finals not yet begun."""
