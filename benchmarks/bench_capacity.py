@@ -11,7 +11,10 @@ time), started ``--stagger-ms`` apart, ``--turns`` turns each. Per load and serv
 
 * ``v2v_ms``: end of the caller's speech to the first agent audio byte, p50/p95/p99 (turns where
   the caller talked over the agent are left out and counted, ``overlapped_turns``), and
-  ``turns_over_600ms``;
+  ``turns_over_600ms``; ``held_turns``: those the end of turn held 450 ms by design (what the
+  server heard looks unfinished, ``pipeline.turn_end.looks_unfinished``: "no thank you" may go on
+  to a goodbye), and ``v2v_ms_not_held`` over the others, with the three slowest of them
+  (``slowest_not_held``: what the caller said, what the server heard);
 * ``stages_ms``: where that time goes, each stage's moment after the end of speech as the server
   saw it (the VAD's stop, the final transcript, the agent's first text, the voice's first audio),
   p50/p95/p99;
@@ -57,6 +60,7 @@ from benchmarks.serve_process import ServeProcess, free_port  # noqa: E402
 from harness.errors import CallerError  # noqa: E402
 from harness.scripted_llm import ScriptedChatServer, ScriptedReply  # noqa: E402
 from pipeline.capacity import usable_cores  # noqa: E402
+from pipeline.turn_end import looks_unfinished  # noqa: E402
 from telephony.loop_lag import LoopLagProbe  # noqa: E402
 
 TARGET_MS = 600.0
@@ -176,6 +180,12 @@ async def load(server: CapacityServer, n: int, turns: int, stagger_s: float, rng
         probe.cancel()
     cpu = window.stop()
     v2v = [x for c in calls for x in c["v2v"] if x is not None]
+    # the end of turn holds what it heard as unfinished ("no thank you": a goodbye may follow) by
+    # design, 450 ms (pipeline.turn_end): those turns apart, and the slowest with what was heard
+    prompt = [(said, heard, ms) for c in calls for turn, said, heard, ms in c["turns"] if ms is not None
+              and not looks_unfinished(heard, first_turn=turn == 1)]
+    held = sum(1 for c in calls for turn, _, heard, ms in c["turns"] if ms is not None
+               and looks_unfinished(heard, first_turn=turn == 1))
     stats = [c["server_stats"] for c in calls]
     outcomes = [c["outcome"] for c in calls]
     lag = percentiles(lags)
@@ -185,6 +195,10 @@ async def load(server: CapacityServer, n: int, turns: int, stagger_s: float, rng
         "stages_ms": {stage: percentiles([x for c in calls for x in c["stages"][stage]])
                       for stage in ("vad_stop", "stt_final", "first_text", "tts_first_audio")},
         "turns_over_600ms": sum(1 for x in v2v if x > TARGET_MS),
+        "held_turns": held,
+        "v2v_ms_not_held": percentiles([ms for _, _, ms in prompt]),
+        "slowest_not_held": [{"said": said, "heard": heard, "v2v_ms": round(ms)}
+                             for said, heard, ms in sorted(prompt, key=lambda t: -t[2])[:3]],
         "overlapped_turns": sum(len(c["v2v_overlapped"]) for c in calls),
         "calls_answered": outcomes.count("answered"), "refused_busy": outcomes.count("refused_busy"),
         "refused_503": outcomes.count("refused_503"), "calls_failed": outcomes.count("failed"),

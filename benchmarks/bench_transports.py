@@ -238,7 +238,7 @@ class Voice:
 def _empty() -> dict:
     return {"v2v": [], "v2v_overlapped": [], "unanswered": 0, "failed_calls": 0, "errors": [],
             "rtp": collections.Counter(), "server_stats": collections.Counter(),
-            "stages": collections.defaultdict(list)}
+            "stages": collections.defaultdict(list), "turns": []}
 
 
 def _add_stats(out: dict, record: dict) -> None:
@@ -255,6 +255,7 @@ async def twilio_call(server: Server, phrases: list[str], out: dict) -> None:
     for t in report.turns:  # talked over the agent (greeting or reply still playing): v2v is suspect
         out["v2v_overlapped" if t.barged_in or t.clear_received else "v2v"].append(t.v2v_ms)
         if not (t.barged_in or t.clear_received):   # the server's stage times, after the end of speech
+            out["turns"].append((t.turn, t.caller_said, t.agent_transcript or "", t.v2v_ms))
             for stage in ("vad_stop", "stt_final", "first_text", "tts_first_audio"):
                 value = getattr(t.latency_ms, stage)
                 if value is not None:
