@@ -60,7 +60,7 @@ TURN_START_S = 0.1
 
 
 Pauses = Sequence[tuple[int, bool]]
-"""The VAD's stop timer on a clip: (the sample it was heard at, started or cancelled)."""
+"""The VAD's stop timer on a clip: (the sample it was heard at, started or speech again)."""
 
 
 class _Streamer(Protocol):
@@ -215,7 +215,7 @@ def turn_end_sample(pcm: np.ndarray, rate_hz: int, stop_s: float = TURN_STOP_S) 
 def turn_end_events(pcm: np.ndarray, rate_hz: int,
                     stop_s: float = TURN_STOP_S) -> tuple[int, Pauses]:
     """``turn_end_sample``, and the VAD's pauses before it: each sample where its stop timer
-    started (SPEAKING to STOPPING: True) or speech cancelled it (False), as
+    started (SPEAKING to STOPPING: True) or speech came again after it (False), as
     ``pipeline.vad.OnsetVADProcessor`` sends them to the recogniser."""
     import asyncio
 
@@ -273,7 +273,8 @@ def evaluate(engine_name: str, manifest: str | Path, *, rate_hz: int = 8000,
              final_decoder: str | None = None, turn_end: bool = False,
              vad_pauses: bool = True) -> STTEvalResult:
     """Run one engine over a manifest; see the module docstring for what is measured.
-    ``vad_pauses``: with ``turn_end``, the VAD's pauses reach the recogniser (False: its early finals are begun by loudness alone).
+    ``vad_pauses``: with ``turn_end``, the VAD's pauses reach the recogniser (False: its early
+    finals are begun by loudness alone).
     ``final_decoder`` ("whisper" or "ctc"; None: the model folder's choice) makes the SSM
     recogniser's finals (``SSMSTTEngine``)."""
     if rate_hz not in (8000, 16000):

@@ -87,8 +87,8 @@ class SpeechStarted:
 
 @dataclass(frozen=True, slots=True)
 class SpeechPaused:
-    """The VAD's stop timer started (``paused``) or was cancelled by speech (not ``paused``): the
-    open utterance may begin its final now, to have it when the stop comes (``Utterance.pause``)."""
+    """The VAD's stop timer started (``paused``) or speech came again (not ``paused``): the open
+    utterance may begin its final now, to have it when the stop comes (``Utterance.pause``)."""
 
     paused: bool
 
@@ -155,8 +155,8 @@ class Utterance(Protocol):
         ...
 
     def pause(self, paused: bool) -> None:
-        """The VAD's stop timer started (``paused``: the caller may be done) or was cancelled by
-        speech; a recogniser that decodes its final after the stop may begin it here. Never
+        """The VAD's stop timer started (``paused``: the caller may be done) or speech came again;
+        a recogniser that decodes its final after the stop may begin it here. Never
         raises; one that cannot does nothing."""
         ...
 
