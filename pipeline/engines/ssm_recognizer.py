@@ -890,7 +890,7 @@ class _SSMUtterance:
         return self._utt.text if changed else None
 
     def pause(self, paused: bool) -> None:
-        if isinstance(self._utt, RecognizerUtterance):   # the model tier's begin at the stop
+        if isinstance(self._utt, RecognizerUtterance):   # the model tier's: its quiet rule only
             self._utt.pause(paused)
 
     async def finish(self) -> tuple[str, Recognition | None]:
