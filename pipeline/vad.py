@@ -176,7 +176,6 @@ class InlineAnalysis:
     :class:`OnsetVADProcessor` asks both."""
 
     _edges: SpeechEdges | None = None
-    _state = VADState.QUIET         # the state machine's state after the last window
     _pauses: list[bool] | None = None   # SPEAKING -> STOPPING (True) and back (False) since asked
     _paused = False                 # a True told, and no SPEAKING since
     _received = 0                   # samples handed to analyze_audio
@@ -195,8 +194,8 @@ class InlineAnalysis:
 
     def _run_analyzer(self, buffer: bytes) -> VADState:
         self._fed += len(buffer) // 2
+        before = self._vad_state  # type: ignore[attr-defined]   # pipecat's state machine's
         state: VADState = super()._run_analyzer(buffer)  # type: ignore[misc]
-        before, self._state = self._state, state
         if before == VADState.SPEAKING and state == VADState.STOPPING:
             self._pauses = [*(self._pauses or ()), True]
             self._paused = True
