@@ -35,13 +35,13 @@ may run a compiled graph: the estimate errs towards fewer calls.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.cores import usable_cores
 from pipeline.errors import ConfigError
 
 __all__ = ["CALIBRATION_BATCH", "LISTEN_SHARE", "MAX_CALLS", "PIPELINE_MS", "RECORDED_MS", "SPEAK_SHARE",
@@ -117,22 +117,6 @@ class Capacity:
                if self.calibration_s is not None else "recorded figures")
         return (f"admitting at most {self.max_calls} calls: {self.cores:g} cores x {self.utilisation:.0%} busy"
                 f" / {self.ms_per_call_s:.0f} ms CPU per call-second ({parts}; {how}); --max-calls overrides")
-
-
-def usable_cores() -> float:
-    """The cores this process may run on: its CPU affinity, bounded by a cgroup v2 CPU quota
-    (``/sys/fs/cgroup/cpu.max``, a container's limit) when there is one."""
-    try:
-        cores = float(len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        cores = float(os.cpu_count() or 1)
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(0.1, int(quota) / int(period)))
-    except (OSError, ValueError):
-        pass
-    return cores
 
 
 def capacity_from(costs: tuple[StageCost, ...], cores: float, *, utilisation: float = UTILISATION,

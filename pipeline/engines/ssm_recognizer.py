@@ -28,7 +28,7 @@ The final pass: a model folder with a ``final/`` model beside it (a recogniser t
 utterances, ``WhisperSTTConfig.features == "utterance"``) decodes each utterance's final from
 Whisper's encoding of the whole utterance at its end (one encoder pass over it, in the engine's
 final-pass workers: processes of their own with ``runner="process"`` (``final_procs``;
-``FINAL_PROCS`` of them, an utterance's pieces in one, each early final in the least busy), else a
+up to ``FINAL_PROCS`` of them, an utterance's pieces in one, each early final in the least busy), else a
 thread) instead of the stream's sliding windows, which hear less of the utterance
 around each frame; the stream then only makes the greedy partials (no beam search on the event
 loop). A long utterance is encoded in pieces while the caller speaks (every ``FINAL_PIECE_S``,
@@ -61,7 +61,6 @@ import functools
 import itertools
 import json
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -74,6 +73,7 @@ import numpy as np
 import soxr
 import torch
 
+from pipeline.cores import usable_cores
 from pipeline.engines.final_procs import FinalPassProcess
 from pipeline.engines.stt_loading import beam_search as _beam_search, load_final_model, search_weights
 from pipeline.engines.whisper_final import (WhisperFinal, decode_whole_final, final_decoder_choice,
@@ -126,10 +126,11 @@ LEXICON_FILE = "lexicon.dict.gz"
 """Pronunciations of the LM's words, beside a model with a phone head (``ssm_engine.stt.phones``).
 """
 SUPPORTED_RATES_HZ = (8000, 16000)
-FINAL_PROCS = min(2, len(os.sched_getaffinity(0)))
-"""Final-pass worker processes an engine with ``runner="process"`` starts: many calls' early
-finals come in bursts (callers end their turns together), and two workers halve the wait behind
-another call's decode where a second core is there (``benchmarks/bench_capacity.py``)."""
+FINAL_PROCS = 2
+"""Final-pass worker processes an engine with ``runner="process"`` starts, one a usable core
+(``pipeline.cores.usable_cores``) up to this: many calls' early finals come in bursts (callers
+end their turns together), and two workers halve the wait behind another call's decode where a
+second core is there (``benchmarks/bench_capacity.py``)."""
 REPLAY_MAX_S = 60.0        # an utterance's audio kept for a replay onto a restarted runner
 RECOVER_TIMEOUT_S = 20.0   # how long a lost utterance waits for its runner to come back
 RECOVER_POLL_S = 0.2
@@ -631,14 +632,15 @@ class SSMSTTEngine:
         when the folder has one, True requires it, False never. ``final_decoder``: "whisper"
         (Whisper's own decoder makes the final, ``whisper_final``) or "ctc" (the final model's
         heads and search); None (the default): as the final folder's ``decoder.json`` says.
-        ``final_procs``: the final pass's worker processes with ``runner="process"`` (default
-        ``FINAL_PROCS``)."""
+        ``final_procs``: the final pass's worker processes with ``runner="process"`` (default: one
+        a usable core, up to ``FINAL_PROCS``)."""
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
             raise PipelineError(f"stride must be a positive number of 20 ms steps, got {stride!r}")
         compile = DEFAULT_COMPILE if compile is None else compile
         if runner not in ("thread", "process"):
             raise PipelineError(f"runner must be 'thread' or 'process', got {runner!r}")
-        final_procs = FINAL_PROCS if final_procs is None else final_procs
+        if final_procs is None:
+            final_procs = max(1, min(FINAL_PROCS, int(usable_cores())))
         if isinstance(final_procs, bool) or not isinstance(final_procs, int) or not 1 <= final_procs <= 16:
             raise PipelineError(f"final_procs must be 1..16 worker processes, got {final_procs!r}")
         if runner == "process" and isinstance(model, (STTModel, WhisperSTTModel)):
