@@ -182,10 +182,9 @@ async def load(server: CapacityServer, n: int, turns: int, stagger_s: float, rng
     v2v = [x for c in calls for x in c["v2v"] if x is not None]
     # the end of turn holds what it heard as unfinished ("no thank you": a goodbye may follow) by
     # design, 450 ms (pipeline.turn_end): those turns apart, and the slowest with what was heard
-    prompt = [(said, heard, ms) for c in calls for turn, said, heard, ms in c["turns"] if ms is not None
-              and not looks_unfinished(heard, first_turn=turn == 1)]
-    held = sum(1 for c in calls for turn, _, heard, ms in c["turns"] if ms is not None
-               and looks_unfinished(heard, first_turn=turn == 1))
+    timed = [(said, heard, ms, looks_unfinished(heard, first_turn=turn == 1))
+             for c in calls for turn, said, heard, ms in c["turns"] if ms is not None]
+    prompt = [(said, heard, ms) for said, heard, ms, held in timed if not held]
     stats = [c["server_stats"] for c in calls]
     outcomes = [c["outcome"] for c in calls]
     lag = percentiles(lags)
@@ -195,7 +194,7 @@ async def load(server: CapacityServer, n: int, turns: int, stagger_s: float, rng
         "stages_ms": {stage: percentiles([x for c in calls for x in c["stages"][stage]])
                       for stage in ("vad_stop", "stt_final", "first_text", "tts_first_audio")},
         "turns_over_600ms": sum(1 for x in v2v if x > TARGET_MS),
-        "held_turns": held,
+        "held_turns": len(timed) - len(prompt),
         "v2v_ms_not_held": percentiles([ms for _, _, ms in prompt]),
         "slowest_not_held": [{"said": said, "heard": heard, "v2v_ms": round(ms)}
                              for said, heard, ms in sorted(prompt, key=lambda t: -t[2])[:3]],
