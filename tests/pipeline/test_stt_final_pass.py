@@ -193,19 +193,37 @@ def test_quiet_after_speech_starts_the_final_early_and_it_is_the_final(folder):
         engine.close()
 
 
-def test_speech_after_a_pause_discards_the_early_final(folder):
+@pytest.mark.parametrize("pause", ["quiet", "vad"])
+def test_speech_after_a_pause_discards_the_early_final(folder, pause):
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = engine.open(8000)
         _push_all(utt, _speech(0.6))
-        _push_all(utt, np.zeros(1600, np.int16))              # a 200 ms pause: an early final starts
+        if pause == "quiet":
+            _push_all(utt, np.zeros(1600, np.int16))          # a 200 ms pause: an early final starts
+        else:
+            utt.pause(True)                                   # the VAD's stop timer: one starts,
+            utt.pause(False)                                  # then the VAD heard speech again
         _push_all(utt, _speech(0.6))                          # the caller goes on
         final_pass = utt._final_pass
         assert final_pass.speculated == 1
         assert utt.finish_sync() == "b" and not final_pass.early_final   # decoded at the end
+    finally:
+        engine.close()
+
+
+def test_no_early_final_without_a_pause_nor_past_speech_the_vad_missed(folder):
+    engine = SSMSTTEngine(folder, decoder="greedy")
+    try:
         noisy = engine.open(8000)                             # never quiet: never early
         _push_all(noisy, _speech(1.0))
         assert noisy.finish_sync() == "b" and noisy._final_pass.speculated == 0
+        missed = engine.open(8000)                            # speech the VAD does not hear:
+        _push_all(missed, _speech(0.6))                       # past PAUSE_LOUD_MAX_S of it the
+        missed.pause(True)                                    # pause's final is stale too
+        _push_all(missed, _speech(0.3))
+        assert missed._final_pass.speculated == 1 and missed._final_pass._vspec is None
+        assert missed.finish_sync() == "b" and not missed._final_pass.early_final
     finally:
         engine.close()
 
@@ -239,27 +257,6 @@ def test_the_vads_pause_starts_the_final_before_the_quiet_would(folder):
         assert final_pass.speculated == 1
         text = utt.finish_sync()
         assert final_pass.early_final and text == _final_of(engine, speech) != ""
-    finally:
-        engine.close()
-
-
-def test_speech_after_the_vads_pause_discards_its_final(folder):
-    engine = SSMSTTEngine(folder, decoder="greedy")
-    try:
-        utt = engine.open(8000)
-        _push_all(utt, _speech(0.6))
-        utt.pause(True)
-        utt.pause(False)                                    # the VAD heard speech again
-        _push_all(utt, _speech(0.6))
-        final_pass = utt._final_pass
-        assert final_pass.speculated == 1
-        assert utt.finish_sync() == "b" and not final_pass.early_final   # decoded at the end
-        missed = engine.open(8000)                          # speech the VAD does not hear:
-        _push_all(missed, _speech(0.6))                     # past PAUSE_LOUD_MAX_S of it the
-        missed.pause(True)                                  # pause's final is stale too
-        _push_all(missed, _speech(0.3))
-        assert missed._final_pass.speculated == 1 and missed._final_pass._vspec is None
-        assert missed.finish_sync() == "b" and not missed._final_pass.early_final
     finally:
         engine.close()
 
