@@ -97,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
     """Every engine over ``manifest``, into ``out`` (with the ratios)."""
-    from pipeline.engines import ssm_recognizer
+    from pipeline.engines import utterance_final
 
     for name in args.engines:
-        shipped = ssm_recognizer.SPECULATE_MAX
+        shipped = utterance_final.SPECULATE_MAX
         if name == "ssm-late":
-            ssm_recognizer.SPECULATE_MAX = 0
+            utterance_final.SPECULATE_MAX = 0
         try:
             res = evaluate("ssm" if name.startswith("ssm") else name, manifest,
                            model_dir=args.pure_model if name == "ssm-pure" else args.model,
@@ -112,7 +112,7 @@ def _score(args: argparse.Namespace, manifest: str | Path, out: dict) -> None:
                            turn_end=args.turn_end, limit=args.limit,
                            vad_pauses=name != "ssm-quiet")
         finally:
-            ssm_recognizer.SPECULATE_MAX = shipped
+            utterance_final.SPECULATE_MAX = shipped
         if args.hyps:
             Path(args.hyps).mkdir(parents=True, exist_ok=True)
             write_hyps(res, Path(args.hyps) / f"{name}.tsv")

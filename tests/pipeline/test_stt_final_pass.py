@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engines import ssm_recognizer
+from pipeline.engines import utterance_final
 from pipeline.engines.ssm_recognizer import DEFAULT_MODEL_DIR, FINAL_DIR, SSMSTTEngine
 from pipeline.errors import EngineUnavailableError, PipelineError
 from ssm_engine.stt.hints import NO_HINTS, Hints
@@ -41,8 +41,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tests/conftest.py
 @pytest.fixture
 def short_pieces(monkeypatch):
     """Pieces of 0.6 s, cut in their last 0.3 s: a long utterance in a test's few seconds."""
-    monkeypatch.setattr(ssm_recognizer, "FINAL_PIECE_S", 0.6)
-    monkeypatch.setattr(ssm_recognizer, "FINAL_CUT_SEARCH_S", 0.3)
+    monkeypatch.setattr(utterance_final, "FINAL_PIECE_S", 0.6)
+    monkeypatch.setattr(utterance_final, "FINAL_CUT_SEARCH_S", 0.3)
 
 
 def _speech(seconds: float = 1.2) -> np.ndarray:
@@ -98,7 +98,7 @@ def test_a_failing_final_pass_keeps_the_streams_final_and_says_why(folder, monke
         def broken(audio, state=None):
             raise RuntimeError("boom")
         monkeypatch.setattr(engine.final_model, "piece_log_probs", broken)
-        with caplog.at_level(logging.ERROR, logger="pipeline.engines.ssm_recognizer"):
+        with caplog.at_level(logging.ERROR, logger="pipeline.engines.utterance_final"):
             assert engine.transcribe(_speech(), 8000) == "h"
         assert "the final pass failed; the stream's final stands" in caplog.text
     finally:
@@ -140,8 +140,8 @@ def test_pieces_carry_the_ssm_on_and_cut_at_the_pause():
     assert not torch.allclose(second, fresh)                 # the second piece heard the first's state
     x = np.ones(16000, np.float32)
     x[15040:15200] = 0.0                  # the quietest 20 ms frame of the last 1.5 s (from 4,000)
-    assert ssm_recognizer._quiet_cut(x, 8000) == 15120        # its middle
-    assert ssm_recognizer._quiet_cut(np.ones(100, np.float32), 8000) == 100   # under a frame: all
+    assert utterance_final._quiet_cut(x, 8000) == 15120        # its middle
+    assert utterance_final._quiet_cut(np.ones(100, np.float32), 8000) == 100   # under a frame: all
 
 
 def test_a_final_folder_that_is_not_a_final_pass_model_is_refused(folder):
@@ -236,7 +236,7 @@ def test_early_finals_are_on_by_default_and_zero_turns_them_off(folder, monkeypa
         assert len(futures) == 1                              # the early final: no flush waited for
         utt.take(futures[0].result())
         assert utt._final_pass.early_final and utt.text == "b"
-        monkeypatch.setattr(ssm_recognizer, "SPECULATE_MAX", 0)
+        monkeypatch.setattr(utterance_final, "SPECULATE_MAX", 0)
         late = _said_then_quiet(engine, 0.6)
         assert late._final_pass.speculated == 0 and late.finish_sync() == "b"
         assert not late._final_pass.early_final
@@ -288,7 +288,7 @@ def test_a_failing_early_final_keeps_the_streams_partial_and_says_why(folder, mo
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the decode")
 
-    monkeypatch.setattr(ssm_recognizer, "decode_whole_final", broken)
+    monkeypatch.setattr(utterance_final, "decode_whole_final", broken)
     engine = SSMSTTEngine(folder, decoder="greedy")
     try:
         utt = _said_then_quiet(engine, 0.6)
@@ -306,7 +306,7 @@ def test_a_long_utterance_in_pieces_gets_an_early_final_up_to_a_bound(folder, mo
         utt = _said_then_quiet(engine, 2.5)
         assert utt._final_pass.pieces >= 3 and utt._final_pass.speculated == 1
         assert utt.finish_sync() == "b" and utt._final_pass.early_final   # the whole utterance
-        monkeypatch.setattr(ssm_recognizer, "EARLY_MAX_S", 2.0)
+        monkeypatch.setattr(utterance_final, "EARLY_MAX_S", 2.0)
         longer = _said_then_quiet(engine, 2.5)              # past the bound: decoded at the end
         assert longer._final_pass.speculated == 0 and longer.finish_sync() == "b"
         assert not longer._final_pass.early_final
