@@ -23,10 +23,14 @@ header's pre-skip, every decoder drops it, and the last page's granule position 
 frame's padding, so the decoded file has as many samples as were written and sample 0 is the
 first one written (``tests/pipeline/test_opus_stream.py`` checks a click's place and the length).
 
-Bitrate: ``BITRATE_BPS`` for two channels. Below about 24 kbit/s libopus narrows the stereo image
-and one channel leaks into the other, which a caller/agent recording cannot have (measured at
-8 kHz: 16 kbit/s -6 dB, 24 kbit/s -26 dB, 32 kbit/s -60 dB). At 32 kbit/s a minute is about
-240 kB; a 16-bit WAV of the same is 1.9 MB at 8 kHz, 3.8 MB at 16 kHz.
+Bitrate: ``bitrate_for(rate)`` for two channels, ``BITRATE_BPS`` at 8 kHz and ``WIDEBAND_BITRATE_BPS``
+above. Below about 24 kbit/s libopus narrows the stereo image and one channel leaks into the
+other, which a caller/agent recording cannot have (measured at 8 kHz: 16 kbit/s -6 dB, 24 kbit/s
+-26 dB, 32 kbit/s -60 dB). At 16 kHz (a browser call), 32 kbit/s took ~8 dB off a soft onset (the
+"h" of "hello", -50 dBFS for 50 ms) while the other channel spoke, moving where the caller's speech
+begins in the file 30-50 ms past where the call's record has it; at 48 kbit/s it is within 3 ms
+(``tests/telephony/webrtc/test_webrtc_recording.py``). A minute is about 240 kB at 8 kHz and
+360 kB at 16 kHz; a 16-bit WAV of the same is 1.9 MB and 3.8 MB.
 """
 
 from __future__ import annotations
@@ -43,11 +47,18 @@ import numpy as np
 
 from pipeline.errors import AudioFormatError
 
-__all__ = ["BITRATE_BPS", "OPUS_RATES_HZ", "OpusStreamWriter", "read_opus_frames"]
+__all__ = ["BITRATE_BPS", "OPUS_RATES_HZ", "WIDEBAND_BITRATE_BPS", "OpusStreamWriter", "bitrate_for",
+           "read_opus_frames"]
 
-BITRATE_BPS = 32_000
+BITRATE_BPS = 32_000            # two channels at 8 kHz (the phone)
+WIDEBAND_BITRATE_BPS = 48_000   # two channels above 8 kHz (a browser call's 16 kHz)
 OPUS_RATES_HZ = (8000, 12000, 16000, 24000, 48000)  # what libopus takes as input
 _LAYOUTS = {1: "mono", 2: "stereo"}
+
+
+def bitrate_for(sample_rate_hz: int) -> int:
+    """The bitrate for a two-channel recording at ``sample_rate_hz`` (module docstring)."""
+    return BITRATE_BPS if sample_rate_hz <= 8000 else WIDEBAND_BITRATE_BPS
 
 
 @contextmanager
@@ -65,7 +76,7 @@ class OpusStreamWriter:
     """16-bit PCM in, ``channels`` interleaved; not thread-safe (one writer thread owns it)."""
 
     def __init__(self, path: str | os.PathLike, *, sample_rate_hz: int, channels: int = 2,
-                 page_s: float = 0.5, bitrate_bps: int = BITRATE_BPS):
+                 page_s: float = 0.5, bitrate_bps: int | None = None):
         if sample_rate_hz not in OPUS_RATES_HZ:
             raise AudioFormatError(f"{path}: Opus takes {OPUS_RATES_HZ} Hz, not {sample_rate_hz}")
         if channels not in _LAYOUTS:
@@ -75,7 +86,7 @@ class OpusStreamWriter:
         self.channels = channels
         self.samples = 0
         self._page_us = max(1, int(page_s * 1e6))
-        self._bitrate_bps = bitrate_bps
+        self._bitrate_bps = bitrate_for(sample_rate_hz) if bitrate_bps is None else bitrate_bps
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_bytes(b"")         # there from the start, as the call record says
         self._out: av.container.OutputContainer | None = None

@@ -11,6 +11,7 @@ reason) where Chromium or Playwright is missing (tests/telephony/chromium.py).
 from __future__ import annotations
 
 import os
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 from agent.echo import EchoAgentProcessor
@@ -28,6 +29,11 @@ pytestmark = needs_chromium
 PAGE_TIMEOUT_MS = 15_000
 SCREENSHOT = Path(__file__).resolve().parents[3] / "benchmarks" / "plots" / "call_timeline.png"
 STAGES = ("vad_stop", "stt_final", "first_text", "tts_first_audio", "transport_first_byte")
+
+
+def js_fixed0(x: float) -> str:
+    """`x.toFixed(0)` as the page writes it: a tie goes up (250.5 -> 251), where Python's format goes to even."""
+    return str(Decimal(x).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 async def place_call(tmp_path) -> tuple[CallServer, CallRecord]:
@@ -99,7 +105,7 @@ async def test_the_call_page_in_chromium(tmp_path):
                         ms = turn.latency_ms[stage]
                         assert ms is not None, (turn.turn, stage)
                         cell = row.locator(f'td.latency dd[data-stage="{stage}"]')
-                        assert await cell.inner_text() == f"{ms:.0f} ms"
+                        assert await cell.inner_text() == f"{js_fixed0(ms)} ms"
                     assert await row.locator(".missing").count() == 0
                 first = page.locator('#turns tr.turn[data-turn="1"]')
                 assert await first.get_attribute("data-interrupted") == "true"
