@@ -24,7 +24,8 @@ STT, ``/stt/websocket?model=&language=&encoding=&sample_rate=[&vad=off]`` (binar
 
     client: binary audio; text "finalize" (end of the caller's turn), "done" or "close" (end
             of the stream); parley's own: {"type": "hints", "expect": [...], "phrases": [...],
-            "keywords": [...]} (for the next utterance)
+            "keywords": [...]} (for the next utterance), {"type": "pause", "paused": true|false}
+            (the client's VAD started its stop timer, or heard speech again: the final may begin)
     server: {"type": "transcript", "text", "is_final", "words": [...], "request_id", ...}
             (a final after keyword hints: "spotted": [{"keyword", "score"}, ...])
             {"type": "flush_done"} after the final that a "finalize" asked for
@@ -52,7 +53,7 @@ from ssm_engine.stt.hints import HintKind
 __all__ = [
     "ENCODINGS", "MAX_TEXT_MESSAGE_BYTES", "MAX_TRANSCRIPT_CHARS", "STT_PATH", "STT_RATES_HZ",
     "TTS_PATH", "TTS_RATES_HZ", "Encoding", "OutputFormat", "SttFinalize", "SttEnd", "SttHints",
-    "SttParams", "TTSCancel", "TTSGenerate", "parse_stt_text", "parse_tts_message",
+    "SttParams", "SttPause", "TTSCancel", "TTSGenerate", "parse_stt_text", "parse_tts_message",
     "tts_chunk", "tts_done", "tts_error", "tts_timestamps", "stt_transcript", "stt_flush_done",
     "stt_done", "stt_error", "goaway",
 ]
@@ -262,6 +263,14 @@ class SttHints:
     keywords: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SttPause:
+    """parley's addition: the client's VAD started its stop timer (``paused``) or heard speech
+    again (not ``paused``), after the audio sent before it; the recogniser may begin the final."""
+
+    paused: bool
+
+
 def _strings(msg: dict, name: str, most: int, longest: int) -> tuple[str, ...]:
     value = msg.get(name, [])
     if (not isinstance(value, list) or len(value) > most
@@ -271,7 +280,7 @@ def _strings(msg: dict, name: str, most: int, longest: int) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_stt_text(raw: str) -> SttFinalize | SttEnd | SttHints:
+def parse_stt_text(raw: str) -> SttFinalize | SttEnd | SttHints | SttPause:
     """One text message of ``/stt/websocket``, or ``WireError``."""
     word = raw.strip()
     if word == "finalize":
@@ -279,8 +288,14 @@ def parse_stt_text(raw: str) -> SttFinalize | SttEnd | SttHints:
     if word in ("done", "close"):
         return SttEnd()
     msg = _obj(raw)
+    if msg.get("type") == "pause":
+        paused = msg.get("paused")
+        if not isinstance(paused, bool):
+            raise WireError(f"pause.paused must be true or false, got {paused!r:.20}")
+        return SttPause(paused)
     if msg.get("type") != "hints":
-        raise WireError(f"unknown message {raw!r:.60}: expected 'finalize', 'done', 'close' or a hints object")
+        raise WireError(f"unknown message {raw!r:.60}: expected 'finalize', 'done', 'close', a hints "
+                        "or a pause object")
     expect = msg.get("expect", [])
     if not isinstance(expect, list) or any(k not in HINT_KINDS for k in expect):
         raise WireError(f"hints.expect must be a list of {', '.join(HINT_KINDS)}, got {expect!r:.60}")

@@ -2,6 +2,8 @@
 
     parley_model_ttfb_ms{model="tts"}               histogram, request -> first audio sent
     parley_model_final_ms{model="stt"}              histogram, "finalize" -> final transcript sent
+    parley_model_stt_finals_total{early}            counter, finals sent; early="yes": begun before the
+                                                    finalize (at the client's pause, or the quiet)
     parley_model_live_streams{model}                gauge, open WebSocket streams (and /invocations)
     parley_model_streams_total{model}               counter, streams opened
     parley_model_refused_total{reason}              counter, streams refused (draining, full, bad)
@@ -103,6 +105,10 @@ class ModelServerMetrics:
                                  buckets=LATENCY_BUCKETS_MS, registry=self.registry)
         self.final_ms = Histogram("parley_model_final_ms", "STT: finalize to final transcript sent, ms",
                                   ["model"], buckets=LATENCY_BUCKETS_MS, registry=self.registry)
+        self.finals = Counter("parley_model_stt_finals", "STT: finals sent, by whether begun before the finalize",
+                              ["early"], registry=self.registry)
+        for early in ("yes", "no"):
+            self.finals.labels(early)
         self.live = Gauge("parley_model_live_streams", "Open streams", ["model"], registry=self.registry)
         self.streams = Counter("parley_model_streams", "Streams opened", ["model"], registry=self.registry)
         self.refused = Counter("parley_model_refused", "Streams refused", ["reason"], registry=self.registry)

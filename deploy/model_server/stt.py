@@ -8,6 +8,9 @@ at a time, from a little before the speech, so the stream gates it itself:
   WebRTC's VAD (mode 0, the least likely to miss speech); when ``OPEN_VOICED`` of the last
   ``OPEN_WINDOW`` frames are voiced, an utterance opens with the kept audio;
 - while it is open every frame is pushed; interim transcripts go out as the greedy text changes;
+- ``{"type": "pause", "paused": true}`` (parley's client, when its VAD's stop timer starts) lets the
+  open utterance begin its final, so the ``finalize`` that follows finds it decoded or under way;
+  ``"paused": false`` (speech again) makes that one stale;
 - ``finalize`` finishes it: the final transcript (the beam search with the turn's hints), then
   ``flush_done``. A ``finalize`` with no utterance open answers ``flush_done`` alone;
 - with ``vad=off`` (parley's own client, which sends only utterances) the first audio after a
@@ -34,8 +37,8 @@ from aiohttp import WSMsgType, web
 
 from pipeline.audio.g711 import alaw_decode, ulaw_decode
 from pipeline.errors import PipelineError, WireError
-from pipeline.model_wire import (SttEnd, SttFinalize, SttHints, SttParams, parse_stt_text, stt_done, stt_error,
-                                 stt_flush_done, stt_transcript)
+from pipeline.model_wire import (SttEnd, SttFinalize, SttHints, SttParams, SttPause, parse_stt_text, stt_done,
+                                 stt_error, stt_flush_done, stt_transcript)
 from pipeline.engines.ssm_recognizer import RecognizerUtterance, SSMSTTEngine
 from ssm_engine import SSMEngineError
 from ssm_engine.stt.hints import NO_HINTS, Hints
@@ -81,7 +84,7 @@ class SttSession:
         self._utt: RecognizerUtterance | None = None
         self._utt_samples = 0
         self._hints: Hints = NO_HINTS
-        self._queue: asyncio.Queue[np.ndarray | SttFinalize | SttEnd | SttHints | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[np.ndarray | SttFinalize | SttEnd | SttHints | SttPause | None] = asyncio.Queue()
         self.request_id = uuid.uuid4().hex
         self._finalize_at: collections.deque[float] = collections.deque()
 
@@ -139,6 +142,8 @@ class SttSession:
                     await self._audio(item)
                 elif isinstance(item, SttFinalize):
                     await self._finalize(self._finalize_at.popleft())
+                elif isinstance(item, SttPause):
+                    await self._pause(item.paused)
                 elif isinstance(item, SttHints):
                     try:
                         self._hints = Hints(expect=frozenset(item.expect), phrases=item.phrases,
@@ -192,6 +197,15 @@ class SttSession:
             log.info("stt: an utterance ran %.0f s without a finalize; finalizing it here", MAX_UTTERANCE_S)
             await self._finalize(time.perf_counter(), flush=False)
 
+    async def _pause(self, paused: bool) -> None:
+        """The client's VAD paused (or heard speech again) after the audio queued before it,
+        the frame not yet whole included."""
+        if self._utt is not None and self._rest.size:
+            rest, self._rest = self._rest, np.zeros(0, np.int16)
+            await self._push(rest)
+        if self._utt is not None:
+            self._utt.pause(paused)
+
     async def _finalize(self, asked_s: float, *, flush: bool = True) -> None:
         utt, self._utt = self._utt, None
         if utt is not None:
@@ -206,6 +220,7 @@ class SttSession:
                                             confidence=rec.confidence if rec is not None else None,
                                             spotted=rec.spotted if rec is not None else ()))
             self._metrics.final_ms.labels("stt").observe((time.perf_counter() - asked_s) * 1000)
+            self._metrics.finals.labels("yes" if utt.early_final else "no").inc()
             self._hints = NO_HINTS                    # hints are for one turn
         if flush:
             await self._send(stt_flush_done(self.request_id))

@@ -6,7 +6,9 @@
 Each utterance is its own stream (``/stt/websocket?...&vad=off``: the service sends it from its
 pre-roll on, then ``finalize``), opened when the caller starts speaking; its audio is sent as it
 comes, interim transcripts come back as the server hears them, and the final answers the
-``finalize``.
+``finalize``. The VAD's pauses (``pause``) go as ``{"type": "pause"}`` messages where they fell in
+the audio, so the server begins the final when the stop timer starts, as the in-process
+recogniser does.
 
 **Failover with no lost word.** The utterance keeps its audio. When its stream breaks (the replica
 died), is refused, or the final does not come within ``final_timeout_s``, it opens a stream on
@@ -92,6 +94,7 @@ class RemoteRecognizerUtterance:
         self._rate = sample_rate_hz
         self._hints = hints
         self._audio: list[bytes] = []          # all of it: replayed on another replica if need be
+        self._pauses: list[tuple[int, bool]] = []   # (chunks of _audio before it, paused), in order
         self._wake = asyncio.Event()
         self._finishing = False
         self._final: asyncio.Future[Recognition] = asyncio.get_running_loop().create_future()
@@ -117,6 +120,13 @@ class RemoteRecognizerUtterance:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         fut.set_result(self._told)
         return fut
+
+    def pause(self, paused: bool) -> None:
+        """The VAD's stop timer started (``paused``) or speech came again: told to the server
+        after the audio pushed so far (and again, in place, to a replica replaying it)."""
+        self._pauses.append((len(self._audio), paused))
+        self._start()
+        self._wake.set()
 
     def finish(self) -> list[Any]:
         """Ask for the final. -> one future, for ``take_async``."""
@@ -179,12 +189,18 @@ class RemoteRecognizerUtterance:
                 await ws.send_str(json.dumps({"type": "hints", "expect": sorted(self._hints.expect),
                                               "phrases": list(self._hints.phrases),
                                               "keywords": list(self._hints.keywords)[:128]}))
-            sent, finalized = 0, False
+            sent, told, finalized = 0, 0, False
             while not reader.done():
-                while sent < len(self._audio):      # what came meanwhile (a replay: all of it) in one message
+                while sent < len(self._audio) or told < len(self._pauses):
+                    # what came meanwhile (a replay: all of it) in few messages, each pause in its place
+                    if told < len(self._pauses) and self._pauses[told][0] <= sent:
+                        await ws.send_str(json.dumps({"type": "pause", "paused": self._pauses[told][1]}))
+                        told += 1
+                        continue
+                    upto = self._pauses[told][0] if told < len(self._pauses) else len(self._audio)
                     batch: list[bytes] = []
                     size = 0
-                    while sent < len(self._audio) and (not batch or size + len(self._audio[sent]) <= BATCH_BYTES):
+                    while sent < upto and (not batch or size + len(self._audio[sent]) <= BATCH_BYTES):
                         batch.append(self._audio[sent])
                         size += len(self._audio[sent])
                         sent += 1

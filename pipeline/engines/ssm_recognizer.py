@@ -294,6 +294,11 @@ class RecognizerUtterance:
         if self._final_pass is not None:
             self._final_pass.pause(paused)
 
+    @property
+    def early_final(self) -> bool:
+        """The final (once ``finish`` was called) is one begun before it, at a pause or the quiet."""
+        return self._final_pass is not None and self._final_pass.early_final
+
     def abort(self) -> None:
         if self._final_pass is not None:
             self._final_pass.abort()
@@ -591,8 +596,7 @@ class _SSMUtterance:
         return self._utt.text if changed else None
 
     def pause(self, paused: bool) -> None:
-        if isinstance(self._utt, RecognizerUtterance):   # the model tier's: its quiet rule only
-            self._utt.pause(paused)
+        self._utt.pause(paused)
 
     async def finish(self) -> tuple[str, Recognition | None]:
         try:

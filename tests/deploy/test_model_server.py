@@ -376,3 +376,40 @@ async def test_drain_closes_streams_still_open_when_the_grace_ends(engines):
             assert (await ws.receive(timeout=2)).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
     finally:
         await server.stop()
+
+
+async def test_a_pause_before_the_finalize_begins_the_final_early_and_the_metrics_count_it(engines, flite_speech):
+    """parley's client tells the VAD's pause: the server begins the final there, and the finalize
+    finds it begun. Without the pause (and with no quiet after the speech for the recogniser's own
+    rule) the final begins at the finalize. Both finals hear the same words."""
+    rate = 8000
+    speech = flite_speech("what are your opening hours", rate, voice="kal")
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 0.05 * np.abs(speech.astype(np.int32)).max())
+    pcm = np.concatenate([np.zeros(rate // 2, np.int16), speech[: loud[-1] + 1]])   # ends on the sound
+    server = await _server(engines)
+    await server.warm()
+    base = f"http://127.0.0.1:{server.port}"
+    finals: dict[bool, str] = {}
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{base}/metrics") as r:
+                before = await r.text()
+            for paused in (True, False):
+                async with s.ws_connect(f"{base}/stt/websocket?encoding=pcm_s16le&sample_rate=8000&vad=off") as ws:
+                    for i in range(0, len(pcm), 160):
+                        await ws.send_bytes(pcm[i:i + 160].tobytes())
+                    if paused:
+                        await ws.send_str(json.dumps({"type": "pause", "paused": True}))
+                    await ws.send_str("finalize")
+                    async with asyncio.timeout(10):
+                        while (event := json.loads((await ws.receive()).data))["type"] != "flush_done":
+                            if event["type"] == "transcript" and event["is_final"]:
+                                finals[paused] = event["text"]
+            async with s.get(f"{base}/metrics") as r:
+                after = await r.text()
+    finally:
+        await server.stop()
+    assert finals[True] and finals[True] == finals[False], finals
+    for early in ("yes", "no"):
+        name = f'parley_model_stt_finals_total{{early="{early}"}}'
+        assert sample(after, name) - sample(before, name) == 1, (early, after)

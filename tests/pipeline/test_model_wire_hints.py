@@ -1,4 +1,4 @@
-"""parley's additions to the STT wire: keyword hints in, spotted keywords out."""
+"""parley's additions to the STT wire: keyword hints and the VAD's pauses in, spotted keywords out."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.model_wire import SttHints, WireError, parse_spotted, parse_stt_text, stt_transcript
+from pipeline.model_wire import SttHints, SttPause, WireError, parse_spotted, parse_stt_text, stt_transcript
 
 
 def test_hints_carry_keywords_and_bad_ones_are_refused():
@@ -30,3 +30,13 @@ def test_a_final_names_the_keywords_spotted_and_a_reader_keeps_only_well_formed_
                          {"keyword": "x"}, "parking", {"keyword": "nan", "score": float("nan")}]}
     assert parse_spotted(messy) == (("parking", -0.5),)
     assert parse_spotted({"spotted": "parking"}) == () and parse_spotted({}) == ()
+
+
+def test_a_pause_says_whether_the_vad_paused_and_anything_else_is_refused():
+    assert parse_stt_text('{"type": "pause", "paused": true}') == SttPause(True)
+    assert parse_stt_text('{"type": "pause", "paused": false}') == SttPause(False)
+    for bad in ('{"type": "pause"}', '{"type": "pause", "paused": 1}', '{"type": "pause", "paused": "yes"}'):
+        with pytest.raises(WireError, match="pause.paused must be true or false"):
+            parse_stt_text(bad)
+    with pytest.raises(WireError, match="a hints or a pause object"):
+        parse_stt_text('{"type": "pasue"}')
