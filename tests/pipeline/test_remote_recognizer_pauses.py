@@ -34,7 +34,7 @@ class StandIn:
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
-        self.url = f"ws://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        self.url = f"ws://127.0.0.1:{self.runner.addresses[0][1]}"
 
     async def _stream(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
