@@ -66,6 +66,7 @@ LEVEL_SPLIT = 0.25       # an edge is where the loudness crosses this share from
 LEVEL_FLOOR_DBFS = -50.0  # or this level, if louder (a tail fading under it on a silent line is not speech)
 
 VADKind = Literal["webrtc", "silero"]
+StopTimer = Literal["sound", "model"]
 SileroDispatch = Literal["loop", "thread", "inline"]
 DEFAULT_SILERO_DISPATCH: SileroDispatch = "loop"
 """Chosen by ``benchmarks/bench_vad_batch.py`` (2026-12-07, a480025): batching on the loop never
@@ -144,6 +145,16 @@ class SpeechEdges:
                 at = back
         return (len(levels) - at) * self._quarter_s + waiting_s
 
+    def quiet_s(self) -> float | None:
+        """Seconds of the scored audio since its last quarter as loud as an edge (the whole kept
+        second when none is; None before any window)."""
+        levels = self._levels()
+        if not len(levels):
+            return None
+        loud = np.flatnonzero(levels >= self._threshold(levels))
+        last = int(loud[-1]) + 1 if loud.size else 0
+        return (len(levels) - last) * self._quarter_s
+
     def offset_s(self, stop_secs: float, waiting_s: float) -> float | None:
         """Seconds of audio since the speech ended, for a stop called ``stop_secs`` after the
         state machine's last speech window (None before any window)."""
@@ -173,14 +184,25 @@ class InlineAnalysis:
     Each scored window also goes to :class:`SpeechEdges`, and the audio is timed on the caller's
     clock: its sample count from the first frame, anchored on the least late frame (as the call's
     recording is), so a frame read late by a busy loop does not move where speech began or ended.
-    :class:`OnsetVADProcessor` asks both."""
+    :class:`OnsetVADProcessor` asks both.
 
+    The stop timer counts the windows the state machine hears as no speech (``stop_timer="model"``,
+    pipecat's count, the default), which begins when the model's confidence and pipecat's smoothed
+    volume fall, 0-180 ms after the sound does. ``stop_timer="sound"`` counts from the sound's end
+    instead: when the state machine first hears no speech after speech, the windows already quiet
+    since the last loud quarter (:meth:`SpeechEdges.quiet_s`) count toward ``stop_secs``, all but
+    the last window, so the stop still comes on a later frame than the pause. On recorded people
+    it trades a shorter tail for more stops inside sentences (``benchmarks/bench_vad_stop.py``),
+    so it is not the default."""
+
+    stop_timer: StopTimer = "model"
     _edges: SpeechEdges | None = None
     _pauses: list[bool] | None = None   # SPEAKING -> STOPPING (True) and back (False) since asked
     _paused = False                 # a True told, and no SPEAKING since
     _received = 0                   # samples handed to analyze_audio
     _fed = 0                        # samples handed to pipecat's state machine
     _t0: float | None = None        # monotonic time of the caller's sample 0
+    _vad_stopping_count: int        # pipecat's state machine's
 
     async def analyze_audio(self, buffer: bytes) -> VADState:
         self._arrived(buffer)
@@ -199,10 +221,22 @@ class InlineAnalysis:
         if before == VADState.SPEAKING and state == VADState.STOPPING:
             self._pauses = [*(self._pauses or ()), True]
             self._paused = True
+            if self.stop_timer == "sound":
+                self._credit_quiet()
         elif self._paused and state == VADState.SPEAKING:
             self._pauses = [*(self._pauses or ()), False]
             self._paused = False
         return state
+
+    def _credit_quiet(self) -> None:
+        """Count the whole windows quiet since the sound's end toward the stop, leaving one to go."""
+        quiet = self._edges.quiet_s() if self._edges is not None else None
+        if quiet is None:
+            return
+        window_s = self._vad_frames / self.sample_rate  # type: ignore[attr-defined]
+        windows = int(quiet / window_s + 1e-9)
+        stop = self._vad_stop_frames  # type: ignore[attr-defined]
+        self._vad_stopping_count = max(self._vad_stopping_count, min(stop - 1, windows))
 
     def take_pauses(self) -> list[bool]:
         """The stop timer's starts (True: a window heard no speech after speech) and their ends
@@ -481,6 +515,7 @@ def make_vad_analyzer(
     silero_dispatch: SileroDispatch = DEFAULT_SILERO_DISPATCH,
     silero_gather_ms: float = 0.0,
     params: VADParams | None = None,
+    stop_timer: StopTimer = "model",
 ) -> VADAnalyzer:
     """Build the analyzer for ``kind``.
 
@@ -489,7 +524,23 @@ def make_vad_analyzer(
     8000 or 16000 Hz; webrtc at 8000/16000/32000/48000 Hz. ``silero_dispatch`` "loop" or "thread"
     batches every call's Silero windows (``BatchedSileroVADAnalyzer``, waiting ``silero_gather_ms``
     for a batch to fill); "inline" scores each call's alone (``InlineSileroVADAnalyzer``).
+    ``stop_timer``: "model" counts the stop as pipecat does, "sound" from the sound's end
+    (``InlineAnalysis``).
     """
+    if stop_timer not in ("sound", "model"):
+        raise ConfigError(f"unknown stop timer {stop_timer!r}; expected 'sound' or 'model'")
+    analyzer = _make_analyzer(kind, sample_rate_hz, stop_secs=stop_secs, start_secs=start_secs,
+                              confidence=confidence, min_volume=min_volume, webrtc_mode=webrtc_mode,
+                              webrtc_frame_ms=webrtc_frame_ms, silero_dispatch=silero_dispatch,
+                              silero_gather_ms=silero_gather_ms, params=params)
+    analyzer.stop_timer = stop_timer
+    return analyzer
+
+
+def _make_analyzer(kind: VADKind, sample_rate_hz: int | None, *, stop_secs: float, start_secs: float,
+                   confidence: float, min_volume: float, webrtc_mode: int, webrtc_frame_ms: int,
+                   silero_dispatch: SileroDispatch, silero_gather_ms: float,
+                   params: VADParams | None) -> WebRTCVADAnalyzer | InlineSileroVADAnalyzer:
     params = params or VADParams(
         confidence=confidence, start_secs=start_secs, stop_secs=stop_secs, min_volume=min_volume
     )
