@@ -81,6 +81,8 @@ def test_bad_configuration_raises():
         make_vad_analyzer("silero", 48000)
     with pytest.raises(ConfigError):
         make_vad_analyzer("energy", 8000)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="stop timer"):
+        make_vad_analyzer("silero", 8000, stop_timer="loudness")  # type: ignore[arg-type]
 
 
 def test_bad_frame_raises_audio_format_error():
@@ -220,3 +222,26 @@ async def test_the_processor_says_where_the_stop_timer_starts_and_where_speech_c
     assert isinstance(down[last - 1], InputAudioRawFrame)    # after the audio it was heard in
     heard_s = sum(isinstance(f, InputAudioRawFrame) for f in down[last:stop]) * 0.02
     assert 0.15 <= heard_s <= 0.3, heard_s
+
+
+@pytest.mark.parametrize("kind", ["webrtc", "silero"])
+async def test_a_stop_timer_from_the_sounds_end_stops_sooner_but_never_before_the_quiet_is_long_enough(
+        kind, flite_speech):
+    """pipecat's count starts when the model hears no speech, after the sound has ended; counted
+    from the sound's end, the stop comes sooner, still after stop_secs of quiet, and a frame or
+    more after the stop timer started."""
+    rate_hz = 8000
+    speech = flite_speech("what are your opening hours", rate_hz)
+    loud = np.flatnonzero(np.abs(speech.astype(np.int32)) > 300)
+    sound_end_s = 0.5 + (loud[-1] + 1) / rate_hz
+    stops, started = {}, {}
+    for timer in ("model", "sound"):
+        seq = await states(make_vad_analyzer(kind, rate_hz, stop_secs=0.2, stop_timer=timer),
+                           padded(speech, rate_hz, tail_s=1.5), rate_hz)
+        speaking = [i for i, st in enumerate(seq) if st == VADState.SPEAKING]
+        quiet = [i for i, st in enumerate(seq) if st == VADState.QUIET and i > speaking[-1]]
+        stops[timer] = (quiet[0] + 1) * 0.02          # the end of the frame the stop came on
+        started[timer] = (speaking[-1] + 2) * 0.02    # the frame whose window began the timer
+    assert stops["sound"] < stops["model"], stops
+    assert stops["sound"] - sound_end_s >= 0.2 - 0.04, (stops, sound_end_s)   # a window's rounding
+    assert stops["sound"] > started["sound"], (stops, started)
