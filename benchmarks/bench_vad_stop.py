@@ -41,15 +41,14 @@ import soxr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import git_sha, percentiles  # noqa: E402
+from common import git_sha, percentiles, sound_end_s  # noqa: E402
 from pipecat.audio.vad.vad_analyzer import VADState  # noqa: E402
 
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
-from pipeline.vad import LEVEL_FLOOR_DBFS, LEVEL_SPLIT, make_vad_analyzer  # noqa: E402
+from pipeline.vad import make_vad_analyzer  # noqa: E402
 
 RATE_HZ = 8000
 FRAME = RATE_HZ // 50
-QUARTER = RATE_HZ * 8 // 1000
 PHRASES = (
     ("slt", "hello, i would like to book a cleaning for next tuesday"),
     ("rms", "my number is four one five, five five five, zero one nine nine"),
@@ -61,16 +60,6 @@ PHRASES = (
     ("kal", "what are your opening hours"),
 )
 DEFAULT_TIMERS = ("model@0.2", "sound@0.2", "sound@0.22", "sound@0.24")
-
-
-def sound_end_s(pcm: np.ndarray) -> float | None:
-    """Where the clip's sound ends (module docstring), in seconds; None for a silent clip."""
-    n = pcm.size // QUARTER
-    power = (pcm[: n * QUARTER].astype(np.float64).reshape(n, QUARTER) ** 2).mean(axis=1)
-    levels = 10.0 * np.log10(power + 1.0) - 90.3
-    noise, speech = np.percentile(levels, 10), np.percentile(levels, 90)
-    loud = np.flatnonzero(levels >= max(noise + LEVEL_SPLIT * (speech - noise), LEVEL_FLOOR_DBFS))
-    return (int(loud[-1]) + 1) * QUARTER / RATE_HZ if loud.size else None
 
 
 async def stops_in(audio: np.ndarray, timer: str) -> list[float]:
@@ -92,7 +81,7 @@ def phone(pcm: np.ndarray, rate: int) -> tuple[np.ndarray, float | None]:
     """8 kHz mu-law, with 0.5 s of silence before and 1.5 s after, and where its sound ends."""
     x = soxr.resample(pcm, rate, RATE_HZ) if rate != RATE_HZ else pcm
     x = ulaw_decode(ulaw_encode(np.asarray(x, np.int16)))
-    end = sound_end_s(x)
+    end = sound_end_s(x, RATE_HZ)
     return (np.concatenate([np.zeros(RATE_HZ // 2, np.int16), x, np.zeros(3 * RATE_HZ // 2, np.int16)]),
             None if end is None else end + 0.5)
 
