@@ -10,12 +10,13 @@ is every final of the caller's on the page, joined (a pause may end a turn insid
 
 Beside it, in the same run, the same recogniser on the same clips read from the file at 16 kHz,
 with the VAD's pauses (``parley eval stt``'s ``--turn-end``): the ratio says what the browser path
-costs. ``--stt`` names the recognisers (default the shipped ``ssm`` and ``whisper``, Whisper
+costs. ``--audio`` names the page's microphone modes: ``processed`` (the default page: the
+browser's echo cancellation, noise suppression and gain control) and ``raw`` (``/?audio=raw``). ``--stt`` names the recognisers (default the shipped ``ssm`` and ``whisper``, Whisper
 tiny.en: the yardstick). WER and CER per recogniser and path. (How soon the finals come is
 ``bench_conversations``' and ``bench_capacity``'s question: the page's clock does not know when
 Chromium began playing the file.)
 
-    .venv/bin/python benchmarks/bench_browser_people.py [--clips 40] [--stt ssm whisper]
+    .venv/bin/python benchmarks/bench_browser_people.py [--clips 60] [--stt ssm whisper] [--audio processed raw]
 
 Prints one JSON line; ``--hyps DIR`` writes each clip's reference and hypotheses.
 """
@@ -71,7 +72,7 @@ def microphone(path: Path, folder: Path, i: int) -> tuple[Path, float]:
     return out, LEAD_S + x.size / RATE_HZ
 
 
-async def call(pw, base: str, mic: Path, clip_end_s: float) -> str:
+async def call(pw, page_url: str, mic: Path, clip_end_s: float) -> str:
     """One browser call: the caller's finals, joined."""
     browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
         "--no-sandbox", "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
@@ -79,7 +80,7 @@ async def call(pw, base: str, mic: Path, clip_end_s: float) -> str:
         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"])
     try:
         page = await browser.new_page()
-        await page.goto(f"{base}/")
+        await page.goto(page_url)
         await page.click("#call")
         live = time.monotonic()            # the fake microphone starts as the page asks for it
         await page.wait_for_function("() => document.querySelector('#status').dataset.state === 'live'",
@@ -95,7 +96,7 @@ async def call(pw, base: str, mic: Path, clip_end_s: float) -> str:
                     and m.get("role") == "user" and m.get("final")).strip()
 
 
-async def browser_run(stt: str, rows: list[tuple[Path, str]], folder: Path) -> list[str]:
+async def browser_run(stt: str, audio: str, rows: list[tuple[Path, str]], folder: Path) -> list[str]:
     from playwright import async_api
 
     port = free_port()
@@ -109,9 +110,10 @@ async def browser_run(stt: str, rows: list[tuple[Path, str]], folder: Path) -> l
         async with async_api.async_playwright() as pw:
             for i, (path, _text) in enumerate(rows):
                 mic, end = microphone(path, folder, i)
-                heard = await call(pw, f"http://127.0.0.1:{port}", mic, end)
+                page = f"http://127.0.0.1:{port}/" + ("?audio=raw" if audio == "raw" else "")
+                heard = await call(pw, page, mic, end)
                 hyps.append(normalize_text(heard))
-                print(f"{stt} {i + 1}/{len(rows)}: {heard!r}", file=sys.stderr, flush=True)
+                print(f"{stt} {audio} {i + 1}/{len(rows)}: {heard!r}", file=sys.stderr, flush=True)
     finally:
         server.stop()
     return hyps
@@ -129,12 +131,16 @@ async def main_async(args: argparse.Namespace) -> dict:
             filed = await asyncio.to_thread(evaluate, stt, args.manifest, rate_hz=16000, codec="none",
                                             limit=args.clips, turn_end=True)
             file_hyps = [hyp for _, _, _, hyp in filed.utterances]
-            hyps = await browser_run(stt, rows, folder)
-            detail[f"{stt}_file"], detail[f"{stt}_browser"] = file_hyps, hyps
-            browser_wer = wer(refs, hyps)
-            out[stt] = {"browser": {"wer": round(browser_wer, 3), "cer": round(cer(refs, hyps), 3)},
-                        "file": {"wer": round(filed.wer, 3), "cer": round(filed.cer, 3)},
-                        "browser_over_file": round(browser_wer / filed.wer, 2) if filed.wer else None}
+            detail[f"{stt}_file"] = file_hyps
+            out[stt] = {"file": {"wer": round(filed.wer, 3), "cer": round(filed.cer, 3)}}
+            for audio in args.audio:
+                hyps = await browser_run(stt, audio, rows, folder)
+                detail[f"{stt}_browser_{audio}"] = hyps
+                browser_wer = wer(refs, hyps)
+                out[stt][f"browser_{audio}"] = {
+                    "wer": round(browser_wer, 3), "cer": round(cer(refs, hyps), 3),
+                    "over_file": round(browser_wer / filed.wer, 2) if filed.wer else None,
+                    "not_heard": sum(1 for h in hyps if not h)}
             print(f"{stt}: {out[stt]}", file=sys.stderr, flush=True)
     if args.hyps:
         args.hyps.mkdir(parents=True, exist_ok=True)
@@ -149,6 +155,8 @@ def main() -> None:
                         help="the human development set's manifest (parley data human)")
     parser.add_argument("--clips", type=int, default=40, help="clips, evenly spaced over the manifest")
     parser.add_argument("--stt", nargs="+", default=["ssm", "whisper"], choices=["ssm", "whisper", "sphinx"])
+    parser.add_argument("--audio", nargs="+", default=["processed"], choices=["processed", "raw"],
+                        help="the page's microphone: the browser's processing on (the default page) or off")
     parser.add_argument("--hyps", type=Path, help="write references and hypotheses here")
     args = parser.parse_args()
     print(json.dumps(asyncio.run(main_async(args))))

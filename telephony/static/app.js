@@ -11,6 +11,11 @@
 //   {type: "call", state: "started"|"ended", call_id, reason}
 //   {type: "signalling", message: {type: "peerLeft"}}      (the agent ended the call)
 // window.parley exposes the call's state for tests and for the curious.
+//
+// The microphone goes through the browser's echo cancellation, noise suppression and gain
+// control, as every calling page's does: on a laptop's speakers the agent would otherwise hear
+// itself and cut itself off. "?audio=raw" in the page's address turns all three off (a headset,
+// or a test that compares what was sent with what was heard).
 "use strict";
 
 const GATHER_WAIT_MS = 2000;   // post the offer once ICE gathering completes, or after this long
@@ -19,6 +24,7 @@ const STATS_EVERY_MS = 250;
 const LATENCY_COLUMNS = ["stt_final", "first_text", "tts_first_audio", "transport_first_byte"];
 
 const $ = (id) => document.getElementById(id);
+const RAW_AUDIO = new URLSearchParams(location.search).get("audio") === "raw";
 
 const parley = {
   state: "idle",             // idle | connecting | live | ended | error
@@ -33,6 +39,8 @@ const parley = {
   endReason: null,
   keysSent: [],              // the keypad's presses sent to the agent, in order
   selectedPair: null,        // {local, remote} addresses of the ICE pair in use
+  audioProcessing: !RAW_AUDIO,  // asked for: echo cancellation, noise suppression, gain control
+  micSettings: null,         // what the browser applied to the microphone (getSettings())
 
 };
 window.parley = parley;
@@ -201,9 +209,13 @@ async function call() {
   try {
     // The user's click allows audio to play; start the meter's context inside it.
     audioCtx = new AudioContext();
+    const processing = !RAW_AUDIO;
     mic = await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+      audio: { echoCancellation: processing, noiseSuppression: processing, autoGainControl: processing },
     });
+    const applied = mic.getAudioTracks()[0]?.getSettings() ?? {};
+    parley.micSettings = { echoCancellation: applied.echoCancellation, noiseSuppression: applied.noiseSuppression,
+                           autoGainControl: applied.autoGainControl };
     setStatus("connecting", "Connecting…");
     pc = new RTCPeerConnection({ iceServers: [] });
     for (const track of mic.getAudioTracks()) pc.addTrack(track, mic);  // audio is transceiver 0

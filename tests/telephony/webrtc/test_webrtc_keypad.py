@@ -87,7 +87,7 @@ async def test_the_page_keypad_in_chromium(receptionist_webrtc, silent_microphon
             page = await browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            await page.goto(f"{base}/")
+            await page.goto(f"{base}/?audio=raw")     # a headset: the microphone unprocessed
             assert await page.is_disabled('#keypad button[data-digit="1"]')  # no call yet
             await page.click("#call")
             await page.wait_for_function(
@@ -99,6 +99,8 @@ async def test_the_page_keypad_in_chromium(receptionist_webrtc, silent_microphon
                 " && m.final && m.text.toLowerCase().includes('monday to friday'))",
                 timeout=PAGE_TIMEOUT_MS)
             assert await page.evaluate("() => parley.keysSent") == ["1"]
+            assert await page.evaluate("() => parley.micSettings") == {
+                "echoCancellation": False, "noiseSuppression": False, "autoGainControl": False}
             await page.click("#hangup")
             assert await page.is_disabled('#keypad button[data-digit="1"]')  # the call is over
             assert not errors, errors

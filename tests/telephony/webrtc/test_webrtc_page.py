@@ -51,6 +51,9 @@ async def test_page_call_in_chromium(webrtc_server, microphone_wav):
                 timeout=PAGE_TIMEOUT_MS)
             assert await page.get_attribute("#status", "data-state") == "live"
             state = await page.evaluate("() => parley")
+            # the microphone as a calling page's: the agent's voice on speakers is cancelled
+            assert state["micSettings"] == {"echoCancellation": True, "noiseSuppression": True,
+                                            "autoGainControl": True}, state["micSettings"]
 
             # what the agent heard matches what the WAV says (pocketsphinx: allow its errors)
             finals = [m["text"] for m in state["messages"]
