@@ -4,15 +4,17 @@ Each clip of the human development set (``parley data human``; ``--clips`` of th
 over the manifest) is the fake microphone of a headless Chromium (``--use-file-for-fake-audio-
 capture``: 48 kHz, Opus over WebRTC, pipecat's resampling to 16 kHz, as a person calling from the
 browser page would be heard) calling a real ``parley serve`` (the echo agent, which greets and
-repeats what it heard) on loopback. The microphone is quiet ``LEAD_S`` from the click on Call (the
-call connects; the caller speaks over the greeting, as people do), says the clip, and hangs up once ``TAIL_S`` of quiet have gone by; what the server heard
-is every final of the caller's on the page, joined (a pause may end a turn inside a clip).
+repeats what it heard) on loopback. The microphone is quiet ``LEAD_S`` from the click on Call
+(the call connects; the caller speaks over the greeting, as people do), says the clip, and hangs
+up once ``TAIL_S`` of quiet have gone by; what the server heard is every final of the caller's on
+the page, joined (a pause may end a turn inside a clip).
 
 Beside it, in the same run, the same recogniser on the same clips read from the file at 16 kHz,
 with the VAD's pauses (``parley eval stt``'s ``--turn-end``): the ratio says what the browser path
 costs. ``--audio`` names the page's microphone modes: ``processed`` (the default page: the
-browser's echo cancellation, noise suppression and gain control) and ``raw`` (``/?audio=raw``). ``--stt`` names the recognisers (default the shipped ``ssm`` and ``whisper``, Whisper
-tiny.en: the yardstick). WER and CER per recogniser and path. (How soon the finals come is
+browser's echo cancellation, noise suppression and gain control) and ``raw`` (``/?audio=raw``).
+``--stt`` names the recognisers (default the shipped ``ssm`` and ``whisper``, Whisper tiny.en:
+the yardstick). WER and CER per recogniser and path. (How soon the finals come is
 ``bench_conversations``' and ``bench_capacity``'s question: the page's clock does not know when
 Chromium began playing the file.)
 
@@ -153,7 +155,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", type=Path, default=Path("data/stt/human2/human.tsv"),
                         help="the human development set's manifest (parley data human)")
-    parser.add_argument("--clips", type=int, default=40, help="clips, evenly spaced over the manifest")
+    parser.add_argument("--clips", type=int, default=60, help="clips, evenly spaced over the manifest")
     parser.add_argument("--stt", nargs="+", default=["ssm", "whisper"], choices=["ssm", "whisper", "sphinx"])
     parser.add_argument("--audio", nargs="+", default=["processed"], choices=["processed", "raw"],
                         help="the page's microphone: the browser's processing on (the default page) or off")
