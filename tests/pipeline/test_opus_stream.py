@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.audio.opus_stream import OpusStreamWriter, read_opus_frames
+from pipeline.audio.opus_stream import BITRATE_BPS, WIDEBAND_BITRATE_BPS, OpusStreamWriter, read_opus_frames
 from pipeline.audio.recordings import media_type, open_recording, read_recording, recording_format
 from pipeline.errors import AudioFormatError
 from telephony.core.recorder import HOLD_S
@@ -66,6 +66,21 @@ def test_two_channels_come_back_at_their_rate_and_length_without_leaking(tmp_pat
     assert db(back[: rate + rate // 2 - 400, 1]) - db(pcm[: rate, 0]) < -40
     size = path.stat().st_size
     assert size < pcm.nbytes / 5, (size, pcm.nbytes)           # the point of it: far smaller than PCM
+
+
+def test_a_browser_calls_recording_gets_the_wideband_bitrate(tmp_path):
+    """16 kHz (a browser call) at 48 kbit/s: at 32 kbit/s a soft onset lost ~8 dB while the other
+    channel spoke. The phone's 8 kHz stays at 32 kbit/s."""
+    seconds, bps = 10, {}
+    for rate in (8000, 16000):
+        pcm = np.stack([voice_like(seconds, rate), voice_like(seconds, rate, f0=210, seed=1)], axis=1)
+        path = tmp_path / f"{rate}.opus"
+        write(path, pcm, rate)
+        bps[rate] = path.stat().st_size * 8 / seconds
+    # Opus's VBR spends ~1.25x the target on this busy signal (and Ogg's pages): the ratio is the rule's
+    want = WIDEBAND_BITRATE_BPS / BITRATE_BPS
+    assert 0.85 * want < bps[16000] / bps[8000] < 1.15 * want, bps
+    assert bps[8000] < 1.5 * BITRATE_BPS, bps
 
 
 def test_the_timeline_matches_a_wav_recording_of_the_same_input(tmp_path):
