@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 
 from agent.errors import AgentError
+from pipeline.audio.pcm import float_to_int16
 from pipeline.audio.speaker import Speaker, SpeakerUnavailable
 from pipeline.audio.wav import write_wav
 
@@ -67,7 +67,7 @@ class ChatVoice:
         except TTSError as exc:           # nothing speakable ("..."): the text stands
             self._note(f"[not spoken: {exc}]")
             return
-        pcm = (np.clip(synthesis.pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
+        pcm = float_to_int16(synthesis.pcm)
         rate = self._tts.sample_rate_hz
         self.spoken += 1
         if self.out_dir is not None:

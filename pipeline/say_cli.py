@@ -36,6 +36,7 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     import torch
 
     from pipeline.audio.g711 import ulaw_decode, ulaw_encode
+    from pipeline.audio.pcm import float_to_int16
     from pipeline.engines.ssm_voice import HalfRateFilter, check_voice_dir
     from pipeline.errors import ConfigError
     from pipeline.voices import voice_dir
@@ -78,7 +79,7 @@ def say(text: str, voice: str | Path, *, rate_hz: int = 16000, codec: str = "pcm
     seconds = len(pcm) / tts.sample_rate_hz
     if rate_hz == 8000:
         pcm = HalfRateFilter().process(pcm)
-    out = (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
+    out = float_to_int16(pcm)
     if codec == "mulaw":
         out = ulaw_decode(ulaw_encode(out))
     return {"pcm": out, "voice": str(voice), "folder": str(folder), "rate_hz": rate_hz,

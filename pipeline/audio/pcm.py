@@ -1,4 +1,5 @@
-"""Validation of 16-bit mono PCM handed to parley's audio consumers (recognisers, detectors)."""
+"""Validation of 16-bit mono PCM handed to parley's audio consumers (recognisers, detectors), and
+the voices' float samples made 16-bit."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 
 from pipeline.errors import AudioFormatError
 
-__all__ = ["as_int16"]
+__all__ = ["as_int16", "float_to_int16"]
 
 
 def as_int16(pcm: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
@@ -27,3 +28,8 @@ def as_int16(pcm: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
     if pcm.ndim != 1:
         raise AudioFormatError(f"expected mono 1-D samples, got shape {pcm.shape}")
     return pcm
+
+
+def float_to_int16(pcm: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1] (a voice's output; beyond it clipped) as int16."""
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)

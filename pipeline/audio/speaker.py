@@ -18,9 +18,10 @@ import os
 import shlex
 import shutil
 import subprocess
-import wave
 
 import numpy as np
+
+from pipeline.audio.wav import write_wav
 
 __all__ = ["PLAYERS", "Speaker", "SpeakerUnavailable", "wav_bytes"]
 
@@ -35,11 +36,7 @@ class SpeakerUnavailable(Exception):
 def wav_bytes(pcm: np.ndarray, rate_hz: int) -> bytes:
     """Mono int16 samples as a WAV file's bytes."""
     buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate_hz)
-        w.writeframes(np.asarray(pcm, np.int16).tobytes())
+    write_wav(buf, np.asarray(pcm, np.int16), rate_hz)
     return buf.getvalue()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import wave
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -37,12 +38,12 @@ def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
     return np.round(mono).astype(np.int16), rate_hz
 
 
-def write_wav(path: str | Path, pcm_int16: np.ndarray, sample_rate_hz: int) -> None:
-    """Write mono int16 PCM as a 16-bit WAV file."""
+def write_wav(path: str | Path | BinaryIO, pcm_int16: np.ndarray, sample_rate_hz: int) -> None:
+    """Write mono int16 PCM as a 16-bit WAV file (a path, or a binary file object)."""
     pcm = np.asarray(pcm_int16)
     if pcm.dtype != np.int16 or pcm.ndim != 1:
         raise AudioFormatError(f"expected 1-D int16 PCM, got {pcm.dtype} {pcm.shape}")
-    with wave.open(str(path), "wb") as w:
+    with wave.open(str(path) if isinstance(path, (str, Path)) else path, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(sample_rate_hz)

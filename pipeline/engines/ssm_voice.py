@@ -49,6 +49,7 @@ import numpy as np
 import soxr
 import torch
 
+from pipeline.audio.pcm import float_to_int16
 from pipeline.engines.speaking import SpeechChunk
 from pipeline.errors import AudioFormatError, ConfigError, EngineUnavailableError, PipelineError
 from pipeline.voices import DEFAULT_VOICE, VOICES
@@ -409,4 +410,4 @@ class VoiceUtterance:
             pcm = self._halver.process(pcm)
         elif self._soxr is not None:
             pcm = self._soxr.resample_chunk(pcm, last=last)
-        return (np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16)
+        return float_to_int16(pcm)
