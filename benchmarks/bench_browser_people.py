@@ -43,7 +43,6 @@ from serve_process import ServeProcess, free_port  # noqa: E402
 
 from harness.stt_eval import _read_clip, evaluate  # noqa: E402
 from pipeline.audio.wav import write_wav  # noqa: E402
-from ssm_engine.data.manifest import read_manifest  # noqa: E402
 from ssm_engine.stt.decode import cer, wer  # noqa: E402
 from ssm_engine.stt.text import normalize_text  # noqa: E402
 
@@ -52,15 +51,6 @@ RATE_HZ = 48_000          # Chromium's fake capture plays the file at its rate; 
 LEAD_S = 3.0              # the microphone (from the click on Call) is quiet this long: the call connects
 TAIL_S = 3.0              # and this long after the clip: the last final comes within it
 CALL_TIMEOUT_S = 30.0
-
-
-def pick(manifest: Path, clips: int) -> list[tuple[Path, str]]:
-    """``clips`` rows evenly spaced over the manifest (as ``evaluate``'s ``limit`` picks them)."""
-    rows = read_manifest(manifest)
-    if len(rows) > clips:
-        every = len(rows) / clips
-        rows = [rows[int(i * every)] for i in range(clips)]
-    return rows
 
 
 def microphone(path: Path, folder: Path, i: int) -> tuple[Path, float]:
@@ -122,18 +112,18 @@ async def browser_run(stt: str, audio: str, rows: list[tuple[Path, str]], folder
 
 
 async def main_async(args: argparse.Namespace) -> dict:
-    rows = pick(args.manifest, args.clips)
-    refs = [normalize_text(text) for _, text in rows]
-    out: dict = {"bench": "browser_people", "git": git_sha(), "manifest": str(args.manifest),
-                 "clips": len(rows), "words": sum(len(r.split()) for r in refs)}
-    detail: dict[str, list[str]] = {"ref": refs}
+    out: dict = {"bench": "browser_people", "git": git_sha(), "manifest": str(args.manifest)}
+    detail: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for stt in args.stt:
             filed = await asyncio.to_thread(evaluate, stt, args.manifest, rate_hz=16000, codec="none",
                                             limit=args.clips, turn_end=True)
-            file_hyps = [hyp for _, _, _, hyp in filed.utterances]
-            detail[f"{stt}_file"] = file_hyps
+            # the clips the file's run picked (``limit``: evenly spaced), with their references
+            rows = [(Path(path), ref) for path, _, ref, _ in filed.utterances]
+            refs = detail["ref"] = [ref for _, ref in rows]
+            out.update(clips=len(rows), words=sum(len(r.split()) for r in refs))
+            detail[f"{stt}_file"] = [hyp for _, _, _, hyp in filed.utterances]
             out[stt] = {"file": {"wer": round(filed.wer, 3), "cer": round(filed.cer, 3)}}
             for audio in args.audio:
                 hyps = await browser_run(stt, audio, rows, folder)

@@ -30,10 +30,7 @@ import argparse
 import asyncio
 import json
 import logging
-import subprocess
 import sys
-import tempfile
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import git_sha, percentiles, sound_end_s  # noqa: E402
 from pipecat.audio.vad.vad_analyzer import VADState  # noqa: E402
 
+from harness.flite import synthesize_flite  # noqa: E402
 from pipeline.audio.g711 import ulaw_decode, ulaw_encode  # noqa: E402
+from pipeline.audio.wav import read_wav  # noqa: E402
 from pipeline.vad import make_vad_analyzer  # noqa: E402
 
 RATE_HZ = 8000
@@ -86,24 +85,13 @@ def phone(pcm: np.ndarray, rate: int) -> tuple[np.ndarray, float | None]:
             None if end is None else end + 0.5)
 
 
-def read_wav(path: Path) -> tuple[np.ndarray, int]:
-    with wave.open(str(path)) as w:
-        return np.frombuffer(w.readframes(w.getnframes()), np.int16), w.getframerate()
-
-
 def human_clips(manifest: Path, step: int) -> list[tuple[np.ndarray, float | None]]:
     rows = [line.split("\t")[0] for line in manifest.read_text().splitlines() if line.strip()][::step]
     return [phone(*read_wav(manifest.parent / path)) for path in rows]
 
 
-def flite_clips() -> list[tuple[np.ndarray, float | None]]:
-    clips = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (voice, text) in enumerate(PHRASES):
-            path = Path(tmp) / f"{i}.wav"
-            subprocess.run(["flite", "-voice", voice, "-t", text, "-o", str(path)], check=True)
-            clips.append(phone(*read_wav(path)))
-    return clips
+async def flite_clips() -> list[tuple[np.ndarray, float | None]]:
+    return [phone(*await synthesize_flite(text, voice)) for voice, text in PHRASES]
 
 
 async def score(clips: list[tuple[np.ndarray, float | None]], timer: str) -> dict:
@@ -131,7 +119,7 @@ async def main() -> None:
     logging.disable(logging.WARNING)
     from loguru import logger
     logger.remove()
-    people, synthetic = human_clips(args.manifest, args.step), flite_clips()
+    people, synthetic = human_clips(args.manifest, args.step), await flite_clips()
     out: dict = {"bench": "vad_stop", "git": git_sha(), "manifest": str(args.manifest), "step": args.step}
     for timer in args.timers:
         out[timer] = {"people": await score(people, timer), "flite": await score(synthetic, timer)}
