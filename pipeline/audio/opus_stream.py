@@ -26,10 +26,10 @@ first one written (``tests/pipeline/test_opus_stream.py`` checks a click's place
 Bitrate: ``bitrate_for(rate)`` for two channels, ``BITRATE_BPS`` at 8 kHz and ``WIDEBAND_BITRATE_BPS``
 above. Below about 24 kbit/s libopus narrows the stereo image and one channel leaks into the
 other, which a caller/agent recording cannot have (measured at 8 kHz: 16 kbit/s -6 dB, 24 kbit/s
--26 dB, 32 kbit/s -60 dB). At 16 kHz (a browser call), 32 kbit/s took ~8 dB off a soft onset (the
-"h" of "hello", -50 dBFS for 50 ms) while the other channel spoke, moving where the caller's speech
-begins in the file 30-50 ms past where the call's record has it; at 48 kbit/s it is within 3 ms
-(``tests/telephony/webrtc/test_webrtc_recording.py``). A minute is about 240 kB at 8 kHz and
+-26 dB, 32 kbit/s -60 dB). At 16 kHz (a browser call), 32 kbit/s coded a soft onset (the "h" of
+"hello", near -50 dBFS for 50 ms) quieter while the other channel spoke, so the caller's speech
+began in the file 28-48 ms past where the call's record has it; at 48 kbit/s, 2-3 ms (the browser
+recording test, ``tests/telephony/webrtc/test_webrtc_recording.py``, run repeatedly 2026-12-08). A minute is about 240 kB at 8 kHz and
 360 kB at 16 kHz; a 16-bit WAV of the same is 1.9 MB and 3.8 MB.
 """
 
